@@ -1,0 +1,62 @@
+//! Scheduler knobs (reference §10) with Dask's defaults.
+
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `worker-saturation`; `f64::INFINITY` disables queuing.
+    pub worker_saturation: f64,
+    pub rootish_taskgroup: usize,
+    pub rootish_taskgroup_dependencies: usize,
+    pub work_stealing: bool,
+    /// Seconds between stealing balance passes (driven by `Tick` events).
+    pub work_stealing_interval: f64,
+    pub allowed_failures: u32,
+    /// Seconds assumed for a task whose prefix has no measurement yet.
+    pub unknown_task_duration: f64,
+    /// Seconds per prefix known in advance (prefixes at ≤ 1 ms are never stolen).
+    pub default_task_durations: HashMap<String, f64>,
+    /// Bytes assumed for a result of unknown size.
+    pub default_data_size: i64,
+    /// Initial bandwidth estimate, bytes/s.
+    pub bandwidth: f64,
+    /// Seconds of silence after which a worker is removed (at least 10 heartbeats).
+    pub worker_ttl: Option<f64>,
+    pub no_workers_timeout: Option<f64>,
+    /// Length of the transition log behind `story()`; 0 disables logging.
+    pub transition_log_length: usize,
+    pub erred_tasks_max_history: usize,
+    /// Arms the memory guard of `_add_to_processing` (worker.memory.terminate).
+    pub memory_terminate: bool,
+    /// Run the invariant checker after every stimulus (tests).
+    pub validate: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let fast = [
+            "rechunk-split",
+            "split-shuffle",
+            "split-taskshuffle",
+            "split-stage",
+        ];
+        Config {
+            worker_saturation: 1.1,
+            rootish_taskgroup: 5,
+            rootish_taskgroup_dependencies: 5,
+            work_stealing: true,
+            work_stealing_interval: 1.0,
+            allowed_failures: 3,
+            unknown_task_duration: 0.5,
+            default_task_durations: fast.iter().map(|p| (p.to_string(), 1e-6)).collect(),
+            default_data_size: 1024,
+            bandwidth: 100_000_000.0,
+            worker_ttl: Some(300.0),
+            no_workers_timeout: None,
+            transition_log_length: 1000,
+            erred_tasks_max_history: 100,
+            memory_terminate: true,
+            validate: false,
+        }
+    }
+}

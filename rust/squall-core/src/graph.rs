@@ -1,0 +1,523 @@
+//! Graph submission (`update-graph`, reference §1.5 and §5): validate everything first,
+//! then create tasks, order them, assign priorities and recommend them to run.
+
+use crate::commands::Command;
+use crate::error::{CoreError, CoreResult};
+use crate::ids::{ClientId, TaskId};
+use crate::key::Key;
+use crate::priority::Priority;
+use crate::state::Scheduler;
+use crate::task::{Restrictions, RunSpec, TaskState as S, F_DATA_PRODUCER, F_HAS_PRIORITY};
+use crate::transitions::new_recs;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+/// A dependency: another task of the same submission (by index) or a known key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DepRef {
+    Local(u32),
+    Key(Key),
+}
+
+/// Per-task annotations, and the per-call defaults (`priority=`, `retries=`, `workers=` …).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskOptions {
+    pub priority: Option<i64>,
+    pub retries: Option<u32>,
+    pub restrictions: Option<Restrictions>,
+    pub actor: bool,
+    /// False: a root-ish task bypasses queuing.
+    pub queueable: Option<bool>,
+    /// Opaque annotations to echo to workers.
+    pub annotations: Option<Arc<[u8]>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub key: Key,
+    pub deps: Vec<DepRef>,
+    /// None = pure data (cannot be recomputed).
+    pub run_spec: Option<RunSpec>,
+    pub options: Option<Box<TaskOptions>>,
+    /// I/O or array-creation task: root-ish whatever its group size.
+    pub data_producer: bool,
+}
+
+impl NewTask {
+    pub fn new(key: Key, deps: Vec<DepRef>, run_spec: Option<RunSpec>) -> Self {
+        NewTask {
+            key,
+            deps,
+            run_spec,
+            options: None,
+            data_producer: false,
+        }
+    }
+}
+
+/// How the graph-order element of priorities is obtained.
+#[derive(Clone, Debug, Default)]
+pub enum GraphOrder {
+    /// Compute with squall's `dask.order` equivalent (compute/persist/get).
+    #[default]
+    Compute,
+    /// Every task gets 0 (`submit`).
+    Zero,
+    /// Index in the submission (`map`).
+    Sequential,
+    /// Given per task by the client.
+    Given(Vec<u64>),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Submission {
+    pub tasks: Vec<NewTask>,
+    /// Keys the client holds futures on.
+    pub wanted: Vec<DepRef>,
+    pub defaults: TaskOptions,
+    /// Seconds within which submissions share a FIFO generation.
+    pub fifo_timeout: f64,
+    /// Key of the task submitting this graph from inside a worker, if any.
+    pub submitting_task: Option<Key>,
+    pub order: GraphOrder,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SubmitResult {
+    /// The task id of each submitted task, in submission order.
+    pub ids: Vec<TaskId>,
+    pub wanted: Vec<TaskId>,
+}
+
+/// Where each submitted task's dependencies point, once validated.
+enum Resolved {
+    Local(u32),
+    Known(TaskId),
+}
+
+impl Scheduler {
+    /// `update-graph`: adds tasks for `client` and starts what is wanted.
+    pub fn update_graph(
+        &mut self,
+        client: ClientId,
+        sub: Submission,
+        now: f64,
+    ) -> CoreResult<SubmitResult> {
+        if client.idx() >= self.clients.len() {
+            return Err(CoreError::UnknownClient(client.0));
+        }
+        let plan = self.validate_submission(&sub)?;
+        let stim = self.next_stimulus(now);
+        Ok(self.apply_submission(client, sub, plan, stim, now))
+    }
+
+    fn validate_submission(&self, sub: &Submission) -> CoreResult<Plan> {
+        let n = sub.tasks.len();
+        let mut first_of: Vec<u32> = (0..n as u32).collect();
+        let mut local: HashTable<u32> = HashTable::with_capacity(n);
+        let h = |k: &Key| self.hasher.hash_one(k.as_bytes());
+        for (i, t) in sub.tasks.iter().enumerate() {
+            let hash = h(&t.key);
+            match local.find(hash, |&j| sub.tasks[j as usize].key == t.key) {
+                Some(&j) => {
+                    let other = &sub.tasks[j as usize];
+                    if other.run_spec != t.run_spec || other.deps != t.deps {
+                        return Err(CoreError::DuplicateKey(t.key.clone()));
+                    }
+                    first_of[i] = j;
+                }
+                None => {
+                    local.insert_unique(hash, i as u32, |&j| h(&sub.tasks[j as usize].key));
+                }
+            }
+        }
+        let resolve = |d: &DepRef, owner: &Key| -> CoreResult<Resolved> {
+            match d {
+                DepRef::Local(i) if (*i as usize) < n => Ok(Resolved::Local(first_of[*i as usize])),
+                DepRef::Local(i) => Err(CoreError::Invalid(format!(
+                    "task {owner:?} names dependency index {i}, but the graph has {n} tasks"
+                ))),
+                DepRef::Key(k) => {
+                    if let Some(&j) = local.find(h(k), |&j| sub.tasks[j as usize].key == *k) {
+                        Ok(Resolved::Local(j))
+                    } else if let Some(t) = self.lookup(k) {
+                        Ok(Resolved::Known(t))
+                    } else {
+                        Err(CoreError::UnknownDependency {
+                            key: owner.clone(),
+                            dep: k.clone(),
+                        })
+                    }
+                }
+            }
+        };
+        let mut deps: Vec<Vec<Resolved>> = Vec::with_capacity(n);
+        let mut existing: Vec<Option<TaskId>> = Vec::with_capacity(n);
+        for (i, t) in sub.tasks.iter().enumerate() {
+            let mut ds = Vec::with_capacity(t.deps.len());
+            for d in &t.deps {
+                ds.push(resolve(d, &t.key)?);
+            }
+            let known = if first_of[i] == i as u32 {
+                self.lookup(&t.key)
+            } else {
+                None
+            };
+            if let Some(e) = known {
+                self.check_same_definition(e, t, &ds, sub)?;
+            }
+            existing.push(known);
+            deps.push(ds);
+        }
+        let mut wanted = Vec::with_capacity(sub.wanted.len());
+        for w in &sub.wanted {
+            match w {
+                DepRef::Local(i) if (*i as usize) < n => {
+                    wanted.push(Resolved::Local(first_of[*i as usize]))
+                }
+                DepRef::Local(i) => {
+                    return Err(CoreError::Invalid(format!("wanted index {i} out of range")))
+                }
+                DepRef::Key(k) => match local.find(h(k), |&j| sub.tasks[j as usize].key == *k) {
+                    Some(&j) => wanted.push(Resolved::Local(j)),
+                    None => wanted.push(Resolved::Known(
+                        self.lookup(k)
+                            .ok_or_else(|| CoreError::UnknownKey(k.clone()))?,
+                    )),
+                },
+            }
+        }
+        check_acyclic(sub, &first_of, &existing, &deps)?;
+        Ok(Plan {
+            first_of,
+            existing,
+            deps,
+            wanted,
+        })
+    }
+
+    fn check_same_definition(
+        &self,
+        e: TaskId,
+        t: &NewTask,
+        ds: &[Resolved],
+        sub: &Submission,
+    ) -> CoreResult<()> {
+        let ets = self.task(e);
+        if ets.run_spec.is_some() && t.run_spec.is_some() && ets.run_spec != t.run_spec {
+            return Err(CoreError::DuplicateKey(t.key.clone()));
+        }
+        if ets.run_spec.is_some() {
+            let mut old: Vec<&Key> = ets.dependencies.iter().map(|d| &self.task(d).key).collect();
+            let mut new: Vec<&Key> = ds
+                .iter()
+                .map(|d| match d {
+                    Resolved::Local(j) => &sub.tasks[*j as usize].key,
+                    Resolved::Known(k) => &self.task(*k).key,
+                })
+                .collect();
+            old.sort();
+            new.sort();
+            new.dedup();
+            // A dependency may have been forgotten since (then the task lost it), so
+            // only a dependency the old definition lacks is a real conflict.
+            if new.iter().any(|k| old.binary_search(k).is_err()) && !ets.has_lost_dependencies() {
+                return Err(CoreError::DuplicateKey(t.key.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_submission(
+        &mut self,
+        client: ClientId,
+        sub: Submission,
+        plan: Plan,
+        stim: u64,
+        now: f64,
+    ) -> SubmitResult {
+        let Plan {
+            first_of,
+            existing,
+            deps,
+            wanted,
+        } = plan;
+        let n = sub.tasks.len();
+        let mut ids: Vec<TaskId> = Vec::with_capacity(n);
+        let mut created = vec![false; n];
+        for (i, t) in sub.tasks.iter().enumerate() {
+            let j = first_of[i] as usize;
+            if j != i {
+                ids.push(ids[j]);
+                continue;
+            }
+            match existing[i] {
+                Some(e) => {
+                    if self.task(e).run_spec.is_none() && t.run_spec.is_some() {
+                        self.tm(e).run_spec = t.run_spec.clone();
+                    }
+                    ids.push(e);
+                }
+                None => {
+                    ids.push(self.create_task(t.key.clone(), t.run_spec.clone()));
+                    created[i] = true;
+                }
+            }
+        }
+        for i in 0..n {
+            if !created[i] {
+                continue;
+            }
+            let t = ids[i];
+            for d in &deps[i] {
+                let dt = match d {
+                    Resolved::Local(j) => ids[*j as usize],
+                    Resolved::Known(k) => *k,
+                };
+                self.add_dependency(t, dt);
+            }
+        }
+        let order = self.graph_order(&sub, &first_of, &deps);
+        let generation = self.next_generation(&sub, now);
+        for (i, t) in sub.tasks.iter().enumerate() {
+            if first_of[i] as usize != i {
+                continue;
+            }
+            let tid = ids[i];
+            if created[i] {
+                self.apply_options(tid, t, &sub.defaults);
+            }
+            if !self.task(tid).flag(F_HAS_PRIORITY) {
+                let user = t
+                    .options
+                    .as_ref()
+                    .and_then(|o| o.priority)
+                    .or(sub.defaults.priority)
+                    .unwrap_or(0);
+                let ts = self.tm(tid);
+                ts.priority = Priority::new(user, generation, order[i]);
+                ts.set_flag(F_HAS_PRIORITY, true);
+            }
+        }
+        let wanted: Vec<TaskId> = wanted
+            .iter()
+            .map(|w| match w {
+                Resolved::Local(j) => ids[*j as usize],
+                Resolved::Known(k) => *k,
+            })
+            .collect();
+        for &t in &wanted {
+            if self.tm(t).who_wants.insert(client) {
+                self.clients[client.idx()].wants_what.insert(t);
+            }
+        }
+        let mut touched: Vec<TaskId> = ids.clone();
+        touched.extend(wanted.iter().copied());
+        touched.sort_unstable();
+        touched.dedup();
+        touched.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
+        let mut recs = new_recs();
+        for &t in &touched {
+            let ts = self.task(t);
+            if ts.state == S::Released && ts.run_spec.is_some() {
+                recs.insert(t, S::Waiting);
+            }
+        }
+        for &t in &touched {
+            let blame = self.task(t).dependencies.iter().find_map(|d| {
+                let dts = self.task(d);
+                dts.exception_blame().map(|b| (b, dts.error().cloned()))
+            });
+            if let Some((b, err)) = blame {
+                if !matches!(self.state_of(t), S::Memory | S::Erred) {
+                    let extra = self.tm(t).extra_mut();
+                    extra.exception_blame = Some(b);
+                    extra.error = err;
+                    recs.insert(t, S::Erred);
+                }
+            }
+        }
+        for &t in &wanted {
+            match self.state_of(t) {
+                S::Memory => self.emit(Command::KeyInMemory { client, task: t }),
+                S::Erred => {
+                    let blame = self.task(t).exception_blame().unwrap_or(t);
+                    self.emit(Command::TaskErred {
+                        client,
+                        task: t,
+                        blame,
+                    })
+                }
+                _ => {}
+            }
+        }
+        self.transitions(recs, stim);
+        self.after_stimulus();
+        SubmitResult { ids, wanted }
+    }
+
+    fn add_dependency(&mut self, t: TaskId, dep: TaskId) {
+        if !self.tm(t).dependencies.insert(dep) {
+            return;
+        }
+        self.tm(dep).dependents.insert(t);
+        let dg = self.task(dep).group;
+        let dep_ref = (dg, self.group(dg).uid);
+        let g = self.task(t).group;
+        let group = self.group_mut(g);
+        if !group.dependencies.contains(&dep_ref) {
+            group.dependencies.push(dep_ref);
+        }
+    }
+
+    fn apply_options(&mut self, t: TaskId, nt: &NewTask, defaults: &TaskOptions) {
+        let o = nt.options.as_deref();
+        let pick = |f: fn(&TaskOptions) -> bool| o.is_some_and(f);
+        let retries = o.and_then(|o| o.retries).or(defaults.retries).unwrap_or(0);
+        let restrictions = o
+            .and_then(|o| o.restrictions.clone())
+            .or_else(|| defaults.restrictions.clone())
+            .filter(|r| !r.is_empty());
+        let actor = pick(|o| o.actor) || defaults.actor;
+        let queueable = o
+            .and_then(|o| o.queueable)
+            .or(defaults.queueable)
+            .unwrap_or(true);
+        let annotations = o
+            .and_then(|o| o.annotations.clone())
+            .or_else(|| defaults.annotations.clone());
+        let ts = self.tm(t);
+        ts.set_flag(F_DATA_PRODUCER, nt.data_producer);
+        if retries > 0 || restrictions.is_some() || actor || !queueable || annotations.is_some() {
+            let e = ts.extra_mut();
+            e.retries = retries;
+            e.restrictions = restrictions;
+            e.actor = actor;
+            e.unqueueable = !queueable;
+            e.annotations = annotations;
+        }
+    }
+
+    /// The graph-order index of every submitted task (0 for duplicates).
+    fn graph_order(&self, sub: &Submission, first_of: &[u32], deps: &[Vec<Resolved>]) -> Vec<u64> {
+        let n = sub.tasks.len();
+        match &sub.order {
+            GraphOrder::Zero => vec![0; n],
+            GraphOrder::Sequential => (0..n as u64).collect(),
+            GraphOrder::Given(v) => (0..n).map(|i| v.get(i).copied().unwrap_or(0)).collect(),
+            GraphOrder::Compute => {
+                let nodes: Vec<squall_order::Node> = (0..n)
+                    .map(|i| squall_order::Node {
+                        deps: if first_of[i] as usize == i {
+                            deps[i]
+                                .iter()
+                                .filter_map(|d| match d {
+                                    Resolved::Local(j) => Some(*j),
+                                    Resolved::Known(_) => None,
+                                })
+                                .collect()
+                        } else {
+                            Vec::new()
+                        },
+                        is_task: sub.tasks[i].run_spec.is_some(),
+                        name: sub.tasks[i].key.python_str(),
+                    })
+                    .collect();
+                match squall_order::order(&nodes) {
+                    Ok(o) => o.into_iter().map(u64::from).collect(),
+                    // Validation already proved the graph acyclic.
+                    Err(_) => (0..n as u64).collect(),
+                }
+            }
+        }
+    }
+
+    /// The FIFO generation for a submission arriving at `now` (§5.2).
+    fn next_generation(&mut self, sub: &Submission, now: f64) -> f64 {
+        if let Some(parent) = sub.submitting_task.as_ref().and_then(|k| self.lookup(k)) {
+            return self.task(parent).priority.neg_user as f64 - 0.01;
+        }
+        if sub.submitting_task.is_some() {
+            return self.generation;
+        }
+        if self.last_fifo_time + sub.fifo_timeout < now {
+            self.generation += 1.0;
+            self.last_fifo_time = now;
+        }
+        self.generation
+    }
+}
+
+struct Plan {
+    first_of: Vec<u32>,
+    existing: Vec<Option<TaskId>>,
+    deps: Vec<Vec<Resolved>>,
+    wanted: Vec<Resolved>,
+}
+
+/// Kahn's algorithm over the new tasks; on failure, name the keys of one cycle.
+fn check_acyclic(
+    sub: &Submission,
+    first_of: &[u32],
+    existing: &[Option<TaskId>],
+    deps: &[Vec<Resolved>],
+) -> CoreResult<()> {
+    let n = sub.tasks.len();
+    let is_new = |i: usize| first_of[i] as usize == i && existing[i].is_none();
+    let mut indeg = vec![0u32; n];
+    let mut dependents: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for i in (0..n).filter(|&i| is_new(i)) {
+        for d in &deps[i] {
+            if let Resolved::Local(j) = d {
+                if is_new(*j as usize) {
+                    indeg[i] += 1;
+                    dependents[*j as usize].push(i as u32);
+                }
+            }
+        }
+    }
+    let mut stack: Vec<u32> = (0..n as u32)
+        .filter(|&i| is_new(i as usize) && indeg[i as usize] == 0)
+        .collect();
+    let mut seen = 0usize;
+    while let Some(i) = stack.pop() {
+        seen += 1;
+        for &d in &dependents[i as usize] {
+            indeg[d as usize] -= 1;
+            if indeg[d as usize] == 0 {
+                stack.push(d);
+            }
+        }
+    }
+    let total = (0..n).filter(|&i| is_new(i)).count();
+    if seen == total {
+        return Ok(());
+    }
+    // Walk dependency edges inside the leftover (all on or behind a cycle) until a repeat.
+    let mut pos = vec![usize::MAX; n];
+    let mut path: Vec<u32> = Vec::new();
+    let mut cur = (0..n)
+        .find(|&i| is_new(i) && indeg[i] > 0)
+        .expect("leftover node") as u32;
+    loop {
+        if pos[cur as usize] != usize::MAX {
+            let cycle = &path[pos[cur as usize]..];
+            let keys = cycle
+                .iter()
+                .take(10)
+                .map(|&i| sub.tasks[i as usize].key.clone())
+                .collect();
+            return Err(CoreError::Cycle(keys));
+        }
+        pos[cur as usize] = path.len();
+        path.push(cur);
+        cur = deps[cur as usize]
+            .iter()
+            .find_map(|d| match d {
+                Resolved::Local(j) if is_new(*j as usize) && indeg[*j as usize] > 0 => Some(*j),
+                _ => None,
+            })
+            .expect("a node left by Kahn's algorithm has an unprocessed dependency");
+    }
+}

@@ -1,0 +1,482 @@
+//! Task keys as Dask spells them (a str, or a tuple of str/int/float/bytes, possibly
+//! nested), stored as one compact canonical byte string so that hashing and equality
+//! are byte operations and a key costs a single allocation.
+//!
+//! Encoding (tag byte, then payload): `S` len utf8 | `B` len bytes | `I` zigzag-varint |
+//! `F` 8 bytes f64 LE | `T` count elements…  Lengths and counts are LEB128 varints.
+
+use std::fmt::Write as _;
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(Box<[u8]>);
+
+/// A decoded key, for building keys and for handing them back to Python.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyValue {
+    Str(String),
+    Bytes(Vec<u8>),
+    Int(i64),
+    Float(f64),
+    Tuple(Vec<KeyValue>),
+}
+
+const T_STR: u8 = b'S';
+const T_BYTES: u8 = b'B';
+const T_INT: u8 = b'I';
+const T_FLOAT: u8 = b'F';
+const T_TUPLE: u8 = b'T';
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+}
+
+/// Incremental encoder, used by the bindings to encode Python keys without building a
+/// [`KeyValue`] tree first.
+#[derive(Default)]
+pub struct KeyEncoder {
+    buf: Vec<u8>,
+}
+
+impl KeyEncoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn str(&mut self, s: &str) {
+        self.buf.push(T_STR);
+        put_varint(&mut self.buf, s.len() as u64);
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+    pub fn bytes(&mut self, s: &[u8]) {
+        self.buf.push(T_BYTES);
+        put_varint(&mut self.buf, s.len() as u64);
+        self.buf.extend_from_slice(s);
+    }
+    pub fn int(&mut self, i: i64) {
+        self.buf.push(T_INT);
+        put_varint(&mut self.buf, ((i << 1) ^ (i >> 63)) as u64);
+    }
+    pub fn float(&mut self, f: f64) {
+        self.buf.push(T_FLOAT);
+        self.buf.extend_from_slice(&f.to_le_bytes());
+    }
+    pub fn tuple(&mut self, len: usize) {
+        self.buf.push(T_TUPLE);
+        put_varint(&mut self.buf, len as u64);
+    }
+    pub fn value(&mut self, v: &KeyValue) {
+        match v {
+            KeyValue::Str(s) => self.str(s),
+            KeyValue::Bytes(b) => self.bytes(b),
+            KeyValue::Int(i) => self.int(*i),
+            KeyValue::Float(f) => self.float(*f),
+            KeyValue::Tuple(items) => {
+                self.tuple(items.len());
+                for it in items {
+                    self.value(it);
+                }
+            }
+        }
+    }
+    pub fn finish(&mut self) -> Key {
+        Key(std::mem::take(&mut self.buf).into_boxed_slice())
+    }
+}
+
+impl Key {
+    pub fn str(s: &str) -> Key {
+        let mut e = KeyEncoder::new();
+        e.str(s);
+        e.finish()
+    }
+
+    pub fn from_value(v: &KeyValue) -> Key {
+        let mut e = KeyEncoder::new();
+        e.value(v);
+        e.finish()
+    }
+
+    /// `(name, i, j, …)`, the usual shape of collection keys.
+    pub fn tuple_str_ints(name: &str, idx: &[i64]) -> Key {
+        let mut e = KeyEncoder::new();
+        e.tuple(idx.len() + 1);
+        e.str(name);
+        for &i in idx {
+            e.int(i);
+        }
+        e.finish()
+    }
+
+    /// Checks that raw bytes are one well-formed key (for keys arriving off the wire).
+    pub fn from_encoded(b: &[u8]) -> Option<Key> {
+        let mut pos = 0;
+        skip_value(b, &mut pos)?;
+        (pos == b.len()).then(|| Key(b.into()))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn decode(&self) -> KeyValue {
+        let mut pos = 0;
+        decode_value(&self.0, &mut pos).expect("keys are validated at construction")
+    }
+
+    /// If the key is a plain string, that string.
+    pub fn as_str(&self) -> Option<&str> {
+        let b = &self.0;
+        if b.first() != Some(&T_STR) {
+            return None;
+        }
+        let mut pos = 1;
+        let n = get_varint(b, &mut pos)? as usize;
+        std::str::from_utf8(b.get(pos..pos + n)?).ok()
+    }
+
+    /// Python's `str(key)`.
+    pub fn python_str(&self) -> String {
+        match self.decode() {
+            KeyValue::Str(s) => s,
+            other => {
+                let mut out = String::new();
+                python_repr(&other, &mut out);
+                out
+            }
+        }
+    }
+
+    /// The first element of a tuple key rendered as Python `str`, or the key itself.
+    fn head_str(&self) -> String {
+        match self.decode() {
+            KeyValue::Tuple(items) => match items.into_iter().next() {
+                Some(KeyValue::Str(s)) => s,
+                Some(other) => {
+                    let mut out = String::new();
+                    python_repr(&other, &mut out);
+                    out
+                }
+                None => String::new(),
+            },
+            KeyValue::Str(s) => s,
+            KeyValue::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => {
+                let mut out = String::new();
+                python_repr(&other, &mut out);
+                out
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.decode() {
+            KeyValue::Str(s) => write!(f, "'{s}'"),
+            _ => f.write_str(&self.python_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.python_str())
+    }
+}
+
+fn skip_value(b: &[u8], pos: &mut usize) -> Option<()> {
+    let tag = *b.get(*pos)?;
+    *pos += 1;
+    match tag {
+        T_STR => {
+            let n = get_varint(b, pos)? as usize;
+            std::str::from_utf8(b.get(*pos..pos.checked_add(n)?)?).ok()?;
+            *pos += n;
+        }
+        T_BYTES => {
+            let n = get_varint(b, pos)? as usize;
+            b.get(*pos..pos.checked_add(n)?)?;
+            *pos += n;
+        }
+        T_INT => {
+            get_varint(b, pos)?;
+        }
+        T_FLOAT => {
+            b.get(*pos..*pos + 8)?;
+            *pos += 8;
+        }
+        T_TUPLE => {
+            let n = get_varint(b, pos)?;
+            for _ in 0..n {
+                skip_value(b, pos)?;
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+fn decode_value(b: &[u8], pos: &mut usize) -> Option<KeyValue> {
+    let tag = *b.get(*pos)?;
+    *pos += 1;
+    Some(match tag {
+        T_STR => {
+            let n = get_varint(b, pos)? as usize;
+            let s = std::str::from_utf8(b.get(*pos..*pos + n)?).ok()?.to_owned();
+            *pos += n;
+            KeyValue::Str(s)
+        }
+        T_BYTES => {
+            let n = get_varint(b, pos)? as usize;
+            let s = b.get(*pos..*pos + n)?.to_vec();
+            *pos += n;
+            KeyValue::Bytes(s)
+        }
+        T_INT => {
+            let z = get_varint(b, pos)?;
+            KeyValue::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
+        }
+        T_FLOAT => {
+            let f = f64::from_le_bytes(b.get(*pos..*pos + 8)?.try_into().ok()?);
+            *pos += 8;
+            KeyValue::Float(f)
+        }
+        T_TUPLE => {
+            let n = get_varint(b, pos)? as usize;
+            let mut items = Vec::with_capacity(n.min(64));
+            for _ in 0..n {
+                items.push(decode_value(b, pos)?);
+            }
+            KeyValue::Tuple(items)
+        }
+        _ => return None,
+    })
+}
+
+/// Python `repr` of a key element (enough of it for tie-breaks and messages).
+fn python_repr(v: &KeyValue, out: &mut String) {
+    match v {
+        KeyValue::Str(s) => repr_str(s, out),
+        KeyValue::Bytes(b) => {
+            out.push('b');
+            repr_str(&String::from_utf8_lossy(b), out)
+        }
+        KeyValue::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        KeyValue::Float(f) => {
+            if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 {
+                let _ = write!(out, "{f:.1}");
+            } else if f.is_nan() {
+                out.push_str("nan");
+            } else if f.is_infinite() {
+                out.push_str(if *f > 0.0 { "inf" } else { "-inf" });
+            } else {
+                let _ = write!(out, "{f}");
+            }
+        }
+        KeyValue::Tuple(items) => {
+            out.push('(');
+            for (i, it) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                python_repr(it, out);
+            }
+            if items.len() == 1 {
+                out.push(',');
+            }
+            out.push(')');
+        }
+    }
+}
+
+fn repr_str(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c)
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+fn is_hex32(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+/// `"<function foo.bar at 0x…>"` → `"bar"`.
+fn angle_name(s: &str) -> String {
+    let inner = s.trim_matches(|c| c == '<' || c == '>');
+    let first = inner.split_whitespace().next().unwrap_or("");
+    first.rsplit('.').next().unwrap_or("").to_owned()
+}
+
+/// Dask's `key_split`: the task prefix name of a key.
+pub fn key_split(key: &Key) -> String {
+    split_name(&key.head_str()).unwrap_or_else(|| "Other".to_owned())
+}
+
+fn split_name(s: &str) -> Option<String> {
+    let mut words = s.split('-');
+    let first = words.next()?;
+    let c0 = first.chars().next()?;
+    let mut result = if c0.is_alphabetic() {
+        first.to_owned()
+    } else {
+        first
+            .split(',')
+            .next()?
+            .trim_matches(|c| matches!(c, '_' | '\'' | '(' | ')' | '"'))
+            .to_owned()
+    };
+    for word in words {
+        let looks_hashy = word.chars().count() == 8
+            && word
+                .chars()
+                .next()
+                .is_some_and(|c| ('a'..='f').contains(&c));
+        if !word.is_empty() && word.chars().all(char::is_alphabetic) && !looks_hashy {
+            result.push('-');
+            result.push_str(word);
+        } else {
+            break;
+        }
+    }
+    if is_hex32(&result) {
+        return Some("data".to_owned());
+    }
+    if result.starts_with('<') {
+        return Some(angle_name(&result));
+    }
+    result.chars().next()?;
+    Some(result)
+}
+
+/// Distributed's `key_split_group`: the task group name of a key.
+pub fn key_split_group(key: &Key) -> String {
+    match key.decode() {
+        KeyValue::Tuple(_) => key.head_str(),
+        KeyValue::Str(s) => group_of_str(&s, key),
+        KeyValue::Bytes(b) => group_of_str(&String::from_utf8_lossy(&b), key),
+        _ => "Other".to_owned(),
+    }
+}
+
+fn group_of_str(s: &str, key: &Key) -> String {
+    if s.starts_with('(') {
+        s.split(',')
+            .next()
+            .unwrap_or("")
+            .trim_matches(|c| matches!(c, '(' | ')' | '"' | '\''))
+            .to_owned()
+    } else if is_hex32(s) {
+        "data".to_owned()
+    } else if s.starts_with('<') {
+        angle_name(s)
+    } else {
+        key_split(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: &str) -> Key {
+        Key::str(x)
+    }
+
+    #[test]
+    fn roundtrip_and_str() {
+        let k = Key::tuple_str_ints("x-abc", &[1, -2]);
+        assert_eq!(k.python_str(), "('x-abc', 1, -2)");
+        assert_eq!(Key::from_encoded(k.as_bytes()), Some(k.clone()));
+        assert_eq!(Key::from_encoded(&k.as_bytes()[..3]), None);
+        let one = Key::from_value(&KeyValue::Tuple(vec![KeyValue::Str("it's".into())]));
+        assert_eq!(one.python_str(), "(\"it's\",)");
+        assert_eq!(s("plain").python_str(), "plain");
+    }
+
+    #[test]
+    fn key_split_matches_dask() {
+        assert_eq!(key_split(&s("x")), "x");
+        assert_eq!(key_split(&s("x-1")), "x");
+        assert_eq!(key_split(&s("x-1-2-3")), "x");
+        assert_eq!(key_split(&Key::tuple_str_ints("x-1", &[0])), "x");
+        assert_eq!(key_split(&s("('x-1', 0)")), "x");
+        assert_eq!(key_split(&s("hello-world-1")), "hello-world");
+        assert_eq!(key_split(&s("ae05086432ca935f6eba409a8ecd4896")), "data");
+        assert_eq!(
+            key_split(&s("<module.submodule.myclass object at 0xdaf372")),
+            "myclass"
+        );
+        assert_eq!(key_split(&s("x-abcdefab")), "x");
+        assert_eq!(key_split(&s("_(x)")), "x");
+        assert_eq!(key_split(&s("")), "Other");
+        assert_eq!(
+            key_split(&s("sum-aggregate-e1a2c3d4e5f6a7b8c9d0e1f2a3b4c5d6")),
+            "sum-aggregate"
+        );
+    }
+
+    #[test]
+    fn key_split_group_matches_distributed() {
+        assert_eq!(key_split_group(&s("x")), "x");
+        assert_eq!(key_split_group(&s("x-1")), "x");
+        assert_eq!(key_split_group(&s("x-1-2-3")), "x");
+        assert_eq!(
+            key_split_group(&Key::tuple_str_ints("x-1", &[0])),
+            "x-1",
+            "tuple keys group by their full name"
+        );
+        assert_eq!(key_split_group(&s("('x-2', 1)")), "x-2");
+        assert_eq!(key_split_group(&s("hello-world-1")), "hello-world");
+        assert_eq!(
+            key_split_group(&s("ae05086432ca935f6eba409a8ecd4896")),
+            "data"
+        );
+        assert_eq!(
+            key_split_group(&s("<module.submodule.myclass object at 0xdaf372")),
+            "myclass"
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! Duration estimates, occupancy and the idle/saturated classification (§2.2, §4).
+
+use crate::ids::{PrefixId, TaskId, WorkerId};
+use crate::state::Scheduler;
+use crate::worker::WorkerStatus;
+
+impl Scheduler {
+    /// `est(prefix)`: learned average, else 2 × longest observed run, else the default.
+    pub fn prefix_duration(&self, p: PrefixId) -> f64 {
+        let pf = &self.prefixes[p.idx()];
+        if pf.duration_average >= 0.0 {
+            pf.duration_average
+        } else if pf.max_exec_time > 0.0 {
+            2.0 * pf.max_exec_time
+        } else {
+            self.config.unknown_task_duration
+        }
+    }
+
+    /// Whether `est(prefix)` comes from the prefix's own measurements.
+    pub(crate) fn prefix_duration_known(&self, p: PrefixId) -> bool {
+        self.prefixes[p.idx()].duration_average >= 0.0
+    }
+
+    pub fn task_duration(&self, t: TaskId) -> f64 {
+        self.prefix_duration(self.prefix_of(t))
+    }
+
+    /// Expected seconds of work queued on a worker (derived, never stored).
+    pub fn occupancy(&self, w: WorkerId) -> f64 {
+        let ws = self.worker(w);
+        let compute: f64 = ws
+            .task_prefix_count
+            .iter()
+            .map(|(&p, &n)| f64::from(n) * self.prefix_duration(p))
+            .sum();
+        (compute + ws.network_occ as f64 / self.bandwidth).max(0.0)
+    }
+
+    pub fn total_occupancy(&self) -> f64 {
+        let compute: f64 = self
+            .prefix_count_global
+            .iter()
+            .map(|(&p, &n)| n as f64 * self.prefix_duration(p))
+            .sum();
+        (compute + self.network_occ_global as f64 / self.bandwidth).max(0.0)
+    }
+
+    /// Effective size of a task's result for cost estimates.
+    #[inline]
+    pub(crate) fn eff_nbytes(&self, t: TaskId) -> i64 {
+        let nb = self.task(t).nbytes;
+        if nb >= 0 {
+            nb
+        } else {
+            self.config.default_data_size
+        }
+    }
+
+    /// Seconds to bring the dependencies `w` lacks.
+    pub fn comm_cost(&self, t: TaskId, w: WorkerId) -> f64 {
+        let ws = self.worker(w);
+        let bytes: i64 = self
+            .task(t)
+            .dependencies
+            .iter()
+            .filter(|d| !ws.has_what.contains(d))
+            .map(|d| self.eff_nbytes(d))
+            .sum();
+        bytes as f64 / self.bandwidth
+    }
+
+    pub(crate) fn is_unoccupied(&self, w: WorkerId, occ: f64, p: usize) -> bool {
+        let nthreads = self.worker(w).nthreads as usize;
+        if p < nthreads {
+            return true;
+        }
+        let avg = self.total_occupancy() / self.total_nthreads as f64;
+        occ < nthreads as f64 * avg / 2.0
+    }
+
+    /// Free queuing slots (§3.3); may be negative.
+    pub(crate) fn task_slots_available(&self, w: WorkerId) -> i64 {
+        let ws = self.worker(w);
+        let sat = self.config.worker_saturation;
+        if sat.is_infinite() {
+            return i64::MAX;
+        }
+        let cap = ((sat * f64::from(ws.nthreads)).ceil() as i64).max(1);
+        cap - ws.busy() as i64
+    }
+
+    /// `check_idle_saturated`: re-files the worker in idle / saturated / idle_task_count.
+    pub(crate) fn check_idle_saturated(&mut self, w: WorkerId, occ: Option<f64>) {
+        let ws = self.worker(w);
+        if self.total_nthreads == 0 || ws.status == WorkerStatus::Closed {
+            return;
+        }
+        let rank = self.rank(w);
+        let running = ws.status == WorkerStatus::Running;
+        let p = ws.processing.len();
+        let nc = ws.nthreads as usize;
+        self.saturated.remove(rank, w);
+        if !running {
+            self.idle.remove(rank, w);
+        } else {
+            // Occupancy is needed only once every thread is busy.
+            let occ = if p < nc {
+                0.0
+            } else {
+                occ.unwrap_or_else(|| self.occupancy(w))
+            };
+            if self.is_unoccupied(w, occ, p) {
+                self.idle.insert(rank, w);
+            } else {
+                self.idle.remove(rank, w);
+                if p > nc {
+                    let pending = occ * (p - nc) as f64 / (p * nc) as f64;
+                    let avg = self.total_occupancy() / self.total_nthreads as f64;
+                    if pending > 0.4 && pending > 1.9 * avg {
+                        self.saturated.insert(rank, w);
+                    }
+                }
+            }
+        }
+        if running && self.task_slots_available(w) > 0 {
+            self.idle_task_count.insert(rank, w);
+        } else {
+            self.idle_task_count.remove(rank, w);
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! The scheduler: arenas of tasks, workers, clients, groups and prefixes, and the
+//! scheduler-wide collections of reference §0.4. Behaviour lives in sibling modules
+//! (`transitions`, `decide`, `occupancy`, `stimuli`, `graph`, `stealing`, …), each an
+//! `impl Scheduler` block.
+
+use crate::commands::Command;
+use crate::config::Config;
+use crate::group::{TaskGroup, TaskPrefix};
+use crate::ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
+use crate::key::{key_split, key_split_group, Key};
+use crate::stealing::Stealing;
+use crate::story::TransitionLog;
+use crate::task::{RunSpec, Task, TaskState};
+use crate::worker::{FxIndexMap, Worker};
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
+
+/// Workers kept in address order (the order Dask iterates `idle` and `workers` in).
+#[derive(Clone, Debug, Default)]
+pub struct WorkerSet {
+    /// (address rank, id), sorted.
+    items: Vec<(u32, WorkerId)>,
+}
+
+impl WorkerSet {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    pub fn contains(&self, rank: u32, w: WorkerId) -> bool {
+        self.items.binary_search(&(rank, w)).is_ok()
+    }
+    pub fn insert(&mut self, rank: u32, w: WorkerId) {
+        if let Err(i) = self.items.binary_search(&(rank, w)) {
+            self.items.insert(i, (rank, w));
+        }
+    }
+    pub fn remove(&mut self, rank: u32, w: WorkerId) {
+        if let Ok(i) = self.items.binary_search(&(rank, w)) {
+            self.items.remove(i);
+        }
+    }
+    pub fn iter(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.items.iter().map(|&(_, w)| w)
+    }
+    pub fn get(&self, i: usize) -> WorkerId {
+        self.items[i].1
+    }
+    pub(crate) fn rerank(&mut self, rank: &[u32]) {
+        for item in &mut self.items {
+            item.0 = rank[item.1.idx()];
+        }
+        self.items.sort_unstable();
+    }
+}
+
+pub struct Client {
+    pub id: String,
+    pub wants_what: crate::idset::IdSet<TaskId>,
+    pub last_seen: f64,
+}
+
+/// The name of the pseudo-client that keeps fire-and-forget tasks alive.
+pub const FIRE_AND_FORGET: &str = "fire-and-forget";
+
+pub struct Scheduler {
+    pub config: Config,
+    pub(crate) tasks: Vec<Option<Task>>,
+    pub(crate) free_tasks: Vec<TaskId>,
+    /// Forgotten slots whose ids may still appear in undrained commands.
+    pub(crate) pending_free: Vec<TaskId>,
+    pub(crate) key_index: HashTable<TaskId>,
+    pub(crate) hasher: FxBuildHasher,
+    pub(crate) n_tasks_live: usize,
+
+    pub(crate) groups: Vec<Option<TaskGroup>>,
+    pub(crate) free_groups: Vec<GroupId>,
+    pub(crate) group_index: FxHashMap<String, GroupId>,
+    pub(crate) prefixes: Vec<TaskPrefix>,
+    pub(crate) prefix_index: FxHashMap<String, PrefixId>,
+
+    pub(crate) workers: Vec<Option<Worker>>,
+    /// address → id, in address order.
+    pub(crate) worker_index: BTreeMap<String, WorkerId>,
+    /// Rank of each worker slot in address order (valid for live workers).
+    pub(crate) worker_rank: Vec<u32>,
+    pub(crate) running: WorkerSet,
+    pub(crate) idle: WorkerSet,
+    pub(crate) idle_task_count: WorkerSet,
+    pub(crate) saturated: WorkerSet,
+    pub(crate) total_nthreads: u64,
+    pub(crate) total_memory: u64,
+
+    pub(crate) clients: Vec<Client>,
+    pub(crate) client_index: FxHashMap<String, ClientId>,
+
+    /// Queued tasks by (priority, insertion sequence).
+    pub(crate) queued: BTreeSet<(crate::priority::Priority, u64, TaskId)>,
+    /// No-worker tasks in insertion order: sequence → (task, since).
+    pub(crate) unrunnable: BTreeMap<u64, (TaskId, f64)>,
+    pub(crate) replicated_tasks: usize,
+
+    pub(crate) bandwidth: f64,
+    pub(crate) generation: f64,
+    pub(crate) last_fifo_time: f64,
+    /// Number of `_add_to_processing` calls ever (round-robin cursor).
+    pub(crate) n_processing_assignments: u64,
+    /// Global counter behind run ids and queue sequences.
+    pub(crate) counter: u64,
+    pub(crate) stimulus_counter: u64,
+    pub(crate) now: f64,
+    pub(crate) no_workers_since: Option<f64>,
+
+    pub(crate) prefix_count_global: FxIndexMap<PrefixId, u64>,
+    pub(crate) network_occ_global: i64,
+
+    pub(crate) stealing: Stealing,
+    pub(crate) log: TransitionLog,
+    pub(crate) erred_history: std::collections::VecDeque<TaskId>,
+    pub(crate) commands: Vec<Command>,
+    pub(crate) transition_counter: u64,
+}
+
+impl Scheduler {
+    pub fn new(config: Config) -> Self {
+        let mut s = Scheduler {
+            bandwidth: config.bandwidth,
+            stealing: Stealing::default(),
+            log: TransitionLog::new(config.transition_log_length),
+            config,
+            tasks: Vec::new(),
+            free_tasks: Vec::new(),
+            pending_free: Vec::new(),
+            key_index: HashTable::new(),
+            hasher: FxBuildHasher,
+            n_tasks_live: 0,
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            group_index: FxHashMap::default(),
+            prefixes: Vec::new(),
+            prefix_index: FxHashMap::default(),
+            workers: Vec::new(),
+            worker_index: BTreeMap::new(),
+            worker_rank: Vec::new(),
+            running: WorkerSet::default(),
+            idle: WorkerSet::default(),
+            idle_task_count: WorkerSet::default(),
+            saturated: WorkerSet::default(),
+            total_nthreads: 0,
+            total_memory: 0,
+            clients: Vec::new(),
+            client_index: FxHashMap::default(),
+            queued: BTreeSet::new(),
+            unrunnable: BTreeMap::new(),
+            replicated_tasks: 0,
+            generation: 0.0,
+            last_fifo_time: 0.0,
+            n_processing_assignments: 0,
+            counter: 0,
+            stimulus_counter: 0,
+            now: 0.0,
+            no_workers_since: None,
+            prefix_count_global: FxIndexMap::default(),
+            network_occ_global: 0,
+            erred_history: Default::default(),
+            commands: Vec::new(),
+            transition_counter: 0,
+        };
+        s.client_id(FIRE_AND_FORGET);
+        s
+    }
+
+    // ----- tasks -------------------------------------------------------------------
+
+    #[inline]
+    pub fn task(&self, t: TaskId) -> &Task {
+        self.tasks[t.idx()].as_ref().expect("live task id")
+    }
+
+    #[inline]
+    pub(crate) fn tm(&mut self, t: TaskId) -> &mut Task {
+        self.tasks[t.idx()].as_mut().expect("live task id")
+    }
+
+    /// The task in slot `t` if the slot holds a task that is not forgotten.
+    pub fn get_task(&self, t: TaskId) -> Option<&Task> {
+        self.tasks
+            .get(t.idx())?
+            .as_ref()
+            .filter(|ts| ts.state != TaskState::Forgotten)
+    }
+
+    #[inline]
+    pub fn state_of(&self, t: TaskId) -> TaskState {
+        self.task(t).state
+    }
+
+    pub fn lookup(&self, key: &Key) -> Option<TaskId> {
+        let h = self.hasher.hash_one(key.as_bytes());
+        let tasks = &self.tasks;
+        self.key_index
+            .find(h, |&t| {
+                tasks[t.idx()].as_ref().is_some_and(|ts| ts.key == *key)
+            })
+            .copied()
+    }
+
+    /// Number of tasks the scheduler knows (not forgotten).
+    pub fn n_tasks(&self) -> usize {
+        self.n_tasks_live
+    }
+
+    pub fn task_ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.tasks.iter().enumerate().filter_map(|(i, t)| {
+            t.as_ref()
+                .filter(|ts| ts.state != TaskState::Forgotten)
+                .map(|_| TaskId(i as u32))
+        })
+    }
+
+    /// Creates a released task; the caller guarantees the key is new.
+    pub(crate) fn create_task(&mut self, key: Key, run_spec: Option<RunSpec>) -> TaskId {
+        let group = self.group_for(&key);
+        let h = self.hasher.hash_one(key.as_bytes());
+        let task = Task::new(key, group, run_spec);
+        let t = match self.free_tasks.pop() {
+            Some(t) => {
+                self.tasks[t.idx()] = Some(task);
+                t
+            }
+            None => {
+                self.tasks.push(Some(task));
+                TaskId((self.tasks.len() - 1) as u32)
+            }
+        };
+        let tasks = &self.tasks;
+        let hasher = &self.hasher;
+        self.key_index.insert_unique(h, t, |&x| {
+            hasher.hash_one(tasks[x.idx()].as_ref().expect("indexed").key.as_bytes())
+        });
+        self.n_tasks_live += 1;
+        let g = self.groups[group.idx()].as_mut().expect("live group");
+        g.len += 1;
+        g.state_counts[TaskState::Released as usize] += 1;
+        let p = g.prefix;
+        self.prefixes[p.idx()].state_counts[TaskState::Released as usize] += 1;
+        t
+    }
+
+    /// Removes a forgotten task from the key index; its slot is recycled on drain.
+    pub(crate) fn remove_task(&mut self, t: TaskId) {
+        let h = self.hasher.hash_one(self.task(t).key.as_bytes());
+        if let Ok(entry) = self.key_index.find_entry(h, |&x| x == t) {
+            entry.remove();
+        }
+        self.n_tasks_live -= 1;
+        self.pending_free.push(t);
+        let g = self.task(t).group;
+        if self.groups[g.idx()]
+            .as_ref()
+            .is_some_and(|g| g.all_forgotten())
+        {
+            let group = self.groups[g.idx()].take().expect("live group");
+            self.group_index.remove(&group.name);
+            self.free_groups.push(g);
+        }
+    }
+
+    /// Sets a task's state and keeps group/prefix counters in step.
+    #[inline]
+    pub(crate) fn set_state(&mut self, t: TaskId, s: TaskState) {
+        let ts = self.tasks[t.idx()].as_mut().expect("live task id");
+        let old = ts.state;
+        ts.state = s;
+        let g = ts.group;
+        if let Some(group) = self.groups[g.idx()].as_mut() {
+            group.state_counts[old as usize] -= 1;
+            group.state_counts[s as usize] += 1;
+            let p = group.prefix;
+            let pc = &mut self.prefixes[p.idx()].state_counts;
+            pc[old as usize] -= 1;
+            pc[s as usize] += 1;
+        }
+    }
+
+    fn group_for(&mut self, key: &Key) -> GroupId {
+        let name = key_split_group(key);
+        if let Some(&g) = self.group_index.get(&name) {
+            return g;
+        }
+        let prefix = self.prefix_for(&key_split(key));
+        let uid = self.next_counter();
+        let group = TaskGroup::new(name.clone(), prefix, uid);
+        let g = match self.free_groups.pop() {
+            Some(g) => {
+                self.groups[g.idx()] = Some(group);
+                g
+            }
+            None => {
+                self.groups.push(Some(group));
+                GroupId((self.groups.len() - 1) as u32)
+            }
+        };
+        self.group_index.insert(name, g);
+        g
+    }
+
+    fn prefix_for(&mut self, name: &str) -> PrefixId {
+        if let Some(&p) = self.prefix_index.get(name) {
+            return p;
+        }
+        let default = self.config.default_task_durations.get(name).copied();
+        self.prefixes
+            .push(TaskPrefix::new(name.to_owned(), default));
+        let p = PrefixId((self.prefixes.len() - 1) as u32);
+        self.prefix_index.insert(name.to_owned(), p);
+        p
+    }
+
+    #[inline]
+    pub fn group(&self, g: GroupId) -> &TaskGroup {
+        self.groups[g.idx()].as_ref().expect("live group")
+    }
+
+    #[inline]
+    pub(crate) fn group_mut(&mut self, g: GroupId) -> &mut TaskGroup {
+        self.groups[g.idx()].as_mut().expect("live group")
+    }
+
+    pub fn prefix(&self, p: PrefixId) -> &TaskPrefix {
+        &self.prefixes[p.idx()]
+    }
+
+    #[inline]
+    pub(crate) fn prefix_of(&self, t: TaskId) -> PrefixId {
+        self.group(self.task(t).group).prefix
+    }
+
+    pub fn group_by_name(&self, name: &str) -> Option<&TaskGroup> {
+        self.group_index.get(name).map(|&g| self.group(g))
+    }
+
+    pub fn prefix_by_name(&self, name: &str) -> Option<&TaskPrefix> {
+        self.prefix_index.get(name).map(|&p| self.prefix(p))
+    }
+
+    // ----- workers and clients -----------------------------------------------------
+
+    #[inline]
+    pub fn worker(&self, w: WorkerId) -> &Worker {
+        self.workers[w.idx()].as_ref().expect("live worker id")
+    }
+
+    #[inline]
+    pub(crate) fn wm(&mut self, w: WorkerId) -> &mut Worker {
+        self.workers[w.idx()].as_mut().expect("live worker id")
+    }
+
+    pub fn get_worker(&self, w: WorkerId) -> Option<&Worker> {
+        self.workers.get(w.idx())?.as_ref()
+    }
+
+    pub fn worker_by_address(&self, address: &str) -> Option<WorkerId> {
+        self.worker_index.get(address).copied()
+    }
+
+    /// Live workers in address order.
+    pub fn worker_ids(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.worker_index.values().copied()
+    }
+
+    pub fn n_workers(&self) -> usize {
+        self.worker_index.len()
+    }
+
+    #[inline]
+    pub(crate) fn rank(&self, w: WorkerId) -> u32 {
+        self.worker_rank[w.idx()]
+    }
+
+    /// Recomputes address ranks after the worker set changed.
+    pub(crate) fn rerank_workers(&mut self) {
+        self.worker_rank.resize(self.workers.len(), u32::MAX);
+        for (i, &w) in self.worker_index.values().enumerate() {
+            self.worker_rank[w.idx()] = i as u32;
+        }
+        let rank = &self.worker_rank;
+        for set in [
+            &mut self.running,
+            &mut self.idle,
+            &mut self.idle_task_count,
+            &mut self.saturated,
+        ] {
+            set.rerank(rank);
+        }
+    }
+
+    /// The id of a client, registering it on first sight.
+    pub fn client_id(&mut self, name: &str) -> ClientId {
+        if let Some(&c) = self.client_index.get(name) {
+            return c;
+        }
+        self.clients.push(Client {
+            id: name.to_owned(),
+            wants_what: Default::default(),
+            last_seen: self.now,
+        });
+        let c = ClientId((self.clients.len() - 1) as u32);
+        self.client_index.insert(name.to_owned(), c);
+        c
+    }
+
+    pub fn client(&self, c: ClientId) -> &Client {
+        &self.clients[c.idx()]
+    }
+
+    pub fn fire_and_forget_client(&self) -> ClientId {
+        ClientId(0)
+    }
+
+    // ----- counters and outputs ----------------------------------------------------
+
+    #[inline]
+    pub(crate) fn next_counter(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+
+    pub(crate) fn next_stimulus(&mut self, now: f64) -> u64 {
+        self.now = self.now.max(now);
+        self.stimulus_counter += 1;
+        self.stimulus_counter
+    }
+
+    #[inline]
+    pub(crate) fn emit(&mut self, c: Command) {
+        self.commands.push(c);
+    }
+
+    /// Commands produced since the last drain (still resolvable).
+    pub fn pending_commands(&self) -> &[Command] {
+        &self.commands
+    }
+
+    /// Hands the pending commands to `f` (while every id in them still resolves), then
+    /// recycles the slots of tasks forgotten since the previous drain.
+    pub fn drain<R>(&mut self, f: impl FnOnce(&Scheduler, &[Command]) -> R) -> R {
+        let cmds = std::mem::take(&mut self.commands);
+        let r = f(self, &cmds);
+        let mut cmds = cmds;
+        cmds.clear();
+        if self.commands.is_empty() {
+            self.commands = cmds;
+        }
+        self.recycle();
+        r
+    }
+
+    /// Takes the pending commands out (ids stay resolvable until the next `drain`/`recycle`).
+    pub fn take_commands(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.commands)
+    }
+
+    /// Frees forgotten task slots for reuse; ids in earlier commands become invalid.
+    pub fn recycle(&mut self) {
+        for t in self.pending_free.drain(..) {
+            self.tasks[t.idx()] = None;
+            self.free_tasks.push(t);
+        }
+    }
+
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    pub fn bandwidth(&self) -> f64 {
+        self.bandwidth
+    }
+
+    pub fn total_nthreads(&self) -> u64 {
+        self.total_nthreads
+    }
+
+    pub fn n_queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    pub fn n_unrunnable(&self) -> usize {
+        self.unrunnable.len()
+    }
+
+    pub fn idle_workers(&self) -> Vec<WorkerId> {
+        self.idle.iter().collect()
+    }
+
+    pub fn saturated_workers(&self) -> Vec<WorkerId> {
+        self.saturated.iter().collect()
+    }
+
+    /// The queued tasks, best first.
+    pub fn queued_tasks(&self) -> Vec<TaskId> {
+        self.queued.iter().map(|&(_, _, t)| t).collect()
+    }
+}

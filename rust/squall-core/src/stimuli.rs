@@ -1,0 +1,849 @@
+//! Stimuli from workers and clients (reference §1.5, §2, §4.3, §8). Each public method
+//! is one event: it validates, runs the transitions to a fixpoint, and leaves the
+//! resulting commands pending.
+
+use crate::commands::{CancelReason, Command};
+use crate::error::{CoreError, CoreResult};
+use crate::ids::{ClientId, TaskId, WorkerId};
+use crate::key::Key;
+use crate::state::Scheduler;
+use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_LONG_RUNNING};
+use crate::transitions::{new_recs, Args, Recs};
+use crate::worker::{Worker, WorkerSpec, WorkerStatus};
+use std::sync::Arc;
+
+/// A worker's report that a task finished.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub task: TaskId,
+    pub run_id: u64,
+    pub nbytes: i64,
+    /// (action, start, stop) in seconds; "compute" feeds duration estimates.
+    pub startstops: Vec<(String, f64, f64)>,
+    pub typename: Option<String>,
+}
+
+impl Finished {
+    pub fn computed(task: TaskId, run_id: u64, nbytes: i64, start: f64, stop: f64) -> Self {
+        Finished {
+            task,
+            run_id,
+            nbytes,
+            startstops: vec![("compute".into(), start, stop)],
+            typename: None,
+        }
+    }
+}
+
+/// How a worker report was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It changed the scheduler's state.
+    Applied,
+    /// It was expected but changes nothing (e.g. a result nobody needs any more; a
+    /// free-keys may have been sent back).
+    Ignored,
+}
+
+/// Heartbeat interval Dask asks of `n` workers (§2.4).
+pub fn heartbeat_interval(n: usize) -> f64 {
+    match n {
+        0..=10 => 0.5,
+        11..=49 => 1.0,
+        50..=199 => 2.0,
+        _ => n as f64 / 200.0 + 1.0,
+    }
+}
+
+impl Scheduler {
+    fn check_worker(&self, w: WorkerId) -> CoreResult<()> {
+        if self.is_registered(w) {
+            Ok(())
+        } else {
+            Err(CoreError::UnknownWorker(w.0))
+        }
+    }
+
+    fn check_task(&self, t: TaskId) -> CoreResult<()> {
+        match self.tasks.get(t.idx()) {
+            Some(Some(_)) => Ok(()),
+            _ => Err(CoreError::UnknownTask(t.0)),
+        }
+    }
+
+    /// Work that follows most stimuli: re-fill queuing slots, then check invariants in tests.
+    pub(crate) fn after_stimulus_with_queue(&mut self, stim: u64) {
+        self.queue_slots_maybe_opened(stim);
+        self.after_stimulus();
+    }
+
+    pub(crate) fn after_stimulus(&mut self) {
+        if self.config.validate {
+            if let Err(e) = self.validate() {
+                panic!("scheduler invariant violated: {e}");
+            }
+        }
+    }
+
+    /// `stimulus_queue_slots_maybe_opened` (§3.3).
+    pub(crate) fn queue_slots_maybe_opened(&mut self, stim: u64) {
+        if self.queued.is_empty() {
+            return;
+        }
+        let slots: i64 = self
+            .idle_task_count
+            .iter()
+            .map(|w| self.task_slots_available(w).max(0))
+            .fold(0i64, |a, b| a.saturating_add(b));
+        for _ in 0..slots {
+            let Some(&(_, _, head)) = self.queued.first() else {
+                break;
+            };
+            let mut recs = new_recs();
+            recs.insert(head, S::Processing);
+            self.transitions(recs, stim);
+            if self.get_task(head).is_some_and(|ts| ts.state == S::Queued) {
+                break; // no worker has room: every further attempt would fail too
+            }
+        }
+    }
+
+    // ----- workers --------------------------------------------------------------------
+
+    /// `add_worker`: registers a running worker.
+    pub fn add_worker(&mut self, spec: WorkerSpec, now: f64) -> CoreResult<WorkerId> {
+        if self.worker_index.contains_key(&spec.address) {
+            return Err(CoreError::WorkerExists(spec.address));
+        }
+        if spec.nthreads == 0 {
+            return Err(CoreError::Invalid(format!(
+                "worker {} has no threads",
+                spec.address
+            )));
+        }
+        let stim = self.next_stimulus(now);
+        let w = WorkerId(self.workers.len() as u32);
+        self.total_nthreads += u64::from(spec.nthreads);
+        self.total_memory += spec.memory_limit;
+        self.worker_index.insert(spec.address.clone(), w);
+        self.workers
+            .push(Some(Worker::new(spec, now, self.config.bandwidth)));
+        self.rerank_workers();
+        self.worker_became_running(w, stim);
+        Ok(w)
+    }
+
+    fn worker_became_running(&mut self, w: WorkerId, stim: u64) {
+        let rank = self.rank(w);
+        self.running.insert(rank, w);
+        self.check_idle_saturated(w, None);
+        let mut runnable: Vec<TaskId> = Vec::new();
+        for &(t, _) in self.unrunnable.values() {
+            if self.valid_workers(t).is_none_or(|v| v.contains(&w)) {
+                runnable.push(t);
+            }
+        }
+        runnable.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
+        let mut recs = new_recs();
+        for t in runnable {
+            recs.insert(t, S::Processing);
+        }
+        self.transitions(recs, stim);
+        self.refresh_no_workers_since();
+        self.after_stimulus_with_queue(stim);
+    }
+
+    /// `worker-status-change`: running ⇄ paused / closing_gracefully.
+    pub fn worker_status_change(
+        &mut self,
+        w: WorkerId,
+        status: WorkerStatus,
+        now: f64,
+    ) -> CoreResult<()> {
+        self.check_worker(w)?;
+        if status == WorkerStatus::Closed {
+            return Err(CoreError::Invalid(
+                "use remove_worker to close a worker".into(),
+            ));
+        }
+        let stim = self.next_stimulus(now);
+        let old = self.worker(w).status;
+        self.wm(w).status = status;
+        if old == status {
+            return Ok(());
+        }
+        if status == WorkerStatus::Running {
+            self.worker_became_running(w, stim);
+        } else {
+            let rank = self.rank(w);
+            for set in [
+                &mut self.running,
+                &mut self.idle,
+                &mut self.idle_task_count,
+                &mut self.saturated,
+            ] {
+                set.remove(rank, w);
+            }
+            self.after_stimulus();
+        }
+        Ok(())
+    }
+
+    /// `remove_worker` (§8.1). `expected` (retirement) spares tasks a suspicious mark.
+    pub fn remove_worker(&mut self, w: WorkerId, expected: bool, now: f64) -> CoreResult<()> {
+        self.check_worker(w)?;
+        let stim = self.next_stimulus(now);
+        let rank = self.rank(w);
+        for set in [
+            &mut self.running,
+            &mut self.idle,
+            &mut self.idle_task_count,
+            &mut self.saturated,
+        ] {
+            set.remove(rank, w);
+        }
+        let (address, nthreads, memory) = {
+            let ws = self.worker(w);
+            (ws.address.clone(), ws.nthreads, ws.memory_limit)
+        };
+        self.worker_index.remove(&address);
+        self.total_nthreads -= u64::from(nthreads);
+        self.total_memory -= memory;
+        self.wm(w).status = WorkerStatus::Closed;
+        self.rerank_workers();
+
+        let mut recs = new_recs();
+        let allowed = self.config.allowed_failures;
+        for t in self
+            .worker(w)
+            .processing
+            .iter()
+            .copied()
+            .collect::<Vec<_>>()
+        {
+            if self.state_of(t) != S::Processing {
+                continue;
+            }
+            recs.insert(t, S::Released);
+            if !expected {
+                let p = self.prefix_of(t);
+                self.prefixes[p.idx()].suspicious += 1;
+                let ts = self.tm(t);
+                ts.suspicious = ts.suspicious.saturating_add(1);
+                if u32::from(ts.suspicious) > allowed {
+                    recs.shift_remove(&t);
+                    let err = ErrorInfo {
+                        kind: ErrorKind::KilledWorker,
+                        exception_text: format!(
+                            "Attempted to run task {} on {} different workers, but all those workers died while running it. The last worker that attempt to run the task was {}.",
+                            ts.key,
+                            allowed + 1,
+                            address
+                        ),
+                        ..Default::default()
+                    };
+                    let args = Args::Erred {
+                        worker: Some(w),
+                        cause: Some(t),
+                        error: Some(Arc::new(err)),
+                    };
+                    self.transition(t, S::Erred, stim, &mut recs, args);
+                }
+            }
+        }
+        for t in self.worker(w).has_what.iter().copied().collect::<Vec<_>>() {
+            self.remove_replica(t, w);
+            if self.worker(w).actors.contains(&t) {
+                recs.insert(t, S::Erred);
+            }
+            let ts = self.task(t);
+            if ts.who_has.is_empty() {
+                let target = if ts.run_spec.is_some() {
+                    S::Released
+                } else {
+                    S::Forgotten
+                };
+                recs.insert(t, target);
+            }
+        }
+        self.transitions(recs, stim);
+        self.refresh_no_workers_since();
+        self.stealing_remove_worker(w);
+        let others: Vec<WorkerId> = self.worker_ids().collect();
+        for o in others {
+            self.emit(Command::WorkerRemoved {
+                worker: o,
+                removed: w,
+            });
+        }
+        let ws = self.wm(w);
+        ws.processing = Default::default();
+        ws.long_running = Default::default();
+        ws.has_what = Default::default();
+        ws.needs_what = Default::default();
+        ws.task_prefix_count = Default::default();
+        ws.actors = Default::default();
+        self.after_stimulus();
+        Ok(())
+    }
+
+    /// A heartbeat: liveness, bandwidth learning and running times (§2.4).
+    /// Returns the heartbeat interval the worker should use.
+    pub fn heartbeat(
+        &mut self,
+        w: WorkerId,
+        now: f64,
+        bandwidth: Option<f64>,
+        executing: &[(TaskId, f64)],
+    ) -> CoreResult<f64> {
+        self.check_worker(w)?;
+        self.now = self.now.max(now);
+        let n = self.worker_index.len();
+        let ws = self.wm(w);
+        ws.last_seen = now;
+        if let Some(bw) = bandwidth.filter(|b| b.is_finite() && *b > 0.0) {
+            ws.bandwidth = bw;
+            let f = 1.0 / n.max(1) as f64;
+            self.bandwidth = self.bandwidth * (1.0 - f) + bw * f;
+        }
+        for &(t, secs) in executing {
+            if let Some(ts) = self.get_task(t) {
+                let p = self.group(ts.group).prefix;
+                self.prefixes[p.idx()].add_exec_time(secs);
+            }
+        }
+        Ok(heartbeat_interval(n))
+    }
+
+    // ----- task reports ----------------------------------------------------------------
+
+    /// `task-finished` (§1.5): the table of what a report means in each state.
+    pub fn task_finished(
+        &mut self,
+        w: WorkerId,
+        report: Finished,
+        now: f64,
+    ) -> CoreResult<Outcome> {
+        self.check_worker(w)?;
+        let t = report.task;
+        self.check_task(t)?;
+        let stim = self.next_stimulus(now);
+        let ts = self.task(t);
+        if ts.run_id != report.run_id {
+            if ts.state == S::Processing && ts.processing_on == Some(w) {
+                let mut recs = new_recs();
+                recs.insert(t, S::Released);
+                self.transitions(recs, stim);
+                self.after_stimulus_with_queue(stim);
+                return Ok(Outcome::Applied);
+            }
+            return Err(CoreError::StaleRunId {
+                key: ts.key.clone(),
+                got: report.run_id,
+                current: ts.run_id,
+            });
+        }
+        match ts.state {
+            S::Forgotten | S::Released | S::Queued | S::NoWorker | S::Erred => {
+                self.emit(Command::FreeKeys { worker: w, task: t });
+                Ok(Outcome::Ignored)
+            }
+            S::Memory => {
+                self.add_keys(w, &[t], now)?;
+                Ok(Outcome::Applied)
+            }
+            // The race of row 5: its dependency was lost meanwhile; the cancel is on its way.
+            S::Waiting => Ok(Outcome::Ignored),
+            S::Processing => {
+                let mut recs = new_recs();
+                let args = Args::Finished {
+                    worker: w,
+                    nbytes: report.nbytes,
+                    typename: report.typename,
+                    startstops: report.startstops,
+                };
+                self.transition(t, S::Memory, stim, &mut recs, args);
+                self.transitions(recs, stim);
+                self.after_stimulus_with_queue(stim);
+                Ok(Outcome::Applied)
+            }
+        }
+    }
+
+    /// Many `task-finished` reports from one worker, handled one after another as Dask
+    /// would; stale reports are skipped and their indices returned.
+    pub fn tasks_finished(
+        &mut self,
+        w: WorkerId,
+        reports: Vec<Finished>,
+        now: f64,
+    ) -> CoreResult<Vec<usize>> {
+        self.check_worker(w)?;
+        let mut rejected = Vec::new();
+        for (i, r) in reports.into_iter().enumerate() {
+            if self.task_finished(w, r, now).is_err() {
+                rejected.push(i);
+            }
+        }
+        Ok(rejected)
+    }
+
+    /// `task-erred` (§8.3).
+    pub fn task_erred(
+        &mut self,
+        w: WorkerId,
+        t: TaskId,
+        run_id: u64,
+        error: ErrorInfo,
+        now: f64,
+    ) -> CoreResult<Outcome> {
+        self.check_worker(w)?;
+        self.check_task(t)?;
+        let stim = self.next_stimulus(now);
+        let ts = self.task(t);
+        if ts.state != S::Processing {
+            return Ok(Outcome::Ignored);
+        }
+        let mut recs = new_recs();
+        if ts.run_id != run_id {
+            if ts.processing_on != Some(w) {
+                return Err(CoreError::StaleRunId {
+                    key: ts.key.clone(),
+                    got: run_id,
+                    current: ts.run_id,
+                });
+            }
+            recs.insert(t, S::Released);
+        } else if ts.retries() > 0 {
+            self.tm(t).extra_mut().retries -= 1;
+            self.transition(t, S::Waiting, stim, &mut recs, Args::None);
+        } else {
+            let args = Args::Erred {
+                worker: Some(w),
+                cause: Some(t),
+                error: Some(Arc::new(error)),
+            };
+            self.transition(t, S::Erred, stim, &mut recs, args);
+        }
+        self.transitions(recs, stim);
+        self.after_stimulus_with_queue(stim);
+        Ok(Outcome::Applied)
+    }
+
+    /// `long-running`: the task seceded from its worker's thread pool (§4.3).
+    pub fn long_running(
+        &mut self,
+        w: WorkerId,
+        t: TaskId,
+        run_id: u64,
+        compute_duration: f64,
+        now: f64,
+    ) -> CoreResult<Outcome> {
+        self.check_worker(w)?;
+        self.check_task(t)?;
+        let ts = self.task(t);
+        if ts.state != S::Processing
+            || ts.processing_on != Some(w)
+            || ts.run_id != run_id
+            || ts.is_long_running()
+        {
+            return Ok(Outcome::Ignored);
+        }
+        let stim = self.next_stimulus(now);
+        self.stealing_remove_key(t);
+        let p = self.prefix_of(t);
+        let pf = &mut self.prefixes[p.idx()];
+        pf.duration_average = if pf.duration_average < 0.0 {
+            compute_duration
+        } else {
+            (pf.duration_average + compute_duration) / 2.0
+        };
+        self.tm(t).set_flag(F_LONG_RUNNING, true);
+        self.wm(w).long_running.insert(t);
+        self.dec_prefix_count(w, p);
+        self.check_idle_saturated(w, None);
+        self.after_stimulus_with_queue(stim);
+        Ok(Outcome::Applied)
+    }
+
+    /// `reschedule`: the worker asks for the task to run elsewhere.
+    pub fn reschedule(&mut self, w: WorkerId, t: TaskId, now: f64) -> CoreResult<Outcome> {
+        self.check_worker(w)?;
+        self.check_task(t)?;
+        let ts = self.task(t);
+        if ts.state != S::Processing || ts.processing_on != Some(w) {
+            return Ok(Outcome::Ignored);
+        }
+        let stim = self.next_stimulus(now);
+        let mut recs = new_recs();
+        recs.insert(t, S::Released);
+        self.transitions(recs, stim);
+        self.after_stimulus();
+        Ok(Outcome::Applied)
+    }
+
+    /// `release-worker-data`: the worker dropped its replica.
+    pub fn release_worker_data(&mut self, w: WorkerId, t: TaskId, now: f64) -> CoreResult<Outcome> {
+        self.check_worker(w)?;
+        self.check_task(t)?;
+        if !self.task(t).who_has.contains(w) {
+            return Ok(Outcome::Ignored);
+        }
+        let stim = self.next_stimulus(now);
+        self.remove_replica(t, w);
+        if self.task(t).who_has.is_empty() {
+            let mut recs = new_recs();
+            recs.insert(t, S::Released);
+            self.transitions(recs, stim);
+        }
+        self.after_stimulus();
+        Ok(Outcome::Applied)
+    }
+
+    /// `add-keys`: the worker holds these results (e.g. after fetching them).
+    pub fn add_keys(&mut self, w: WorkerId, tasks: &[TaskId], now: f64) -> CoreResult<()> {
+        self.check_worker(w)?;
+        self.now = self.now.max(now);
+        for &t in tasks {
+            match self.get_task(t) {
+                Some(ts) if ts.state == S::Memory => self.add_replica(t, w),
+                Some(_) => self.emit(Command::RemoveReplicas { worker: w, task: t }),
+                None => {}
+            }
+        }
+        self.after_stimulus();
+        Ok(())
+    }
+
+    /// `request-refresh-who-has`: who holds these keys now? Unknown keys are freed.
+    pub fn request_refresh_who_has(&mut self, w: WorkerId, keys: &[Key]) -> CoreResult<Vec<Key>> {
+        self.check_worker(w)?;
+        let mut unknown = Vec::new();
+        for k in keys {
+            match self.lookup(k) {
+                Some(t) => self.emit(Command::RefreshWhoHas { worker: w, task: t }),
+                None => unknown.push(k.clone()),
+            }
+        }
+        Ok(unknown)
+    }
+
+    // ----- clients -----------------------------------------------------------------
+
+    fn check_client(&self, c: ClientId) -> CoreResult<()> {
+        if c.idx() < self.clients.len() {
+            Ok(())
+        } else {
+            Err(CoreError::UnknownClient(c.0))
+        }
+    }
+
+    fn resolve_keys(&self, keys: &[Key]) -> CoreResult<Vec<TaskId>> {
+        keys.iter()
+            .map(|k| {
+                self.lookup(k)
+                    .ok_or_else(|| CoreError::UnknownKey(k.clone()))
+            })
+            .collect()
+    }
+
+    /// `client-desires-keys`: the client holds futures on these keys.
+    pub fn client_desires_keys(&mut self, c: ClientId, keys: &[Key], now: f64) -> CoreResult<()> {
+        self.check_client(c)?;
+        let tasks = self.resolve_keys(keys)?;
+        self.next_stimulus(now);
+        for t in tasks {
+            if self.tm(t).who_wants.insert(c) {
+                self.clients[c.idx()].wants_what.insert(t);
+            }
+            match self.state_of(t) {
+                S::Memory => self.emit(Command::KeyInMemory { client: c, task: t }),
+                S::Erred => {
+                    let blame = self.task(t).exception_blame().unwrap_or(t);
+                    self.emit(Command::TaskErred {
+                        client: c,
+                        task: t,
+                        blame,
+                    })
+                }
+                _ => {}
+            }
+        }
+        self.after_stimulus();
+        Ok(())
+    }
+
+    /// `client-releases-keys`: futures were dropped. Unknown keys are ignored (they may
+    /// have been forgotten already).
+    pub fn client_releases_keys(&mut self, c: ClientId, keys: &[Key], now: f64) -> CoreResult<()> {
+        self.check_client(c)?;
+        let tasks: Vec<TaskId> = keys.iter().filter_map(|k| self.lookup(k)).collect();
+        self.client_releases_tasks(c, &tasks, now)
+    }
+
+    /// As [`Self::client_releases_keys`], by task id.
+    pub fn client_releases_tasks(
+        &mut self,
+        c: ClientId,
+        tasks: &[TaskId],
+        now: f64,
+    ) -> CoreResult<()> {
+        self.check_client(c)?;
+        let stim = self.next_stimulus(now);
+        let mut recs = new_recs();
+        self.client_releases_keys_into(tasks, c, &mut recs);
+        self.transitions(recs, stim);
+        self.after_stimulus_with_queue(stim);
+        Ok(())
+    }
+
+    /// `cancel-keys`: release keys (and dependents first) wanted only by this client,
+    /// or by everybody with `force`.
+    pub fn cancel_keys(
+        &mut self,
+        c: ClientId,
+        keys: &[Key],
+        force: bool,
+        now: f64,
+    ) -> CoreResult<()> {
+        self.check_client(c)?;
+        let stim = self.next_stimulus(now);
+        let tasks: Vec<TaskId> = keys.iter().filter_map(|k| self.lookup(k)).collect();
+        for t in tasks {
+            self.cancel_task(t, c, force, stim);
+        }
+        self.after_stimulus_with_queue(stim);
+        Ok(())
+    }
+
+    fn cancel_task(&mut self, t: TaskId, c: ClientId, force: bool, stim: u64) {
+        let Some(ts) = self.get_task(t) else { return };
+        if ts.who_wants.is_empty() {
+            return;
+        }
+        let only_this = ts.who_wants.len() == 1 && ts.who_wants.contains(c);
+        if force || only_this {
+            for d in ts.dependents.to_vec() {
+                self.cancel_task(d, c, force, stim);
+            }
+            if let Some(ts) = self.get_task(t) {
+                for cl in ts.who_wants.to_vec() {
+                    self.emit(Command::CancelledKeys {
+                        client: cl,
+                        task: t,
+                        reason: CancelReason::Cancelled,
+                    });
+                }
+            }
+        }
+        let Some(ts) = self.get_task(t) else { return };
+        let clients = if force {
+            ts.who_wants.to_vec()
+        } else {
+            vec![c]
+        };
+        let mut recs = new_recs();
+        for cl in clients {
+            self.client_releases_keys_into(&[t], cl, &mut recs);
+        }
+        self.transitions(recs, stim);
+    }
+
+    /// `retry`: re-run erred keys from their first erred ancestors.
+    pub fn retry(&mut self, keys: &[Key], now: f64) -> CoreResult<()> {
+        let tasks = self.resolve_keys(keys)?;
+        let stim = self.next_stimulus(now);
+        let mut stack = tasks;
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut roots: Vec<TaskId> = Vec::new();
+        while let Some(t) = stack.pop() {
+            if !seen.insert(t) {
+                continue;
+            }
+            let erred: Vec<TaskId> = self
+                .task(t)
+                .dependencies
+                .iter()
+                .filter(|&d| self.state_of(d) == S::Erred)
+                .collect();
+            if erred.is_empty() {
+                roots.push(t);
+            } else {
+                stack.extend(erred);
+            }
+        }
+        let mut recs = new_recs();
+        for t in roots {
+            if self.state_of(t) == S::Erred {
+                recs.insert(t, S::Waiting);
+            }
+        }
+        self.transitions(recs, stim);
+        self.after_stimulus();
+        Ok(())
+    }
+
+    /// A client disconnected: release everything it wanted.
+    pub fn remove_client(&mut self, c: ClientId, now: f64) -> CoreResult<()> {
+        self.check_client(c)?;
+        if c == self.fire_and_forget_client() {
+            return Err(CoreError::Invalid(
+                "the fire-and-forget client cannot be removed".into(),
+            ));
+        }
+        let tasks = self.clients[c.idx()].wants_what.to_vec();
+        self.client_releases_tasks(c, &tasks, now)
+    }
+
+    /// `fire_and_forget`: keep these keys running until they finish, with no future.
+    pub fn fire_and_forget(&mut self, keys: &[Key], now: f64) -> CoreResult<()> {
+        let ff = self.fire_and_forget_client();
+        self.client_desires_keys(ff, keys, now)
+    }
+
+    /// `update_data` (scatter): data now held on `workers`, wanted by `c`.
+    pub fn scatter(
+        &mut self,
+        c: ClientId,
+        items: &[(Key, i64)],
+        workers: &[WorkerId],
+        now: f64,
+    ) -> CoreResult<Vec<TaskId>> {
+        self.check_client(c)?;
+        if workers.is_empty() {
+            return Err(CoreError::Invalid(
+                "scatter needs at least one worker".into(),
+            ));
+        }
+        for &w in workers {
+            self.check_worker(w)?;
+        }
+        for (k, _) in items {
+            if let Some(t) = self.lookup(k) {
+                if self.state_of(t) != S::Memory {
+                    return Err(CoreError::Invalid(format!(
+                        "cannot scatter {k:?}: the key exists and is {}",
+                        self.state_of(t).name()
+                    )));
+                }
+            }
+        }
+        self.next_stimulus(now);
+        let mut out = Vec::with_capacity(items.len());
+        for (k, nbytes) in items {
+            let t = match self.lookup(k) {
+                Some(t) => t,
+                None => {
+                    let t = self.create_task(k.clone(), None);
+                    self.set_state(t, S::Memory);
+                    t
+                }
+            };
+            if *nbytes >= 0 {
+                self.set_nbytes(t, *nbytes);
+            }
+            for &w in workers {
+                self.add_replica(t, w);
+            }
+            if self.tm(t).who_wants.insert(c) {
+                self.clients[c.idx()].wants_what.insert(t);
+            }
+            self.emit(Command::KeyInMemory { client: c, task: t });
+            out.push(t);
+        }
+        self.after_stimulus();
+        Ok(out)
+    }
+
+    // ----- time-driven work -------------------------------------------------------------
+
+    /// Periodic work: work stealing, no-worker timeouts, worker TTL (§7.1, §8.4, §2.4).
+    pub fn tick(&mut self, now: f64) {
+        let stim = self.next_stimulus(now);
+        if self.config.work_stealing
+            && now - self.stealing.last_balance >= self.config.work_stealing_interval
+        {
+            self.stealing.last_balance = now;
+            self.balance(stim);
+        }
+        self.check_no_workers(now, stim);
+        self.check_worker_ttl(now);
+        self.after_stimulus();
+    }
+
+    pub(crate) fn refresh_no_workers_since(&mut self) {
+        if !self.running.is_empty() || (self.queued.is_empty() && self.unrunnable.is_empty()) {
+            self.no_workers_since = None;
+        } else if self.no_workers_since.is_none() {
+            self.no_workers_since = Some(self.now);
+        }
+    }
+
+    fn check_no_workers(&mut self, now: f64, stim: u64) {
+        let Some(timeout) = self.config.no_workers_timeout else {
+            return;
+        };
+        self.refresh_no_workers_since();
+        let mut expired: Vec<(TaskId, ErrorKind)> = Vec::new();
+        for &(t, since) in self.unrunnable.values() {
+            if now <= since + timeout {
+                break;
+            }
+            let kind = match self.no_workers_since {
+                Some(nws) if nws < since => ErrorKind::NoWorker,
+                _ => ErrorKind::NoValidWorker,
+            };
+            expired.push((t, kind));
+        }
+        if self.no_workers_since.is_some_and(|nws| now > nws + timeout) {
+            expired.extend(
+                self.queued
+                    .iter()
+                    .map(|&(_, _, t)| (t, ErrorKind::NoWorker)),
+            );
+        }
+        let mut recs: Recs = new_recs();
+        for (t, kind) in expired {
+            if self.get_task(t).is_none() || !matches!(self.state_of(t), S::NoWorker | S::Queued) {
+                continue;
+            }
+            let text = match kind {
+                ErrorKind::NoValidWorker => format!(
+                    "Task {} has no valid worker: its restrictions {:?} match no running worker, for longer than no-workers-timeout ({timeout}s)",
+                    self.task(t).key,
+                    self.task(t).restrictions()
+                ),
+                _ => format!(
+                    "Task {} could not run: there were no workers for longer than no-workers-timeout ({timeout}s)",
+                    self.task(t).key
+                ),
+            };
+            let err = ErrorInfo {
+                kind,
+                exception_text: text,
+                ..Default::default()
+            };
+            let args = Args::Erred {
+                worker: None,
+                cause: Some(t),
+                error: Some(Arc::new(err)),
+            };
+            self.transition(t, S::Erred, stim, &mut recs, args);
+        }
+        self.transitions(recs, stim);
+    }
+
+    fn check_worker_ttl(&mut self, now: f64) {
+        let Some(ttl) = self.config.worker_ttl else {
+            return;
+        };
+        let limit = ttl.max(10.0 * heartbeat_interval(self.worker_index.len()));
+        let stale: Vec<WorkerId> = self
+            .worker_ids()
+            .filter(|&w| now - self.worker(w).last_seen > limit)
+            .collect();
+        for w in stale {
+            let _ = self.remove_worker(w, false, now);
+        }
+    }
+}

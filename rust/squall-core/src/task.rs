@@ -1,0 +1,242 @@
+//! Per-task scheduler state (reference §0.1).
+
+use crate::ids::{ClientId, GroupId, TaskId, WorkerId};
+use crate::idset::IdSet;
+use crate::key::Key;
+use crate::priority::Priority;
+use std::sync::Arc;
+
+/// The 8 scheduler task states (reference §1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum TaskState {
+    Released,
+    Waiting,
+    Queued,
+    NoWorker,
+    Processing,
+    Memory,
+    Erred,
+    Forgotten,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 8] = [
+        TaskState::Released,
+        TaskState::Waiting,
+        TaskState::Queued,
+        TaskState::NoWorker,
+        TaskState::Processing,
+        TaskState::Memory,
+        TaskState::Erred,
+        TaskState::Forgotten,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskState::Released => "released",
+            TaskState::Waiting => "waiting",
+            TaskState::Queued => "queued",
+            TaskState::NoWorker => "no-worker",
+            TaskState::Processing => "processing",
+            TaskState::Memory => "memory",
+            TaskState::Erred => "erred",
+            TaskState::Forgotten => "forgotten",
+        }
+    }
+
+    /// States in which a dependent counts as a waiter of its dependencies.
+    pub fn is_waiter_state(self) -> bool {
+        matches!(
+            self,
+            TaskState::Waiting | TaskState::Queued | TaskState::Processing | TaskState::NoWorker
+        )
+    }
+}
+
+/// An opaque run specification: the scheduler never looks inside.
+pub type RunSpec = Arc<[u8]>;
+
+/// Hard (or, with `loose`, preferred) placement constraints.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Restrictions {
+    /// Worker addresses or names.
+    pub workers: Vec<String>,
+    pub hosts: Vec<String>,
+    /// (resource name, amount needed)
+    pub resources: Vec<(String, f64)>,
+    pub loose: bool,
+}
+
+impl Restrictions {
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty() && self.hosts.is_empty() && self.resources.is_empty()
+    }
+}
+
+/// Who produced an error: a worker (opaque payloads) or the scheduler itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ErrorKind {
+    #[default]
+    Remote,
+    /// The task was processing on `allowed_failures + 1` workers that died.
+    KilledWorker,
+    /// The task's inputs exceed the chosen worker's memory limit.
+    MemoryError,
+    /// No worker at all for longer than `no-workers-timeout`.
+    NoWorker,
+    /// No worker satisfies the task's restrictions for longer than the timeout.
+    NoValidWorker,
+    /// The worker holding an actor was lost.
+    ActorLost,
+}
+
+/// An error: opaque pickled payloads (from a worker) plus texts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ErrorInfo {
+    pub kind: ErrorKind,
+    pub exception: Arc<[u8]>,
+    pub traceback: Arc<[u8]>,
+    pub exception_text: String,
+    pub traceback_text: String,
+}
+
+/// Rarely-set task fields, boxed so the common task stays small.
+#[derive(Clone, Debug, Default)]
+pub struct TaskExtra {
+    pub restrictions: Option<Restrictions>,
+    pub retries: u32,
+    /// The failure this task carries (its own, or its blamed ancestor's).
+    pub error: Option<Arc<ErrorInfo>>,
+    /// The task whose failure this task inherits.
+    pub exception_blame: Option<TaskId>,
+    pub erred_on: Vec<WorkerId>,
+    pub actor: bool,
+    /// False makes a root-ish task bypass queuing.
+    pub unqueueable: bool,
+    /// Opaque annotations, echoed in compute-task messages.
+    pub annotations: Option<Arc<[u8]>>,
+}
+
+pub(crate) const F_HAS_LOST_DEPS: u8 = 1;
+pub(crate) const F_DATA_PRODUCER: u8 = 2;
+pub(crate) const F_HAS_PRIORITY: u8 = 4;
+pub(crate) const F_LONG_RUNNING: u8 = 8;
+
+pub struct Task {
+    pub key: Key,
+    pub priority: Priority,
+    pub dependencies: IdSet<TaskId>,
+    pub dependents: IdSet<TaskId>,
+    /// Dependents that still need this task's data.
+    pub waiters: IdSet<TaskId>,
+    pub who_has: IdSet<WorkerId>,
+    pub who_wants: IdSet<ClientId>,
+    /// None ⇒ pure data (scattered): cannot be recomputed.
+    pub run_spec: Option<RunSpec>,
+    /// Result size in bytes, −1 while unknown.
+    pub nbytes: i64,
+    /// Fresh for every compute-task (and reused as queue sequence while queued).
+    pub run_id: u64,
+    pub extra: Option<Box<TaskExtra>>,
+    pub group: GroupId,
+    pub processing_on: Option<WorkerId>,
+    /// Number of dependencies not yet in memory (Dask's `waiting_on` set, counted).
+    pub waiting_on: u32,
+    pub state: TaskState,
+    /// Worker deaths while this task was processing.
+    pub suspicious: u8,
+    pub(crate) flags: u8,
+}
+
+impl Task {
+    pub(crate) fn new(key: Key, group: GroupId, run_spec: Option<RunSpec>) -> Task {
+        Task {
+            key,
+            priority: Priority::default(),
+            dependencies: IdSet::new(),
+            dependents: IdSet::new(),
+            waiters: IdSet::new(),
+            who_has: IdSet::new(),
+            who_wants: IdSet::new(),
+            run_spec,
+            nbytes: -1,
+            run_id: 0,
+            extra: None,
+            group,
+            processing_on: None,
+            waiting_on: 0,
+            state: TaskState::Released,
+            suspicious: 0,
+            flags: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn flag(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
+    #[inline]
+    pub(crate) fn set_flag(&mut self, f: u8, on: bool) {
+        if on {
+            self.flags |= f;
+        } else {
+            self.flags &= !f;
+        }
+    }
+
+    pub fn has_lost_dependencies(&self) -> bool {
+        self.flag(F_HAS_LOST_DEPS)
+    }
+
+    pub fn is_long_running(&self) -> bool {
+        self.flag(F_LONG_RUNNING)
+    }
+
+    pub fn is_data_producer(&self) -> bool {
+        self.flag(F_DATA_PRODUCER)
+    }
+
+    pub fn extra_mut(&mut self) -> &mut TaskExtra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    pub fn restrictions(&self) -> Option<&Restrictions> {
+        self.extra.as_ref()?.restrictions.as_ref()
+    }
+
+    pub fn has_restrictions(&self) -> bool {
+        self.restrictions().is_some_and(|r| !r.is_empty())
+    }
+
+    pub fn exception_blame(&self) -> Option<TaskId> {
+        self.extra.as_ref()?.exception_blame
+    }
+
+    pub fn retries(&self) -> u32 {
+        self.extra.as_ref().map_or(0, |e| e.retries)
+    }
+
+    pub fn is_actor(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.actor)
+    }
+
+    pub fn queueable(&self) -> bool {
+        !self.extra.as_ref().is_some_and(|e| e.unqueueable)
+    }
+
+    pub fn error(&self) -> Option<&Arc<ErrorInfo>> {
+        self.extra.as_ref()?.error.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn task_stays_compact() {
+        // Budget: ≤ 300 bytes per live task including key, table and arena overhead.
+        let size = std::mem::size_of::<super::Task>();
+        assert!(size <= 216, "Task grew to {size} bytes");
+    }
+}

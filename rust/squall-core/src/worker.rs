@@ -1,0 +1,123 @@
+//! Per-worker scheduler state (reference §0.3).
+
+use crate::ids::{PrefixId, TaskId};
+use indexmap::{IndexMap, IndexSet};
+use rustc_hash::FxBuildHasher;
+
+pub type FxIndexSet<T> = IndexSet<T, FxBuildHasher>;
+pub type FxIndexMap<K, V> = IndexMap<K, V, FxBuildHasher>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerStatus {
+    Running,
+    Paused,
+    ClosingGracefully,
+    Closed,
+}
+
+impl WorkerStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerStatus::Running => "running",
+            WorkerStatus::Paused => "paused",
+            WorkerStatus::ClosingGracefully => "closing_gracefully",
+            WorkerStatus::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => WorkerStatus::Running,
+            "paused" => WorkerStatus::Paused,
+            "closing_gracefully" => WorkerStatus::ClosingGracefully,
+            "closed" => WorkerStatus::Closed,
+            _ => return None,
+        })
+    }
+}
+
+/// What a worker announces when it registers.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerSpec {
+    pub address: String,
+    pub name: String,
+    pub host: String,
+    pub nthreads: u32,
+    /// Bytes; 0 = no limit.
+    pub memory_limit: u64,
+    pub resources: Vec<(String, f64)>,
+}
+
+pub struct Worker {
+    pub address: String,
+    pub name: String,
+    pub host: String,
+    pub nthreads: u32,
+    pub memory_limit: u64,
+    pub status: WorkerStatus,
+    pub processing: FxIndexSet<TaskId>,
+    pub long_running: FxIndexSet<TaskId>,
+    pub has_what: FxIndexSet<TaskId>,
+    /// Σ effective nbytes of `has_what`.
+    pub nbytes: i64,
+    pub resources: Vec<(String, f64)>,
+    pub used_resources: Vec<(String, f64)>,
+    pub actors: FxIndexSet<TaskId>,
+    /// Processing, non-long-running tasks per prefix.
+    pub task_prefix_count: FxIndexMap<PrefixId, u32>,
+    /// Dependencies to fetch: number of processing tasks here needing each.
+    pub needs_what: FxIndexMap<TaskId, u32>,
+    /// Σ effective nbytes over `needs_what`.
+    pub network_occ: i64,
+    pub last_seen: f64,
+    /// Bandwidth the worker measured (bytes/s), from heartbeats.
+    pub bandwidth: f64,
+}
+
+impl Worker {
+    pub(crate) fn new(spec: WorkerSpec, now: f64, bandwidth: f64) -> Self {
+        Worker {
+            address: spec.address,
+            name: spec.name,
+            host: spec.host,
+            nthreads: spec.nthreads,
+            memory_limit: spec.memory_limit,
+            status: WorkerStatus::Running,
+            processing: Default::default(),
+            long_running: Default::default(),
+            has_what: Default::default(),
+            nbytes: 0,
+            used_resources: spec
+                .resources
+                .iter()
+                .map(|(n, _)| (n.clone(), 0.0))
+                .collect(),
+            resources: spec.resources,
+            actors: Default::default(),
+            task_prefix_count: Default::default(),
+            needs_what: Default::default(),
+            network_occ: 0,
+            last_seen: now,
+            bandwidth,
+        }
+    }
+
+    pub fn resource(&self, name: &str) -> Option<f64> {
+        self.resources
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    }
+
+    pub(crate) fn adjust_used(&mut self, name: &str, delta: f64) {
+        match self.used_resources.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v += delta,
+            None => self.used_resources.push((name.to_owned(), delta)),
+        }
+    }
+
+    /// Non-long-running tasks assigned here.
+    pub fn busy(&self) -> usize {
+        self.processing.len() - self.long_running.len()
+    }
+}

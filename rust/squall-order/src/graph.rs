@@ -1,0 +1,56 @@
+//! The validated input graph in both directions.
+
+use crate::csr::Csr;
+use crate::{Node, OrderError};
+
+pub(crate) struct Graph {
+    /// Dependencies of each node, ascending and deduplicated.
+    pub(crate) deps: Csr,
+    /// Dependents of each node, ascending.
+    pub(crate) dependents: Csr,
+}
+
+impl Graph {
+    pub(crate) fn from_nodes(nodes: &[Node]) -> Result<Self, OrderError> {
+        let n = nodes.len();
+        let mut scratch = Vec::new();
+        let mut rows: Vec<u32> = Vec::with_capacity(nodes.iter().map(|x| x.deps.len()).sum());
+        let mut ends = Vec::with_capacity(n);
+        for (i, node) in nodes.iter().enumerate() {
+            scratch.clear();
+            scratch.extend_from_slice(&node.deps);
+            if let Some(&dep) = scratch.iter().find(|&&d| d as usize >= n) {
+                return Err(OrderError::BadIndex {
+                    node: i as u32,
+                    dep,
+                });
+            }
+            // Callers are asked to deduplicate, but a repeated edge would corrupt
+            // every dependency count below, so normalise defensively.
+            scratch.sort_unstable();
+            scratch.dedup();
+            rows.extend_from_slice(&scratch);
+            ends.push(rows.len());
+        }
+        let mut start = 0;
+        let deps = Csr::from_rows(ends.iter().map(|&end| {
+            let row = &rows[start..end];
+            start = end;
+            row
+        }));
+        let dependents = deps.transpose();
+        Ok(Graph { deps, dependents })
+    }
+
+    /// The subgraph induced by the nodes still alive; dead nodes keep their
+    /// index but lose every edge.
+    pub(crate) fn restricted(&self, alive: &[bool]) -> Self {
+        let deps = self.deps.restricted(alive);
+        let dependents = deps.transpose();
+        Graph { deps, dependents }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.deps.len()
+    }
+}

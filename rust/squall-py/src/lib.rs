@@ -1,0 +1,1 @@
+//! squall._core
