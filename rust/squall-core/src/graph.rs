@@ -325,9 +325,13 @@ impl Scheduler {
             }
         }
         for &t in &touched {
+            // Only an erred dependency passes its blame on; a blame on a task in any
+            // other state is a stale leftover of a superseded erred recommendation.
             let blame = self.task(t).dependencies.iter().find_map(|d| {
                 let dts = self.task(d);
-                dts.exception_blame().map(|b| (b, dts.error().cloned()))
+                (dts.state == S::Erred)
+                    .then(|| dts.exception_blame().map(|b| (b, dts.error().cloned())))
+                    .flatten()
             });
             if let Some((b, err)) = blame {
                 if !matches!(self.state_of(t), S::Memory | S::Erred) {

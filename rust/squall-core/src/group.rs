@@ -12,7 +12,9 @@ pub struct TaskPrefix {
     pub suspicious: u64,
     /// Tasks of this prefix in each state (indexed by `TaskState as usize`).
     pub state_counts: [u64; 8],
-    /// Total seconds per startstop action (compute, transfer, …).
+    /// Total seconds of compute.
+    pub compute_total: f64,
+    /// Total seconds per other startstop action (transfer, disk, …).
     pub all_durations: Vec<(String, f64)>,
 }
 
@@ -72,24 +74,32 @@ impl TaskPrefix {
             max_exec_time: -1.0,
             suspicious: 0,
             state_counts: [0; 8],
+            compute_total: 0.0,
             all_durations: Vec::new(),
         }
     }
 
-    /// Feed one startstop (reference §4.2.3).
+    /// Feed one non-compute startstop (transfer, disk, …): statistics only.
     pub fn add_duration(&mut self, action: &str, seconds: f64) {
-        let d = (seconds * 1e6).round().max(0.0) / 1e6;
+        if action == "compute" {
+            return self.add_compute(seconds);
+        }
+        let d = round_us(seconds);
         match self.all_durations.iter_mut().find(|(a, _)| a == action) {
             Some((_, t)) => *t += d,
             None => self.all_durations.push((action.to_owned(), d)),
         }
-        if action == "compute" {
-            self.duration_average = if self.duration_average < 0.0 {
-                d
-            } else {
-                0.5 * d + 0.5 * self.duration_average
-            };
-        }
+    }
+
+    /// Feed a compute duration: the EMA behind `est(prefix)` (reference §4.2.3).
+    pub fn add_compute(&mut self, seconds: f64) {
+        let d = round_us(seconds);
+        self.compute_total += d;
+        self.duration_average = if self.duration_average < 0.0 {
+            d
+        } else {
+            0.5 * d + 0.5 * self.duration_average
+        };
     }
 
     /// A heartbeat saw a task of this prefix executing for `t` seconds (§4.2.4).
@@ -99,4 +109,9 @@ impl TaskPrefix {
             self.duration_average = -1.0;
         }
     }
+}
+
+/// Durations are rounded to whole microseconds and floored at 0 before use.
+fn round_us(seconds: f64) -> f64 {
+    (seconds * 1e6).round().max(0.0) / 1e6
 }

@@ -73,6 +73,8 @@ pub struct Scheduler {
     pub(crate) free_tasks: Vec<TaskId>,
     /// Forgotten slots whose ids may still appear in undrained commands.
     pub(crate) pending_free: Vec<TaskId>,
+    /// Forgotten slots named only by the last drained batch: free at the next drain.
+    pub(crate) recyclable: Vec<TaskId>,
     pub(crate) key_index: HashTable<TaskId>,
     pub(crate) hasher: FxBuildHasher,
     pub(crate) n_tasks_live: usize,
@@ -123,6 +125,9 @@ pub struct Scheduler {
     pub(crate) erred_history: std::collections::VecDeque<TaskId>,
     pub(crate) commands: Vec<Command>,
     pub(crate) transition_counter: u64,
+    /// Tasks that needed to wait on an erred dependency during the current fixpoint;
+    /// resolved (→ erred) once it settles, see `transitions`.
+    pub(crate) blocked: Vec<TaskId>,
 }
 
 impl Scheduler {
@@ -135,6 +140,7 @@ impl Scheduler {
             tasks: Vec::new(),
             free_tasks: Vec::new(),
             pending_free: Vec::new(),
+            recyclable: Vec::new(),
             key_index: HashTable::new(),
             hasher: FxBuildHasher,
             n_tasks_live: 0,
@@ -169,6 +175,7 @@ impl Scheduler {
             erred_history: Default::default(),
             commands: Vec::new(),
             transition_counter: 0,
+            blocked: Vec::new(),
         };
         s.client_id(FIRE_AND_FORGET);
         s
@@ -192,6 +199,12 @@ impl Scheduler {
             .get(t.idx())?
             .as_ref()
             .filter(|ts| ts.state != TaskState::Forgotten)
+    }
+
+    /// The task in slot `t`, including a forgotten one whose id is still named by the
+    /// last drained commands.
+    pub fn task_slot(&self, t: TaskId) -> Option<&Task> {
+        self.tasks.get(t.idx())?.as_ref()
     }
 
     #[inline]
@@ -446,28 +459,22 @@ impl Scheduler {
         &self.commands
     }
 
-    /// Hands the pending commands to `f` (while every id in them still resolves), then
-    /// recycles the slots of tasks forgotten since the previous drain.
-    pub fn drain<R>(&mut self, f: impl FnOnce(&Scheduler, &[Command]) -> R) -> R {
-        let cmds = std::mem::take(&mut self.commands);
-        let r = f(self, &cmds);
-        let mut cmds = cmds;
-        cmds.clear();
-        if self.commands.is_empty() {
-            self.commands = cmds;
-        }
-        self.recycle();
-        r
-    }
-
-    /// Takes the pending commands out (ids stay resolvable until the next `drain`/`recycle`).
+    /// Takes the pending commands out. Task ids in them stay resolvable (forgotten
+    /// tasks remain as tombstones) until the *next* call, which recycles those slots.
     pub fn take_commands(&mut self) -> Vec<Command> {
+        self.recycle_slots();
+        self.recyclable = std::mem::take(&mut self.pending_free);
         std::mem::take(&mut self.commands)
     }
 
-    /// Frees forgotten task slots for reuse; ids in earlier commands become invalid.
-    pub fn recycle(&mut self) {
-        for t in self.pending_free.drain(..) {
+    /// Hands the pending commands to `f` while every id in them still resolves.
+    pub fn drain<R>(&mut self, f: impl FnOnce(&Scheduler, &[Command]) -> R) -> R {
+        let cmds = self.take_commands();
+        f(self, &cmds)
+    }
+
+    fn recycle_slots(&mut self) {
+        for t in self.recyclable.drain(..) {
             self.tasks[t.idx()] = None;
             self.free_tasks.push(t);
         }

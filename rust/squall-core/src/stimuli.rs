@@ -18,7 +18,9 @@ pub struct Finished {
     pub task: TaskId,
     pub run_id: u64,
     pub nbytes: i64,
-    /// (action, start, stop) in seconds; "compute" feeds duration estimates.
+    /// (start, stop) of the compute, in seconds: feeds duration estimates.
+    pub compute: Option<(f64, f64)>,
+    /// Other (action, start, stop) spans (transfers, disk, …), kept as statistics.
     pub startstops: Vec<(String, f64, f64)>,
     pub typename: Option<String>,
 }
@@ -29,7 +31,8 @@ impl Finished {
             task,
             run_id,
             nbytes,
-            startstops: vec![("compute".into(), start, stop)],
+            compute: Some((start, stop)),
+            startstops: Vec::new(),
             typename: None,
         }
     }
@@ -360,6 +363,7 @@ impl Scheduler {
                     worker: w,
                     nbytes: report.nbytes,
                     typename: report.typename,
+                    compute: report.compute,
                     startstops: report.startstops,
                 };
                 self.transition(t, S::Memory, stim, &mut recs, args);
@@ -760,9 +764,9 @@ impl Scheduler {
     /// Periodic work: work stealing, no-worker timeouts, worker TTL (§7.1, §8.4, §2.4).
     pub fn tick(&mut self, now: f64) {
         let stim = self.next_stimulus(now);
-        if self.config.work_stealing
-            && now - self.stealing.last_balance >= self.config.work_stealing_interval
-        {
+        // A driver ticking once per interval must not miss passes to float rounding.
+        let due = now - self.stealing.last_balance >= self.config.work_stealing_interval - 1e-9;
+        if self.config.work_stealing && due {
             self.stealing.last_balance = now;
             self.balance(stim);
         }

@@ -7,12 +7,12 @@ use crate::state::Scheduler;
 use crate::story::{key_hash, LogEntry};
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_HAS_LOST_DEPS, F_LONG_RUNNING};
 use indexmap::IndexMap;
-use rustc_hash::FxBuildHasher;
 use std::sync::Arc;
 
 /// Recommendations: insertion-ordered, popped from the end (LIFO), and updated in place
 /// (an existing key keeps its slot but takes the new target).
-pub type Recs = IndexMap<TaskId, S, FxBuildHasher>;
+/// (Its order never depends on the hasher; foldhash spreads sequential ids well.)
+pub type Recs = IndexMap<TaskId, S, hashbrown::DefaultHashBuilder>;
 
 /// Keyword data some transitions take (Dask's `**kwargs`).
 #[derive(Default)]
@@ -24,6 +24,7 @@ pub(crate) enum Args {
         worker: WorkerId,
         nbytes: i64,
         typename: Option<String>,
+        compute: Option<(f64, f64)>,
         startstops: Vec<(String, f64, f64)>,
     },
     /// → erred: who failed, where, and with what.
@@ -63,14 +64,53 @@ fn is_direct(start: S, finish: S) -> bool {
 }
 
 pub(crate) fn new_recs() -> Recs {
-    IndexMap::with_hasher(FxBuildHasher)
+    IndexMap::with_hasher(Default::default())
 }
 
 impl Scheduler {
     /// Runs recommendations to a fixpoint.
     pub(crate) fn transitions(&mut self, mut recs: Recs, stim: u64) {
-        while let Some((t, finish)) = recs.pop() {
-            self.transition(t, finish, stim, &mut recs, Args::None);
+        loop {
+            while let Some((t, finish)) = recs.pop() {
+                self.transition(t, finish, stim, &mut recs, Args::None);
+            }
+            if self.blocked.is_empty() {
+                return;
+            }
+            self.err_blocked(&mut recs);
+            if recs.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Deviation from Dask (which leaves such tasks stranded): a task that is needed
+    /// (waiting, or released but wanted / waited on) while one of its dependencies is
+    /// still erred once the fixpoint has settled can never run, so it inherits the
+    /// dependency's failure, as a new task submitted on top of an erred one does.
+    /// Checking only after the fixpoint keeps a client retry of several failed roots
+    /// from erring their common dependents in between.
+    fn err_blocked(&mut self, recs: &mut Recs) {
+        for t in std::mem::take(&mut self.blocked) {
+            let Some(ts) = self.get_task(t) else { continue };
+            let needed = match ts.state {
+                S::Waiting => true,
+                S::Released => !ts.who_wants.is_empty() || !ts.waiters.is_empty(),
+                _ => false,
+            };
+            let erred_dep = ts
+                .dependencies
+                .iter()
+                .find(|&d| self.state_of(d) == S::Erred);
+            let Some(e) = erred_dep.filter(|_| needed) else {
+                continue;
+            };
+            let blame = self.task(e).exception_blame();
+            let error = self.task(e).error().cloned();
+            let extra = self.tm(t).extra_mut();
+            extra.exception_blame = blame;
+            extra.error = error;
+            recs.insert(t, S::Erred);
         }
     }
 
@@ -200,17 +240,32 @@ impl Scheduler {
             return;
         }
         self.set_state(t, S::Waiting);
+        // A blame left over from an erred recommendation that a later one superseded
+        // (e.g. by `released`) is stale: a task that starts waiting is not erred.
+        if let Some(extra) = self.tm(t).extra.as_mut() {
+            extra.exception_blame = None;
+            extra.error = None;
+        }
         let deps = self.task(t).dependencies.to_vec();
         let mut waiting_on = 0;
+        let mut blocked = false;
         for d in deps {
             let dts = self.tm(d);
             if dts.who_has.is_empty() {
                 waiting_on += 1;
             }
-            if dts.state == S::Released {
-                recs.insert(d, S::Waiting);
-            } else {
-                dts.waiters.insert(t);
+            match dts.state {
+                S::Released => {
+                    recs.insert(d, S::Waiting);
+                }
+                // Not a waiter of an erred task (Dask makes it one): once this task
+                // leaves waiting, that would release the erred task, i.e. silently
+                // retry it. If the dependency is retried in this same fixpoint, it
+                // re-collects its waiting dependents on entering waiting.
+                S::Erred => blocked = true,
+                _ => {
+                    dts.waiters.insert(t);
+                }
             }
         }
         let waiting_dependents: Vec<TaskId> = self
@@ -219,6 +274,9 @@ impl Scheduler {
             .iter()
             .filter(|&d| self.state_of(d) == S::Waiting)
             .collect();
+        if blocked {
+            self.blocked.push(t);
+        }
         let ts = self.tm(t);
         ts.waiting_on = waiting_on;
         ts.waiters = crate::idset::IdSet::from_vec(waiting_dependents);
@@ -441,6 +499,7 @@ impl Scheduler {
             worker,
             nbytes,
             typename,
+            compute,
             startstops,
         } = args
         else {
@@ -460,12 +519,13 @@ impl Scheduler {
         }
         let g = self.task(t).group;
         let p = self.group(g).prefix;
-        for (action, start, stop) in &startstops {
+        if let Some((start, stop)) = compute {
             let d = (stop - start).max(0.0);
-            self.prefixes[p.idx()].add_duration(action, d);
-            if action == "compute" {
-                self.group_mut(g).duration += d;
-            }
+            self.prefixes[p.idx()].add_compute(d);
+            self.group_mut(g).duration += d;
+        }
+        for (action, start, stop) in &startstops {
+            self.prefixes[p.idx()].add_duration(action, (stop - start).max(0.0));
         }
         self.set_nbytes(t, nbytes);
         self.exit_processing_common(t);
@@ -677,18 +737,32 @@ impl Scheduler {
         let ts = self.task(t);
         if ts.run_spec.is_none() || ts.has_lost_dependencies() {
             recs.insert(t, S::Forgotten);
-        } else if (!ts.who_wants.is_empty() || !ts.waiters.is_empty())
-            && !ts.dependencies.iter().any(|d| self.state_of(d) == S::Erred)
-        {
-            recs.insert(t, S::Waiting);
+        } else if !ts.who_wants.is_empty() || !ts.waiters.is_empty() {
+            if ts.dependencies.iter().any(|d| self.state_of(d) == S::Erred) {
+                // Dask leaves it released; see `err_blocked`.
+                self.blocked.push(t);
+            } else {
+                recs.insert(t, S::Waiting);
+            }
         }
         for w in self.task(t).waiters.to_vec() {
-            let wts = self.tm(w);
-            match wts.state {
+            match self.state_of(w) {
                 S::NoWorker | S::Processing | S::Queued => {
                     recs.insert(w, S::Waiting);
                 }
-                S::Waiting => wts.waiting_on += 1,
+                S::Waiting => {
+                    // Dask adds `t` to the waiter's `waiting_on` *set*, which is idempotent.
+                    // The waiter may already count `t` (it re-entered waiting after `t`'s
+                    // replicas were dropped earlier in this stimulus), so recount rather
+                    // than increment.
+                    let missing = self
+                        .task(w)
+                        .dependencies
+                        .iter()
+                        .filter(|&d| self.task(d).who_has.is_empty())
+                        .count() as u32;
+                    self.tm(w).waiting_on = missing;
+                }
                 _ => {}
             }
         }

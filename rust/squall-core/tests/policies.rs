@@ -495,3 +495,19 @@ fn events_for_unknown_workers_tasks_and_stale_runs_are_errors() {
     );
     h.s.validate().unwrap();
 }
+
+#[test]
+fn a_tick_every_interval_balances_every_time() {
+    // 4.1 - 4.0 < 0.1 in floating point: the pass must still run.
+    let mut h = H::with(Config {
+        work_stealing_interval: 0.1,
+        ..cfg()
+    });
+    h.worker("tcp://a", 1);
+    pile_on_a(&mut h);
+    h.s.tick(4.0);
+    h.now = 4.05;
+    h.worker("tcp://b", 1);
+    h.s.tick(4.1);
+    assert!(h.s.stealing_stats().requests > 0);
+}

@@ -16,18 +16,27 @@ use squall_order::{order, Node};
 fn parse_line(line: &str, lineno: usize) -> Result<Node, String> {
     // Split from the right so a name may itself contain tabs.
     let mut fields = line.rsplitn(3, '\t');
-    let (Some(deps), Some(is_task), Some(name)) = (fields.next(), fields.next(), fields.next()) else {
+    let (Some(deps), Some(is_task), Some(name)) = (fields.next(), fields.next(), fields.next())
+    else {
         return Err(format!("line {lineno}: expected 3 tab-separated fields"));
     };
     let is_task = match is_task {
         "1" => true,
         "0" => false,
-        other => return Err(format!("line {lineno}: is_task must be 0 or 1, got {other:?}")),
+        other => {
+            return Err(format!(
+                "line {lineno}: is_task must be 0 or 1, got {other:?}"
+            ))
+        }
     };
     let deps = deps
         .split(',')
         .filter(|d| !d.is_empty())
-        .map(|d| d.trim().parse::<u32>().map_err(|e| format!("line {lineno}: bad dep {d:?}: {e}")))
+        .map(|d| {
+            d.trim()
+                .parse::<u32>()
+                .map_err(|e| format!("line {lineno}: bad dep {d:?}: {e}"))
+        })
         .collect::<Result<_, _>>()?;
     Ok(Node {
         deps,

@@ -81,7 +81,10 @@ pub enum OrderError {
 ///
 /// If `nodes` has `u32::MAX` entries or more.
 pub fn order(nodes: &[Node]) -> Result<Vec<u32>, OrderError> {
-    assert!(nodes.len() < u32::MAX as usize, "graph too large for u32 indices");
+    assert!(
+        nodes.len() < u32::MAX as usize,
+        "graph too large for u32 indices"
+    );
     if nodes.is_empty() {
         return Ok(Vec::new());
     }

@@ -23,7 +23,10 @@ impl Metrics {
             max_dependents[k as usize] = if deps.is_empty() {
                 g.dependents.degree(k) as u32
             } else {
-                deps.iter().map(|&d| max_dependents[d as usize]).max().unwrap_or(0)
+                deps.iter()
+                    .map(|&d| max_dependents[d as usize])
+                    .max()
+                    .unwrap_or(0)
             };
         }
         Ok(Metrics {

@@ -44,9 +44,7 @@ impl<'g> Reach<'g> {
         let mut weight = vec![0u32; n];
         for k in from_sources {
             let row = ins.row(k);
-            let is_tree = row
-                .iter()
-                .all(|&d| tree[d as usize] && outs.degree(d) == 1);
+            let is_tree = row.iter().all(|&d| tree[d as usize] && outs.degree(d) == 1);
             if is_tree {
                 tree[k as usize] = true;
                 weight[k as usize] = if row.is_empty() {
@@ -153,8 +151,7 @@ impl<'g> Reach<'g> {
         self.merged.sort_unstable();
         self.merged.dedup();
         let weight = &self.weight;
-        self.sets
-            .intern(&self.merged, |a| weight[a as usize])
+        self.sets.intern(&self.merged, |a| weight[a as usize])
     }
 }
 

@@ -19,7 +19,12 @@ pub(crate) struct SortKeys<'g> {
 }
 
 impl<'g> SortKeys<'g> {
-    pub(crate) fn new(nodes: &'g [Node], g: &'g Graph, topo: &[u32], max_dependents: Vec<u32>) -> Self {
+    pub(crate) fn new(
+        nodes: &'g [Node],
+        g: &'g Graph,
+        topo: &[u32],
+        max_dependents: Vec<u32>,
+    ) -> Self {
         SortKeys {
             nodes,
             g,
@@ -51,7 +56,11 @@ impl<'g> SortKeys<'g> {
                 ra.cmp(&self.roots_reached(b))
             })
             .then_with(|| self.max_dependents[b as usize].cmp(&self.max_dependents[a as usize]))
-            .then_with(|| self.nodes[a as usize].name.cmp(&self.nodes[b as usize].name))
+            .then_with(|| {
+                self.nodes[a as usize]
+                    .name
+                    .cmp(&self.nodes[b as usize].name)
+            })
             .then_with(|| a.cmp(&b))
     }
 

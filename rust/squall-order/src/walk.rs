@@ -45,15 +45,26 @@ pub(crate) struct Walk<'g> {
 }
 
 impl<'g> Walk<'g> {
-    pub(crate) fn new(nodes: &'g [Node], g: &'g Graph, norm: &'g Normalized, metrics: Metrics) -> Self {
+    pub(crate) fn new(
+        nodes: &'g [Node],
+        g: &'g Graph,
+        norm: &'g Normalized,
+        metrics: Metrics,
+    ) -> Self {
         let n = g.len();
         let alive = &norm.alive;
-        let is_root: Vec<bool> = (0..n).map(|k| alive[k] && g.deps.degree(k as u32) == 0).collect();
+        let is_root: Vec<bool> = (0..n)
+            .map(|k| alive[k] && g.deps.degree(k as u32) == 0)
+            .collect();
         let is_leaf: Vec<bool> = (0..n)
             .map(|k| alive[k] && g.dependents.degree(k as u32) == 0)
             .collect();
         let roots: Vec<u32> = (0..n as u32).filter(|&k| is_root[k as usize]).collect();
-        let feeding_roots: Vec<u32> = roots.iter().copied().filter(|&r| !is_leaf[r as usize]).collect();
+        let feeding_roots: Vec<u32> = roots
+            .iter()
+            .copied()
+            .filter(|&r| !is_leaf[r as usize])
+            .collect();
 
         let mut keys = SortKeys::new(nodes, g, &metrics.topo, metrics.max_dependents);
         let mut links = LeafLinks::new(g, &metrics.topo, &feeding_roots);
@@ -145,9 +156,15 @@ impl<'g> Walk<'g> {
             let degrees = &self.degrees;
             let hull = &self.reachable_hull;
             let in_both = if hull.len() <= degrees.bucket_len(d) {
-                self.keys.min_of(hull.as_slice().iter().copied().filter(|&k| degrees.degree(k) == d))
+                self.keys.min_of(
+                    hull.as_slice()
+                        .iter()
+                        .copied()
+                        .filter(|&k| degrees.degree(k) == d),
+                )
             } else {
-                self.keys.min_of(degrees.bucket(d).filter(|&k| hull.contains(k)))
+                self.keys
+                    .min_of(degrees.bucket(d).filter(|&k| hull.contains(k)))
             };
             if let Some(target) = in_both.or_else(|| self.keys.min_of(degrees.bucket(d))) {
                 return Some(target);
@@ -193,11 +210,20 @@ impl<'g> Walk<'g> {
                 self.critical_path.push(item);
                 let mut deps = std::mem::take(&mut self.scratch);
                 deps.clear();
-                deps.extend(g.deps.row(item).iter().copied().filter(|&d| !self.is_numbered(d)));
+                deps.extend(
+                    g.deps
+                        .row(item)
+                        .iter()
+                        .copied()
+                        .filter(|&d| !self.is_numbered(d)),
+                );
                 self.keys.sort(&mut deps);
                 // Unknown dependencies go on first so that stored runnable
                 // paths end up on top, first node uppermost.
-                let unknown = deps.iter().filter(|d| !self.known_paths.contains_key(d)).count();
+                let unknown = deps
+                    .iter()
+                    .filter(|d| !self.known_paths.contains_key(d))
+                    .count();
                 if unknown > 1 {
                     walked_back = true;
                 }
@@ -353,9 +379,18 @@ impl<'g> Walk<'g> {
 
     /// Another runnable path reached `reducer`; once there are enough to
     /// satisfy it, run them (or, inside nested splits, continue as one path).
-    fn join_reducer(&mut self, reducer: u32, path: Vec<u32>, nsplits: u32, branches: &mut VecDeque<(u32, Vec<u32>)>) {
+    fn join_reducer(
+        &mut self,
+        reducer: u32,
+        path: Vec<u32>,
+        nsplits: u32,
+        branches: &mut VecDeque<(u32, Vec<u32>)>,
+    ) {
         let needed = self.num_needed[reducer as usize] as usize;
-        let paths = self.known_paths.get_mut(&reducer).expect("checked by caller");
+        let paths = self
+            .known_paths
+            .get_mut(&reducer)
+            .expect("checked by caller");
         paths.push(path);
         if paths.len() < needed {
             return;
@@ -386,7 +421,11 @@ impl<'g> Walk<'g> {
                 if blocked {
                     pruned.push_back(p);
                 }
-                stalled = if self.numbered == before { stalled + 1 } else { 0 };
+                stalled = if self.numbered == before {
+                    stalled + 1
+                } else {
+                    0
+                };
                 if stalled > pruned.len() {
                     break;
                 }
@@ -398,14 +437,23 @@ impl<'g> Walk<'g> {
 /// Heavy reducer or splitter topologies do best with a classic longest
 /// critical path; graphs of roughly constant width that are asymmetric
 /// (roots feeding different numbers of leaves) do better with the shortest.
-fn use_longest_path(roots: &[u32], n_leaves: usize, is_leaf: &[bool], links: &mut LeafLinks) -> bool {
+fn use_longest_path(
+    roots: &[u32],
+    n_leaves: usize,
+    is_leaf: &[bool],
+    links: &mut LeafLinks,
+) -> bool {
     let n_roots = roots.len();
     if (n_roots as f64 - n_leaves as f64).abs() / n_roots as f64 >= 0.8 {
         return true;
     }
     let mut size = 0;
     for &r in roots {
-        let count = if is_leaf[r as usize] { 0 } else { links.count(r) };
+        let count = if is_leaf[r as usize] {
+            0
+        } else {
+            links.count(r)
+        };
         if size == 0 {
             size = count;
         } else if size != count {

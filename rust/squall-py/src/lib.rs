@@ -1,1 +1,38 @@
-//! squall._core
+//! `squall._core`: the only crate that touches Python. It converts batches, releases
+//! the GIL while the core works, and maps core errors to Python exceptions in one place
+//! ([`errors::to_py`]). Nothing here is called once per task from Python.
+
+mod commands;
+mod convert;
+mod errors;
+mod microbench;
+mod order;
+mod scheduler;
+mod sim;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _core {
+    #[pymodule_export]
+    use super::commands::Commands;
+    #[pymodule_export]
+    use super::errors::{
+        CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
+        UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
+    };
+    #[pymodule_export]
+    use super::microbench::microbench;
+    #[pymodule_export]
+    use super::order::order_graph;
+    #[pymodule_export]
+    use super::scheduler::Scheduler;
+    #[pymodule_export]
+    use super::sim::simulate;
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))
+    }
+}

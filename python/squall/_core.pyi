@@ -1,0 +1,220 @@
+"""Type stubs for squall._core, the Rust scheduling core's Python face."""
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, Literal, final
+
+__version__: str
+__all__ = [
+    "Commands",
+    "CycleError",
+    "DuplicateKeyError",
+    "InternalError",
+    "Scheduler",
+    "SchedulerError",
+    "StaleReportError",
+    "UnknownDependencyError",
+    "UnknownKeyError",
+    "UnknownTaskError",
+    "UnknownWorkerError",
+    "__version__",
+    "microbench",
+    "order_graph",
+    "simulate",
+]
+
+_Key = Hashable
+_Outcome = Literal["applied", "ignored"]
+
+class SchedulerError(Exception): ...
+class CycleError(SchedulerError): ...
+class UnknownDependencyError(SchedulerError): ...
+class DuplicateKeyError(SchedulerError): ...
+class UnknownKeyError(SchedulerError): ...
+class UnknownTaskError(SchedulerError): ...
+class UnknownWorkerError(SchedulerError): ...
+class StaleReportError(SchedulerError): ...
+class InternalError(SchedulerError): ...
+
+def order_graph(
+    deps: Sequence[Sequence[int]],
+    is_task: Sequence[bool],
+    names: Sequence[str],
+    n_internal: int | None = None,
+) -> list[int]: ...
+def simulate(
+    *,
+    workload_name: str | None = None,
+    n: int = 1000,
+    keys: list[_Key] | None = None,
+    deps: list[list[int]] | None = None,
+    durations: list[float] | None = None,
+    nbytes: list[int] | None = None,
+    workers: int = 4,
+    threads: int = 2,
+    config: dict[str, Any] | None = None,
+    deaths: list[tuple[int, float]] | None = None,
+    bandwidth: float = 100000000.0,
+    latency: float = 0.001,
+) -> dict[str, Any]: ...
+def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
+
+@final
+class Commands:
+    def __len__(self) -> int: ...
+    def counts(self) -> dict[str, int]: ...
+    def records(self) -> list[tuple[str, int, int, int]]: ...
+    def compute(self) -> tuple[bytes, bytes, bytes]: ...
+    def in_memory(self) -> tuple[bytes, bytes]: ...
+
+@final
+class Scheduler:
+    def __new__(cls, config: dict[str, Any] | None = None) -> Scheduler: ...
+    def client(self, name: str) -> int: ...
+    def add_worker(
+        self,
+        address: str,
+        nthreads: int,
+        *,
+        now: float,
+        name: str | None = None,
+        host: str | None = None,
+        memory_limit: int = 0,
+        resources: Sequence[tuple[str, float]] | None = None,
+    ) -> int: ...
+    def remove_worker(self, worker: int, *, now: float, expected: bool = False) -> None: ...
+    def worker_status_change(self, worker: int, status: str, *, now: float) -> None: ...
+    def heartbeat(
+        self,
+        worker: int,
+        *,
+        now: float,
+        bandwidth: float | None = None,
+        executing: Sequence[tuple[int, float]] | None = None,
+    ) -> float: ...
+    def submit(
+        self,
+        client: int,
+        keys: Iterable[_Key],
+        deps: Iterable[Iterable[int | _Key]] | None = None,
+        *,
+        now: float,
+        specs: Iterable[bytes | None] | None = None,
+        wanted: Sequence[int] | None = None,
+        order: str = "compute",
+        order_given: Sequence[int] | None = None,
+        priority: int = 0,
+        fifo_timeout: float = 0.0,
+        retries: int | None = None,
+        workers: Sequence[str] | None = None,
+        hosts: Sequence[str] | None = None,
+        resources: Sequence[tuple[str, float]] | None = None,
+        allow_other_workers: bool = False,
+        actor: bool = False,
+        annotations: bytes | None = None,
+        submitting_task: _Key | None = None,
+    ) -> bytes: ...
+    def submit_csr(
+        self,
+        client: int,
+        keys: list[_Key],
+        dep_offsets: bytes,
+        dep_indices: bytes,
+        *,
+        now: float,
+        order: str = "compute",
+        priority: int = 0,
+        fifo_timeout: float = 0.0,
+        wanted: Sequence[int] | None = None,
+    ) -> bytes: ...
+    def submit_map(
+        self,
+        client: int,
+        prefix: str,
+        n: int,
+        *,
+        now: float,
+        start: int = 0,
+        spec: bytes | None = None,
+        priority: int = 0,
+        fifo_timeout: float = 0.1,
+    ) -> bytes: ...
+    def task_finished(
+        self,
+        worker: int,
+        task: int,
+        run_id: int,
+        nbytes: int,
+        *,
+        now: float,
+        start: float = 0.0,
+        stop: float = 0.0,
+        typename: str | None = None,
+    ) -> _Outcome: ...
+    def tasks_finished(
+        self,
+        workers: int | bytes,
+        tasks: bytes,
+        run_ids: bytes,
+        nbytes: bytes,
+        durations: bytes | None = None,
+        *,
+        now: float,
+    ) -> list[int]: ...
+    def task_erred(
+        self,
+        worker: int,
+        task: int,
+        run_id: int,
+        *,
+        now: float,
+        exception: bytes | None = None,
+        traceback: bytes | None = None,
+        exception_text: str | None = None,
+        traceback_text: str | None = None,
+    ) -> _Outcome: ...
+    def long_running(
+        self, worker: int, task: int, run_id: int, compute_duration: float, *, now: float
+    ) -> _Outcome: ...
+    def reschedule(self, worker: int, task: int, *, now: float) -> _Outcome: ...
+    def release_worker_data(self, worker: int, task: int, *, now: float) -> _Outcome: ...
+    def add_keys(self, worker: int, tasks: Sequence[int], *, now: float) -> None: ...
+    def steal_response(
+        self, worker: int, task: int, state: str | None, stimulus: int, *, now: float
+    ) -> bool: ...
+    def client_desires_keys(self, client: int, keys: Sequence[_Key], *, now: float) -> None: ...
+    def client_releases_keys(self, client: int, keys: Sequence[_Key], *, now: float) -> None: ...
+    def client_releases_tasks(self, client: int, tasks: bytes, *, now: float) -> None: ...
+    def cancel(
+        self, client: int, keys: Sequence[_Key], *, now: float, force: bool = False
+    ) -> None: ...
+    def retry(self, keys: Sequence[_Key], *, now: float) -> None: ...
+    def remove_client(self, client: int, *, now: float) -> None: ...
+    def fire_and_forget(self, keys: Sequence[_Key], *, now: float) -> None: ...
+    def scatter(
+        self,
+        client: int,
+        items: Sequence[tuple[_Key, int]],
+        workers: Sequence[int],
+        *,
+        now: float,
+    ) -> list[int]: ...
+    def tick(self, *, now: float) -> None: ...
+    def take_commands(self) -> Commands: ...
+    def lookup(self, key: _Key) -> int | None: ...
+    def key_of(self, task: int) -> _Key: ...
+    def keys_of(self, tasks: bytes) -> list[_Key]: ...
+    def state(self, key: _Key) -> str: ...
+    def task_info(self, task: int) -> dict[str, Any]: ...
+    def worker_info(self, worker: int) -> dict[str, Any]: ...
+    def workers(self) -> list[tuple[str, int]]: ...
+    def story(self, key: _Key) -> list[tuple[str, str, int, float]]: ...
+    def validate(self) -> None: ...
+    @property
+    def n_tasks(self) -> int: ...
+    @property
+    def n_queued(self) -> int: ...
+    @property
+    def n_unrunnable(self) -> int: ...
+    @property
+    def total_nthreads(self) -> int: ...
+    def state_counts(self) -> dict[str, int]: ...
