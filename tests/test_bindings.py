@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 
 import pytest
+
 import squall
 
 

@@ -11,8 +11,9 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-import squall
 from dask.order import order as dask_order
+
+import squall
 
 Key = Hashable
 

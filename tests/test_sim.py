@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 import squall
 from squall.cli import main
 

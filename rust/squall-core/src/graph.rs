@@ -8,7 +8,6 @@ use crate::key::Key;
 use crate::priority::Priority;
 use crate::state::Scheduler;
 use crate::task::{Restrictions, RunSpec, TaskState as S, F_DATA_PRODUCER, F_HAS_PRIORITY};
-use crate::transitions::new_recs;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -246,6 +245,7 @@ impl Scheduler {
         let n = sub.tasks.len();
         let mut ids: Vec<TaskId> = Vec::with_capacity(n);
         let mut created = vec![false; n];
+        self.reserve_tasks(n);
         for (i, t) in sub.tasks.iter().enumerate() {
             let j = first_of[i] as usize;
             if j != i {
@@ -300,6 +300,10 @@ impl Scheduler {
                 ts.set_flag(F_HAS_PRIORITY, true);
             }
         }
+        let plan_wanted_known: Vec<bool> = wanted
+            .iter()
+            .map(|w| matches!(w, Resolved::Known(_)))
+            .collect();
         let wanted: Vec<TaskId> = wanted
             .iter()
             .map(|w| match w {
@@ -312,12 +316,24 @@ impl Scheduler {
                 self.clients[client.idx()].wants_what.insert(t);
             }
         }
-        let mut touched: Vec<TaskId> = ids.clone();
-        touched.extend(wanted.iter().copied());
-        touched.sort_unstable();
-        touched.dedup();
+        // Every distinct submitted task, plus wanted keys from earlier graphs.
+        let mut touched: Vec<TaskId> = (0..n)
+            .filter(|&i| first_of[i] as usize == i)
+            .map(|i| ids[i])
+            .collect();
+        let mut earlier: Vec<TaskId> = wanted
+            .iter()
+            .zip(&plan_wanted_known)
+            .filter(|(_, &known)| known)
+            .map(|(&t, _)| t)
+            .collect();
+        earlier.sort_unstable();
+        earlier.dedup();
+        touched.extend(earlier);
+        // Descending priority, so the best is popped first (already so for map order).
         touched.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
+        recs.reserve(touched.len());
         for &t in &touched {
             let ts = self.task(t);
             if ts.state == S::Released && ts.run_spec.is_some() {

@@ -10,6 +10,8 @@ pub struct TaskPrefix {
     /// Longest execution seen in heartbeats, −1 while none.
     pub max_exec_time: f64,
     pub suspicious: u64,
+    /// Configured as taking ≤ 1 ms: never worth stealing.
+    pub fast: bool,
     /// Tasks of this prefix in each state (indexed by `TaskState as usize`).
     pub state_counts: [u64; 8],
     /// Total seconds of compute.
@@ -67,12 +69,14 @@ impl TaskGroup {
 }
 
 impl TaskPrefix {
+    /// `default_duration`: configured seconds (≤ 1 ms marks a prefix never stolen).
     pub fn new(name: String, default_duration: Option<f64>) -> Self {
         TaskPrefix {
             name,
             duration_average: default_duration.unwrap_or(-1.0),
             max_exec_time: -1.0,
             suspicious: 0,
+            fast: default_duration.is_some_and(|d| d <= 0.001),
             state_counts: [0; 8],
             compute_total: 0.0,
             all_durations: Vec::new(),

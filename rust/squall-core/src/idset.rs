@@ -8,6 +8,7 @@
 
 use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
+use smallvec::SmallVec;
 use std::hash::Hash;
 
 const PROMOTE_AT: usize = 32;
@@ -121,7 +122,9 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
         }
     }
 
-    pub fn to_vec(&self) -> Vec<T> {
+    /// A copy of the members to iterate while mutating other state (no allocation for
+    /// the usual handful).
+    pub fn to_vec(&self) -> SmallVec<[T; 4]> {
         self.iter().collect()
     }
 }
@@ -162,7 +165,10 @@ mod tests {
         assert!(s.contains(1) && !s.contains(2));
         let mut v = s.to_vec();
         v.sort();
-        assert_eq!(v, (1..100).step_by(2).collect::<Vec<u32>>());
+        assert_eq!(
+            v.as_slice(),
+            (1..100).step_by(2).collect::<Vec<u32>>().as_slice()
+        );
     }
 
     #[test]

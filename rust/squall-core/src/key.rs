@@ -5,6 +5,7 @@
 //! Encoding (tag byte, then payload): `S` len utf8 | `B` len bytes | `I` zigzag-varint |
 //! `F` 8 bytes f64 LE | `T` count elements…  Lengths and counts are LEB128 varints.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -164,6 +165,30 @@ impl Key {
                 out
             }
         }
+    }
+
+    /// The key's string, or the first element of a tuple key if that is a string,
+    /// borrowed from the encoding (the common case of every naming rule).
+    fn head_borrowed(&self) -> Option<&str> {
+        let b = &self.0;
+        let mut pos = 1;
+        match *b.first()? {
+            T_STR => {}
+            T_TUPLE => {
+                get_varint(b, &mut pos)?;
+                if *b.get(pos)? != T_STR {
+                    return None;
+                }
+                pos += 1;
+            }
+            _ => return None,
+        }
+        let n = get_varint(b, &mut pos)? as usize;
+        std::str::from_utf8(b.get(pos..pos + n)?).ok()
+    }
+
+    fn is_tuple(&self) -> bool {
+        self.0.first() == Some(&T_TUPLE)
     }
 
     /// The first element of a tuple key rendered as Python `str`, or the key itself.
@@ -344,74 +369,95 @@ fn is_hex32(s: &str) -> bool {
 }
 
 /// `"<function foo.bar at 0x…>"` → `"bar"`.
-fn angle_name(s: &str) -> String {
+fn angle_name(s: &str) -> &str {
     let inner = s.trim_matches(|c| c == '<' || c == '>');
     let first = inner.split_whitespace().next().unwrap_or("");
-    first.rsplit('.').next().unwrap_or("").to_owned()
+    first.rsplit('.').next().unwrap_or("")
 }
 
 /// Dask's `key_split`: the task prefix name of a key.
-pub fn key_split(key: &Key) -> String {
-    split_name(&key.head_str()).unwrap_or_else(|| "Other".to_owned())
+pub fn key_split(key: &Key) -> Cow<'_, str> {
+    let name = match key.head_borrowed() {
+        Some(h) => split_name(h),
+        None => split_name(&key.head_str()).map(|n| Cow::Owned(n.into_owned())),
+    };
+    name.unwrap_or(Cow::Borrowed("Other"))
 }
 
-fn split_name(s: &str) -> Option<String> {
-    let mut words = s.split('-');
-    let first = words.next()?;
-    let c0 = first.chars().next()?;
-    let mut result = if c0.is_alphabetic() {
-        first.to_owned()
+fn split_name(s: &str) -> Option<Cow<'_, str>> {
+    let first_len = s.find('-').unwrap_or(s.len());
+    let first = &s[..first_len];
+    let alpha_start = first.chars().next()?.is_alphabetic();
+    let head = if alpha_start {
+        first
     } else {
         first
             .split(',')
             .next()?
             .trim_matches(|c| matches!(c, '_' | '\'' | '(' | ')' | '"'))
-            .to_owned()
     };
-    for word in words {
+    // Following purely alphabetic words (that do not look like hashes) join the name.
+    let mut end = first_len;
+    for word in s[first_len..].split('-').skip(1) {
         let looks_hashy = word.chars().count() == 8
             && word
                 .chars()
                 .next()
                 .is_some_and(|c| ('a'..='f').contains(&c));
-        if !word.is_empty() && word.chars().all(char::is_alphabetic) && !looks_hashy {
-            result.push('-');
-            result.push_str(word);
-        } else {
+        if word.is_empty() || !word.chars().all(char::is_alphabetic) || looks_hashy {
             break;
         }
+        end += 1 + word.len();
     }
+    let result: Cow<'_, str> = if end == first_len {
+        Cow::Borrowed(head)
+    } else if alpha_start {
+        Cow::Borrowed(&s[..end])
+    } else {
+        Cow::Owned(format!("{head}{}", &s[first_len..end]))
+    };
     if is_hex32(&result) {
-        return Some("data".to_owned());
+        return Some(Cow::Borrowed("data"));
     }
     if result.starts_with('<') {
-        return Some(angle_name(&result));
+        return Some(Cow::Owned(angle_name(&result).to_owned()));
     }
     result.chars().next()?;
     Some(result)
 }
 
 /// Distributed's `key_split_group`: the task group name of a key.
-pub fn key_split_group(key: &Key) -> String {
-    match key.decode() {
-        KeyValue::Tuple(_) => key.head_str(),
-        KeyValue::Str(s) => group_of_str(&s, key),
-        KeyValue::Bytes(b) => group_of_str(&String::from_utf8_lossy(&b), key),
-        _ => "Other".to_owned(),
+pub fn key_split_group(key: &Key) -> Cow<'_, str> {
+    if key.is_tuple() {
+        return match key.head_borrowed() {
+            Some(h) => Cow::Borrowed(h),
+            None => Cow::Owned(key.head_str()),
+        };
+    }
+    match key.head_borrowed() {
+        Some(s) => group_of_str(s, key),
+        None => match key.decode() {
+            KeyValue::Bytes(b) => {
+                let s = String::from_utf8_lossy(&b).into_owned();
+                Cow::Owned(group_of_str(&s, key).into_owned())
+            }
+            _ => Cow::Borrowed("Other"),
+        },
     }
 }
 
-fn group_of_str(s: &str, key: &Key) -> String {
+fn group_of_str<'a>(s: &'a str, key: &'a Key) -> Cow<'a, str> {
     if s.starts_with('(') {
-        s.split(',')
-            .next()
-            .unwrap_or("")
-            .trim_matches(|c| matches!(c, '(' | ')' | '"' | '\''))
-            .to_owned()
+        Cow::Borrowed(
+            s.split(',')
+                .next()
+                .unwrap_or("")
+                .trim_matches(|c| matches!(c, '(' | ')' | '"' | '\'')),
+        )
     } else if is_hex32(s) {
-        "data".to_owned()
+        Cow::Borrowed("data")
     } else if s.starts_with('<') {
-        angle_name(s)
+        Cow::Borrowed(angle_name(s))
     } else {
         key_split(key)
     }

@@ -15,6 +15,8 @@ pub mod key;
 pub mod microbench;
 mod occupancy;
 pub mod priority;
+mod queue;
+mod recs;
 pub mod state;
 pub mod stealing;
 pub mod stimuli;

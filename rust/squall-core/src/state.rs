@@ -14,7 +14,7 @@ use crate::task::{RunSpec, Task, TaskState};
 use crate::worker::{FxIndexMap, Worker};
 use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 
 /// Workers kept in address order (the order Dask iterates `idle` and `workers` in).
@@ -82,6 +82,8 @@ pub struct Scheduler {
     pub(crate) groups: Vec<Option<TaskGroup>>,
     pub(crate) free_groups: Vec<GroupId>,
     pub(crate) group_index: FxHashMap<String, GroupId>,
+    /// The group of the last task created (a cache for `group_for`).
+    pub(crate) last_group: Option<GroupId>,
     pub(crate) prefixes: Vec<TaskPrefix>,
     pub(crate) prefix_index: FxHashMap<String, PrefixId>,
 
@@ -101,7 +103,7 @@ pub struct Scheduler {
     pub(crate) client_index: FxHashMap<String, ClientId>,
 
     /// Queued tasks by (priority, insertion sequence).
-    pub(crate) queued: BTreeSet<(crate::priority::Priority, u64, TaskId)>,
+    pub(crate) queued: crate::queue::TaskQueue,
     /// No-worker tasks in insertion order: sequence → (task, since).
     pub(crate) unrunnable: BTreeMap<u64, (TaskId, f64)>,
     pub(crate) replicated_tasks: usize,
@@ -124,6 +126,8 @@ pub struct Scheduler {
     pub(crate) log: TransitionLog,
     pub(crate) erred_history: std::collections::VecDeque<TaskId>,
     pub(crate) commands: Vec<Command>,
+    /// Position indexes of drained recommendation sets, for reuse.
+    pub(crate) recs_pool: Vec<Vec<u32>>,
     pub(crate) transition_counter: u64,
     /// Tasks that needed to wait on an erred dependency during the current fixpoint;
     /// resolved (→ erred) once it settles, see `transitions`.
@@ -147,6 +151,7 @@ impl Scheduler {
             groups: Vec::new(),
             free_groups: Vec::new(),
             group_index: FxHashMap::default(),
+            last_group: None,
             prefixes: Vec::new(),
             prefix_index: FxHashMap::default(),
             workers: Vec::new(),
@@ -160,7 +165,7 @@ impl Scheduler {
             total_memory: 0,
             clients: Vec::new(),
             client_index: FxHashMap::default(),
-            queued: BTreeSet::new(),
+            queued: Default::default(),
             unrunnable: BTreeMap::new(),
             replicated_tasks: 0,
             generation: 0.0,
@@ -174,6 +179,7 @@ impl Scheduler {
             network_occ_global: 0,
             erred_history: Default::default(),
             commands: Vec::new(),
+            recs_pool: Vec::new(),
             transition_counter: 0,
             blocked: Vec::new(),
         };
@@ -233,6 +239,17 @@ impl Scheduler {
                 .filter(|ts| ts.state != TaskState::Forgotten)
                 .map(|_| TaskId(i as u32))
         })
+    }
+
+    /// Makes room for `n` more tasks at once rather than growing step by step.
+    pub(crate) fn reserve_tasks(&mut self, n: usize) {
+        let want = n.saturating_sub(self.free_tasks.len());
+        self.tasks.reserve(want);
+        let tasks = &self.tasks;
+        let hasher = &self.hasher;
+        self.key_index.reserve(n, |&x| {
+            hasher.hash_one(tasks[x.idx()].as_ref().expect("indexed").key.as_bytes())
+        });
     }
 
     /// Creates a released task; the caller guarantees the key is new.
@@ -302,12 +319,22 @@ impl Scheduler {
 
     fn group_for(&mut self, key: &Key) -> GroupId {
         let name = key_split_group(key);
-        if let Some(&g) = self.group_index.get(&name) {
+        // Consecutive tasks of a submission usually share a group.
+        if let Some(g) = self.last_group {
+            if self.groups[g.idx()]
+                .as_ref()
+                .is_some_and(|x| x.name == *name)
+            {
+                return g;
+            }
+        }
+        if let Some(&g) = self.group_index.get(name.as_ref()) {
+            self.last_group = Some(g);
             return g;
         }
         let prefix = self.prefix_for(&key_split(key));
         let uid = self.next_counter();
-        let group = TaskGroup::new(name.clone(), prefix, uid);
+        let group = TaskGroup::new(name.clone().into_owned(), prefix, uid);
         let g = match self.free_groups.pop() {
             Some(g) => {
                 self.groups[g.idx()] = Some(group);
@@ -318,7 +345,8 @@ impl Scheduler {
                 GroupId((self.groups.len() - 1) as u32)
             }
         };
-        self.group_index.insert(name, g);
+        self.group_index.insert(name.into_owned(), g);
+        self.last_group = Some(g);
         g
     }
 
@@ -510,6 +538,14 @@ impl Scheduler {
 
     /// The queued tasks, best first.
     pub fn queued_tasks(&self) -> Vec<TaskId> {
-        self.queued.iter().map(|&(_, _, t)| t).collect()
+        let tasks = &self.tasks;
+        self.queued.sorted(|t, seq| is_queued(tasks, t, seq))
     }
+}
+
+/// Whether queue entry (t, seq) is current: the task is queued under that sequence.
+pub(crate) fn is_queued(tasks: &[Option<Task>], t: TaskId, seq: u64) -> bool {
+    tasks[t.idx()]
+        .as_ref()
+        .is_some_and(|ts| ts.state == TaskState::Queued && ts.run_id == seq)
 }

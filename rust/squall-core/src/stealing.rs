@@ -6,14 +6,11 @@ use crate::error::{CoreError, CoreResult};
 use crate::ids::{PrefixId, TaskId, WorkerId};
 use crate::state::Scheduler;
 use crate::task::TaskState as S;
-use crate::transitions::new_recs;
 use crate::worker::{FxIndexMap, FxIndexSet};
 
 pub const LEVELS: usize = 15;
 /// Seconds added to every transfer estimate (not configurable upstream either).
 const LATENCY: f64 = 0.1;
-/// Prefixes whose configured duration is at most this are never stolen.
-const FAST_TASK_DURATION: f64 = 0.001;
 
 /// The victim's view of a task it was asked to give up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,13 +114,7 @@ impl Scheduler {
     /// `steal_time_ratio`: (level) or None when the task is not worth stealing.
     pub(crate) fn steal_level(&self, t: TaskId) -> Option<u8> {
         let p = self.prefix_of(t);
-        let pf = self.prefix(p);
-        if self
-            .config
-            .default_task_durations
-            .get(&pf.name)
-            .is_some_and(|&d| d <= FAST_TASK_DURATION)
-        {
+        if self.prefix(p).fast {
             return None;
         }
         let ts = self.task(t);
@@ -428,7 +419,7 @@ impl Scheduler {
         let (thief, victim) = (d.thief, d.victim);
         let reschedule = |s: &mut Scheduler| {
             if s.task(t).state == S::Processing && s.task(t).processing_on == Some(victim) {
-                let mut recs = new_recs();
+                let mut recs = s.new_recs();
                 recs.insert(t, S::Released);
                 s.transitions(recs, stim);
             }

@@ -8,7 +8,7 @@ use crate::ids::{ClientId, TaskId, WorkerId};
 use crate::key::Key;
 use crate::state::Scheduler;
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_LONG_RUNNING};
-use crate::transitions::{new_recs, Args, Recs};
+use crate::transitions::{Args, Recs};
 use crate::worker::{Worker, WorkerSpec, WorkerStatus};
 use std::sync::Arc;
 
@@ -99,10 +99,14 @@ impl Scheduler {
             .map(|w| self.task_slots_available(w).max(0))
             .fold(0i64, |a, b| a.saturating_add(b));
         for _ in 0..slots {
-            let Some(&(_, _, head)) = self.queued.first() else {
+            let tasks = &self.tasks;
+            let Some(head) = self
+                .queued
+                .first(|t, seq| crate::state::is_queued(tasks, t, seq))
+            else {
                 break;
             };
-            let mut recs = new_recs();
+            let mut recs = self.new_recs();
             recs.insert(head, S::Processing);
             self.transitions(recs, stim);
             if self.get_task(head).is_some_and(|ts| ts.state == S::Queued) {
@@ -147,7 +151,7 @@ impl Scheduler {
             }
         }
         runnable.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
         for t in runnable {
             recs.insert(t, S::Processing);
         }
@@ -215,7 +219,7 @@ impl Scheduler {
         self.wm(w).status = WorkerStatus::Closed;
         self.rerank_workers();
 
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
         let allowed = self.config.allowed_failures;
         for t in self
             .worker(w)
@@ -334,7 +338,7 @@ impl Scheduler {
         let ts = self.task(t);
         if ts.run_id != report.run_id {
             if ts.state == S::Processing && ts.processing_on == Some(w) {
-                let mut recs = new_recs();
+                let mut recs = self.new_recs();
                 recs.insert(t, S::Released);
                 self.transitions(recs, stim);
                 self.after_stimulus_with_queue(stim);
@@ -358,7 +362,7 @@ impl Scheduler {
             // The race of row 5: its dependency was lost meanwhile; the cancel is on its way.
             S::Waiting => Ok(Outcome::Ignored),
             S::Processing => {
-                let mut recs = new_recs();
+                let mut recs = self.new_recs();
                 let args = Args::Finished {
                     worker: w,
                     nbytes: report.nbytes,
@@ -408,17 +412,18 @@ impl Scheduler {
         if ts.state != S::Processing {
             return Ok(Outcome::Ignored);
         }
-        let mut recs = new_recs();
-        if ts.run_id != run_id {
-            if ts.processing_on != Some(w) {
-                return Err(CoreError::StaleRunId {
-                    key: ts.key.clone(),
-                    got: run_id,
-                    current: ts.run_id,
-                });
-            }
+        if ts.run_id != run_id && ts.processing_on != Some(w) {
+            return Err(CoreError::StaleRunId {
+                key: ts.key.clone(),
+                got: run_id,
+                current: ts.run_id,
+            });
+        }
+        let (stale, retries) = (ts.run_id != run_id, ts.retries());
+        let mut recs = self.new_recs();
+        if stale {
             recs.insert(t, S::Released);
-        } else if ts.retries() > 0 {
+        } else if retries > 0 {
             self.tm(t).extra_mut().retries -= 1;
             self.transition(t, S::Waiting, stim, &mut recs, Args::None);
         } else {
@@ -479,7 +484,7 @@ impl Scheduler {
             return Ok(Outcome::Ignored);
         }
         let stim = self.next_stimulus(now);
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
         recs.insert(t, S::Released);
         self.transitions(recs, stim);
         self.after_stimulus();
@@ -496,7 +501,7 @@ impl Scheduler {
         let stim = self.next_stimulus(now);
         self.remove_replica(t, w);
         if self.task(t).who_has.is_empty() {
-            let mut recs = new_recs();
+            let mut recs = self.new_recs();
             recs.insert(t, S::Released);
             self.transitions(recs, stim);
         }
@@ -594,7 +599,7 @@ impl Scheduler {
     ) -> CoreResult<()> {
         self.check_client(c)?;
         let stim = self.next_stimulus(now);
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
         self.client_releases_keys_into(tasks, c, &mut recs);
         self.transitions(recs, stim);
         self.after_stimulus_with_queue(stim);
@@ -644,9 +649,9 @@ impl Scheduler {
         let clients = if force {
             ts.who_wants.to_vec()
         } else {
-            vec![c]
+            smallvec::smallvec![c]
         };
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
         for cl in clients {
             self.client_releases_keys_into(&[t], cl, &mut recs);
         }
@@ -676,7 +681,7 @@ impl Scheduler {
                 stack.extend(erred);
             }
         }
-        let mut recs = new_recs();
+        let mut recs = self.new_recs();
         for t in roots {
             if self.state_of(t) == S::Erred {
                 recs.insert(t, S::Waiting);
@@ -801,12 +806,12 @@ impl Scheduler {
         }
         if self.no_workers_since.is_some_and(|nws| now > nws + timeout) {
             expired.extend(
-                self.queued
-                    .iter()
-                    .map(|&(_, _, t)| (t, ErrorKind::NoWorker)),
+                self.queued_tasks()
+                    .into_iter()
+                    .map(|t| (t, ErrorKind::NoWorker)),
             );
         }
-        let mut recs: Recs = new_recs();
+        let mut recs: Recs = self.new_recs();
         for (t, kind) in expired {
             if self.get_task(t).is_none() || !matches!(self.state_of(t), S::NoWorker | S::Queued) {
                 continue;

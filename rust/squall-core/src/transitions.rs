@@ -6,13 +6,9 @@ use crate::ids::{ClientId, TaskId, WorkerId};
 use crate::state::Scheduler;
 use crate::story::{key_hash, LogEntry};
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_HAS_LOST_DEPS, F_LONG_RUNNING};
-use indexmap::IndexMap;
 use std::sync::Arc;
 
-/// Recommendations: insertion-ordered, popped from the end (LIFO), and updated in place
-/// (an existing key keeps its slot but takes the new target).
-/// (Its order never depends on the hasher; foldhash spreads sequential ids well.)
-pub type Recs = IndexMap<TaskId, S, hashbrown::DefaultHashBuilder>;
+pub use crate::recs::Recs;
 
 /// Keyword data some transitions take (Dask's `**kwargs`).
 #[derive(Default)]
@@ -63,11 +59,12 @@ fn is_direct(start: S, finish: S) -> bool {
     )
 }
 
-pub(crate) fn new_recs() -> Recs {
-    IndexMap::with_hasher(Default::default())
-}
-
 impl Scheduler {
+    /// Empty recommendations, reusing a position index from an earlier fixpoint.
+    pub(crate) fn new_recs(&mut self) -> Recs {
+        Recs::with_index(self.recs_pool.pop().unwrap_or_default())
+    }
+
     /// Runs recommendations to a fixpoint.
     pub(crate) fn transitions(&mut self, mut recs: Recs, stim: u64) {
         loop {
@@ -75,12 +72,15 @@ impl Scheduler {
                 self.transition(t, finish, stim, &mut recs, Args::None);
             }
             if self.blocked.is_empty() {
-                return;
+                break;
             }
             self.err_blocked(&mut recs);
             if recs.is_empty() {
-                return;
+                break;
             }
+        }
+        if let Some(index) = recs.into_index() {
+            self.recs_pool.push(index);
         }
     }
 
@@ -322,12 +322,15 @@ impl Scheduler {
         let ts = self.tm(t);
         ts.run_id = seq;
         let p = ts.priority;
-        self.queued.insert((p, seq, t));
+        self.queued.insert(p, seq, t);
     }
 
     fn leave_queued(&mut self, t: TaskId) {
-        let ts = self.task(t);
-        self.queued.remove(&(ts.priority, ts.run_id, t));
+        // Invalidate the entry first: the queue recognises live entries by run id.
+        self.tm(t).run_id = self.next_counter();
+        let tasks = &self.tasks;
+        self.queued
+            .remove(|t, seq| crate::state::is_queued(tasks, t, seq));
     }
 
     fn enter_no_worker(&mut self, t: TaskId) {

@@ -59,12 +59,12 @@ impl Scheduler {
             self.replicated_tasks,
             replicated
         );
-        for &(_, _, t) in &self.queued {
-            ensure!(
-                self.get_task(t).is_some_and(|ts| ts.state == S::Queued),
-                "queued heap holds a task that is not queued"
-            );
-        }
+        ensure!(
+            self.queued_tasks().len() == self.queued.len(),
+            "queued heap holds {} live entries, counts {}",
+            self.queued_tasks().len(),
+            self.queued.len()
+        );
         for &(t, _) in self.unrunnable.values() {
             ensure!(
                 self.get_task(t).is_some_and(|ts| ts.state == S::NoWorker),

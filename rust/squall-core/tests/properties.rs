@@ -42,6 +42,8 @@ struct TaskGen {
     deps: Vec<u16>,
     retries: u8,
     want: bool,
+    /// 0: none; 1: must run on tcp://w01; 2: prefers tcp://w02 (loose); 3: needs a GPU.
+    restrict: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -107,12 +109,14 @@ fn task_gen() -> impl Strategy<Value = TaskGen> {
         prop::collection::vec(any::<u16>(), 1..=4),
         prop_oneof![6 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)],
         prop::bool::weighted(0.2),
+        prop_oneof![24 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)],
     )
-        .prop_map(|(name, deps, retries, want)| TaskGen {
+        .prop_map(|(name, deps, retries, want, restrict)| TaskGen {
             name,
             deps,
             retries,
             want,
+            restrict,
         })
 }
 
@@ -193,6 +197,7 @@ struct GTask {
     /// Global indices of its dependencies.
     deps: Vec<usize>,
     retries: u32,
+    restrict: u8,
 }
 
 struct Graph {
@@ -229,6 +234,7 @@ impl Graph {
                     } else {
                         0
                     },
+                    restrict: 0,
                 });
             }
             let mut extra_wanted = Vec::new();
@@ -247,6 +253,7 @@ impl Graph {
                     key: format!("{}-{c}-{}", OP_NAMES[tg.name as usize], j),
                     deps,
                     retries: u32::from(tg.retries),
+                    restrict: tg.restrict,
                 });
                 if tg.want {
                     extra_wanted.push(gi);
@@ -602,12 +609,23 @@ impl World {
                 format!("tcp://w{:02}", self.next_addr)
             }
         };
+        self.add_worker_at(address, nthreads);
+    }
+
+    /// Workers with an even address number have a GPU.
+    fn add_worker_at(&mut self, address: String, nthreads: u32) {
+        let n: u32 = address.trim_start_matches("tcp://w").parse().unwrap();
         let now = self.tick();
         let spec = WorkerSpec {
             address: address.clone(),
             name: address,
             host: "127.0.0.1".into(),
             nthreads,
+            resources: if n.is_multiple_of(2) {
+                vec![("GPU".into(), 1.0)]
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         };
         let w = self.s.add_worker(spec, now).expect("add worker");
@@ -631,9 +649,26 @@ impl World {
                     gt.deps.iter().map(|d| DepRef::Local(local[d])).collect(),
                     Some(Arc::from(gt.key.as_bytes())),
                 );
-                if gt.retries > 0 {
+                let restrictions = match gt.restrict {
+                    1 => Some(Restrictions {
+                        workers: vec!["tcp://w01".into()],
+                        ..Default::default()
+                    }),
+                    2 => Some(Restrictions {
+                        workers: vec!["tcp://w02".into()],
+                        loose: true,
+                        ..Default::default()
+                    }),
+                    3 => Some(Restrictions {
+                        resources: vec![("GPU".into(), 1.0)],
+                        ..Default::default()
+                    }),
+                    _ => None,
+                };
+                if gt.retries > 0 || restrictions.is_some() {
                     nt.options = Some(Box::new(TaskOptions {
-                        retries: Some(gt.retries),
+                        retries: (gt.retries > 0).then_some(gt.retries),
+                        restrictions,
                         ..Default::default()
                     }));
                 }
@@ -793,7 +828,7 @@ impl World {
     /// A response with a stimulus id the scheduler is not waiting for: ignored, silently.
     fn stale_steal(&mut self, sel: usize, choice: u8) {
         use WorkerTaskState as W;
-        let (victim, key, stim) = if !self.answered.is_empty() && choice % 2 == 0 {
+        let (victim, key, stim) = if !self.answered.is_empty() && choice & 1 == 0 {
             self.answered[sel % self.answered.len()].clone()
         } else if !self.steals.is_empty() {
             let p = &self.steals[sel % self.steals.len()];
@@ -879,10 +914,8 @@ impl World {
                 self.finish(i as usize % n_active, nbytes)
             }
             Op::Fail(i) if n_active > 0 => self.fail(i as usize % n_active),
-            Op::AddWorker(n, reuse) => {
-                if self.workers.len() < 6 {
-                    self.add_worker(u32::from(n), reuse)
-                }
+            Op::AddWorker(n, reuse) if self.workers.len() < 6 => {
+                self.add_worker(u32::from(n), reuse)
             }
             Op::KillWorker(i, expected) if !self.workers.is_empty() => {
                 self.kill_worker(i as usize % self.workers.len(), expected)
@@ -1015,6 +1048,17 @@ impl World {
         }
         if self.workers.is_empty() {
             self.add_worker(2, false);
+        }
+        // Hard restrictions must be satisfiable again.
+        let needs = |r: u8| self.g.tasks.iter().any(|t| t.restrict == r);
+        let (pinned, gpus) = (needs(1), needs(3));
+        if pinned && self.s.worker_by_address("tcp://w01").is_none() {
+            self.add_worker_at("tcp://w01".into(), 1);
+        }
+        let gpu = |w: &WorkerId| self.s.worker(*w).resource("GPU").is_some();
+        if gpus && !self.workers.iter().any(gpu) {
+            self.next_addr += 2 - self.next_addr % 2;
+            self.add_worker_at(format!("tcp://w{:02}", self.next_addr), 1);
         }
         let mut guard = 0;
         loop {
@@ -1173,7 +1217,10 @@ fn run(scn: &Scenario) -> Vec<String> {
     if trace {
         for (i, t) in w.g.tasks.iter().enumerate() {
             let deps: Vec<&str> = t.deps.iter().map(|&d| w.g.tasks[d].key.as_str()).collect();
-            eprintln!("task {i} {} <- {deps:?} retries={}", t.key, t.retries);
+            eprintln!(
+                "task {i} {} <- {deps:?} retries={} restrict={}",
+                t.key, t.retries, t.restrict
+            );
         }
         eprintln!("wanted {:?}", w.wanted);
     }
@@ -1187,19 +1234,23 @@ fn run(scn: &Scenario) -> Vec<String> {
             shown = w.log.len();
         }
     }
+    w.settle();
     if trace {
+        eprintln!("== settle");
+        for l in &w.log[shown..] {
+            eprintln!("   {l}");
+        }
         for t in &w.g.tasks {
             let st = w.lookup(&t.key).map(|x| w.s.state_of(x).name());
             eprintln!("story {} ({st:?}): {}", t.key, w.story(&t.key));
         }
     }
-    w.settle();
     w.check_liveness();
     w.release_everything();
     w.log
 }
 
-/// `SQUALL_PROP_CASES` scales the case count up for longer local runs.
+/// `SQUALL_PROP_CASES_SCALE=n` multiplies the case counts for longer local runs.
 fn pt_config(cases: u32) -> PtConfig {
     let scale: u32 = std::env::var("SQUALL_PROP_CASES_SCALE")
         .ok()
@@ -1263,265 +1314,16 @@ fn coverage_report() {
     }
 }
 
+/// The same fixed-seed scenarios, replayed, give the same command streams.
 #[test]
-#[ignore]
-fn debug_scenario() {
-    let scn = Scenario {
-        comps: vec![
-            CompGen {
-                root_name: 1,
-                n_roots: 14,
-                root_retries: 0,
-                tasks: vec![
-                    TaskGen {
-                        name: 3,
-                        deps: vec![23891, 23636],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![13625, 5991, 49348],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![22312],
-                        retries: 1,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 3,
-                        deps: vec![20429],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 3,
-                        deps: vec![29662, 62904, 26123],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![41896],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 2,
-                        deps: vec![28375],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 5,
-                        deps: vec![5676, 11039],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 3,
-                        deps: vec![20089, 7973],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![32744],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![57254, 48547],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![2848, 17824],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![21813, 29751],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![31701, 34705, 8720],
-                        retries: 0,
-                        want: false,
-                    },
-                ],
-                at_start: false,
-            },
-            CompGen {
-                root_name: 1,
-                n_roots: 11,
-                root_retries: 0,
-                tasks: vec![
-                    TaskGen {
-                        name: 0,
-                        deps: vec![17883],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![43776],
-                        retries: 1,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![7942, 3814],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![17197],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![27313, 58488],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 4,
-                        deps: vec![40594, 39166, 21610, 49799],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![6739],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![49229],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![3399],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![2011],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 5,
-                        deps: vec![29297, 58950, 58640],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![36763, 23962],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![10542, 52024, 1765],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 0,
-                        deps: vec![32924, 19818],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 2,
-                        deps: vec![15797, 13190, 19881],
-                        retries: 0,
-                        want: false,
-                    },
-                    TaskGen {
-                        name: 3,
-                        deps: vec![19881],
-                        retries: 0,
-                        want: false,
-                    },
-                ],
-                at_start: true,
-            },
-            CompGen {
-                root_name: 0,
-                n_roots: 5,
-                root_retries: 0,
-                tasks: vec![],
-                at_start: true,
-            },
-        ],
-        cluster: ClusterGen {
-            threads: vec![1, 1, 2, 1],
-            saturation: f64::INFINITY,
-            stealing: false,
-        },
-        ops: vec![
-            Op::Fail(18797),
-            Op::Finish(51965, 0),
-            Op::Retry(0),
-            Op::ReleaseData(0),
-            Op::Late(4290, false),
-            Op::Finish(3986, 0),
-            Op::Release(34445, false),
-            Op::Finish(18713, 0),
-            Op::Finish(33291, 0),
-            Op::Finish(4030, 0),
-            Op::LongRunning(0),
-            Op::Finish(26286, 0),
-            Op::Finish(1763, 0),
-            Op::Late(47592, false),
-            Op::Finish(16258, 0),
-            Op::KillWorker(24911, false),
-            Op::Finish(18729, 0),
-            Op::Finish(19455, 0),
-            Op::Release(46832, false),
-            Op::Finish(58873, 0),
-            Op::Submit(45068),
-            Op::Finish(42678, 0),
-            Op::Finish(14612, 0),
-            Op::Finish(6392, 0),
-            Op::Retry(0),
-            Op::Release(9115, false),
-            Op::Fail(46087),
-            Op::Finish(17721, 0),
-            Op::Fail(39095),
-            Op::Finish(14261, 0),
-            Op::Finish(28121, 0),
-            Op::Finish(19211, 0),
-            Op::Finish(19741, 0),
-            Op::Finish(51270, 0),
-            Op::Finish(10172, 0),
-            Op::Release(63516, false),
-            Op::Release(58549, false),
-            Op::Finish(22709, 0),
-            Op::Finish(32196, 0),
-            Op::Release(15764, true),
-            Op::Finish(37696, 0),
-            Op::Fail(44587),
-            Op::Retry(5004),
-        ],
-    };
-    run(&scn);
+fn fixed_seed_replay_is_deterministic() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    for _ in 0..8 {
+        let scn = scenario().new_tree(&mut runner).unwrap().current();
+        let a = run(&scn);
+        assert!(!a.is_empty());
+        assert_eq!(a, run(&scn));
+    }
 }

@@ -64,18 +64,13 @@ fn topological_order(g: &Graph, alive: &[bool], n_alive: usize) -> Result<Vec<u3
 }
 
 /// Every node left with unmet dependencies has one that is itself unsorted,
-/// so following those must revisit a node; the revisited stretch is a cycle.
+/// so following those must revisit a node; the revisited stretch is a cycle,
+/// listed so that each node depends on the next.
 fn find_cycle(g: &Graph, waiting: &[u32], start: u32) -> Vec<u32> {
     let mut seen_at = rustc_hash::FxHashMap::default();
     let mut trail = Vec::new();
     let mut k = start;
-    loop {
-        if let Some(&pos) = seen_at.get(&k) {
-            let mut cycle: Vec<u32> = trail[pos..].to_vec();
-            // Report it in dependency direction: each node depends on the next.
-            cycle.truncate(CYCLE_REPORT_LEN);
-            return cycle;
-        }
+    while !seen_at.contains_key(&k) {
         seen_at.insert(k, trail.len());
         trail.push(k);
         k = *g
@@ -85,4 +80,7 @@ fn find_cycle(g: &Graph, waiting: &[u32], start: u32) -> Vec<u32> {
             .find(|&&d| waiting[d as usize] > 0)
             .expect("an unsorted node has an unsorted dependency");
     }
+    let mut cycle = trail.split_off(seen_at[&k]);
+    cycle.truncate(CYCLE_REPORT_LEN);
+    cycle
 }

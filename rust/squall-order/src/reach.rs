@@ -22,6 +22,10 @@ use crate::csr::Csr;
 
 const NONE: u32 = u32::MAX;
 
+/// From this many input sets on, unions are built by one sort instead of
+/// repeated pairwise merges.
+const WIDE_UNION: usize = 8;
+
 pub(crate) struct Reach<'g> {
     ins: &'g Csr,
     tree: Vec<bool>,
@@ -34,6 +38,7 @@ pub(crate) struct Reach<'g> {
     atoms: Vec<u32>,
     ids: Vec<u32>,
     merged: Vec<u32>,
+    spare: Vec<u32>,
 }
 
 impl<'g> Reach<'g> {
@@ -64,6 +69,7 @@ impl<'g> Reach<'g> {
             atoms: Vec::new(),
             ids: Vec::new(),
             merged: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -129,30 +135,92 @@ impl<'g> Reach<'g> {
         if self.atoms.is_empty() && self.ids.len() == 1 {
             return self.ids[0];
         }
-        // Reuse the largest input set when it already covers everything, which
-        // is the common case on dense graphs where most paths share ancestors.
-        if let Some(&base) = self.ids.iter().max_by_key(|&&id| self.sets.elems(id).len()) {
-            let big = self.sets.elems(base);
-            let covered = |elems: &[u32]| elems.iter().all(|e| big.binary_search(e).is_ok());
-            if covered(&self.atoms)
-                && self
-                    .ids
+        // Grow the largest input set by whatever the others add; when they add
+        // nothing (common on dense graphs, where paths share ancestors) the
+        // input set itself is the answer.
+        let base = self
+            .ids
+            .iter()
+            .copied()
+            .max_by_key(|&id| self.sets.elems(id).len());
+        let base_elems = base.map_or(&[][..], |id| self.sets.elems(id));
+        let mut grown = false;
+        if self.ids.len() < WIDE_UNION {
+            let others = std::iter::once(&self.atoms[..]).chain(
+                self.ids
                     .iter()
-                    .all(|&id| id == base || covered(self.sets.elems(id)))
-            {
-                return base;
+                    .filter(|&&id| Some(id) != base)
+                    .map(|&id| self.sets.elems(id)),
+            );
+            for other in others {
+                let current = if grown { &self.merged[..] } else { base_elems };
+                if is_subset(other, current) {
+                    continue;
+                }
+                if !grown {
+                    self.merged.clear();
+                    self.merged.extend_from_slice(base_elems);
+                    grown = true;
+                }
+                merge_sorted(&mut self.merged, other, &mut self.spare);
+            }
+        } else if !is_subset(&self.atoms, base_elems)
+            || self
+                .ids
+                .iter()
+                .any(|&id| !is_subset(self.sets.elems(id), base_elems))
+        {
+            // Many inputs: one sort beats repeated pairwise merges.
+            self.merged.clear();
+            self.merged.extend_from_slice(&self.atoms);
+            for &id in &self.ids {
+                self.merged.extend_from_slice(self.sets.elems(id));
+            }
+            self.merged.sort_unstable();
+            self.merged.dedup();
+            grown = true;
+        }
+        match base {
+            Some(id) if !grown => id,
+            _ => {
+                let weight = &self.weight;
+                self.sets.intern(&self.merged, |a| weight[a as usize])
             }
         }
-        self.merged.clear();
-        self.merged.extend_from_slice(&self.atoms);
-        for &id in &self.ids {
-            self.merged.extend_from_slice(self.sets.elems(id));
-        }
-        self.merged.sort_unstable();
-        self.merged.dedup();
-        let weight = &self.weight;
-        self.sets.intern(&self.merged, |a| weight[a as usize])
     }
+}
+
+/// Whether sorted `small` ⊆ sorted `big`; the range test settles most misses.
+fn is_subset(small: &[u32], big: &[u32]) -> bool {
+    let (Some(first), Some(last)) = (small.first(), small.last()) else {
+        return true;
+    };
+    if small.len() > big.len() || big.first() > Some(first) || big.last() < Some(last) {
+        return false;
+    }
+    let mut rest = big;
+    small.iter().all(|e| {
+        let at = rest.partition_point(|x| x < e);
+        let found = rest.get(at) == Some(e);
+        rest = &rest[at..];
+        found
+    })
+}
+
+/// `acc ∪= other`, both sorted and duplicate-free; `spare` is scratch space.
+fn merge_sorted(acc: &mut Vec<u32>, other: &[u32], spare: &mut Vec<u32>) {
+    spare.clear();
+    spare.reserve(acc.len() + other.len());
+    let (mut i, mut j) = (0, 0);
+    while i < acc.len() && j < other.len() {
+        let (a, b) = (acc[i], other[j]);
+        spare.push(a.min(b));
+        i += usize::from(a <= b);
+        j += usize::from(b <= a);
+    }
+    spare.extend_from_slice(&acc[i..]);
+    spare.extend_from_slice(&other[j..]);
+    std::mem::swap(acc, spare);
 }
 
 #[derive(Clone, Copy)]

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
+use crate::csr::Csr;
 use crate::graph::Graph;
 use crate::index_set::IndexSet;
 use crate::leaf_degrees::LeafDegrees;
@@ -21,7 +22,7 @@ pub(crate) struct Walk<'g> {
     keys: SortKeys<'g>,
     links: LeafLinks<'g>,
     degrees: LeafDegrees,
-    requires: &'g crate::csr::Csr,
+    requires: &'g Csr,
 
     result: Vec<i64>,
     numbered: usize,
@@ -41,6 +42,8 @@ pub(crate) struct Walk<'g> {
     critical_path: Vec<u32>,
     /// Targets for the trivial lookup, popped from the end.
     leaf_list: Vec<u32>,
+    /// Reused buffers: `add_to_result`'s worklist and walk-back dependencies.
+    next_items: Vec<u32>,
     scratch: Vec<u32>,
 }
 
@@ -110,6 +113,7 @@ impl<'g> Walk<'g> {
             known_paths: FxHashMap::default(),
             critical_path: Vec::new(),
             leaf_list,
+            next_items: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -194,8 +198,9 @@ impl<'g> Walk<'g> {
                     self.critical_path.push(d);
                 }
             }
-            let unnumbered = self.critical_path[start..].to_vec();
-            next = self.keys.max_of(unnumbered);
+            next = self
+                .keys
+                .max_of(self.critical_path[start..].iter().copied());
         }
     }
 
@@ -253,7 +258,8 @@ impl<'g> Walk<'g> {
     /// becomes ready behind it.
     fn add_to_result(&mut self, item: u32) {
         let g = self.g;
-        let mut next_items = vec![item];
+        let mut next_items = std::mem::take(&mut self.next_items);
+        next_items.push(item);
         while let Some(x) = next_items.pop() {
             self.runnable_hull[x as usize] = false;
             self.reachable_hull.remove(x);
@@ -285,6 +291,7 @@ impl<'g> Walk<'g> {
                 }
             }
         }
+        self.next_items = next_items;
     }
 
     /// Numbers the removed data roots `x` needs (and theirs), depth first.

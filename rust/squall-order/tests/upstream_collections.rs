@@ -41,7 +41,9 @@ fn store_finishes_one_column_before_the_other() {
     }
     let o = g.order();
     let store = |r: i64, c: i64| o[&key("store-map", &[r, c])];
-    let first_column = (0..2).min_by_key(|&c| (0..5).map(|r| store(r, c)).min()).unwrap();
+    let first_column = (0..2)
+        .min_by_key(|&c| (0..5).map(|r| store(r, c)).min())
+        .unwrap();
     let last_of_first = (0..5).map(|r| store(r, first_column)).max().unwrap();
     let first_of_other = (0..5).map(|r| store(r, 1 - first_column)).min().unwrap();
     assert!(last_of_first < first_of_other);
@@ -104,37 +106,85 @@ fn anomaly_mean() -> Dsk {
     g.value("shuffle-taker-38304");
     // Layer tokens differ per day, as dask's hashed names do.
     let day_tokens = ["4b5711", "e8d5cc", "e95b59", "35c3dc", "4ad167"];
-    let partial_tokens = [("d3c61d", "befb15"), ("356fd7", "5e9bed"), ("0acc65", "0e4d4d"), ("54917f", "3838b6"), ("5e062b", "386911")];
+    let partial_tokens = [
+        ("d3c61d", "befb15"),
+        ("356fd7", "5e9bed"),
+        ("0acc65", "0e4d4d"),
+        ("54917f", "3838b6"),
+        ("5e062b", "386911"),
+    ];
     for day in 0..DAYS {
         let tok = day_tokens[day as usize];
         let (p1, p2) = partial_tokens[day as usize];
         for j in 0..PER_DAY {
             let pick = key(&format!("getitem-mean_chunk-{tok}"), &[j, 0]);
-            g.task(pick.clone(), &[sample(DAYS * j + day), "shuffle-taker-38304".to_owned()]);
+            g.task(
+                pick.clone(),
+                &[sample(DAYS * j + day), "shuffle-taker-38304".to_owned()],
+            );
             g.task(key(&format!("mean_chunk-{tok}"), &[j, 0]), &[pick]);
         }
-        let level1 = reduce_by_four(&mut g, &format!("mean_chunk-{tok}"), PER_DAY, &format!("mean_combine-partial-{p1}"));
-        let level2 = reduce_by_four(&mut g, &format!("mean_combine-partial-{p1}"), level1, &format!("mean_combine-partial-{p2}"));
-        let parts: Vec<String> = (0..level2).map(|m| key(&format!("mean_combine-partial-{p2}"), &[m, 0])).collect();
+        let level1 = reduce_by_four(
+            &mut g,
+            &format!("mean_chunk-{tok}"),
+            PER_DAY,
+            &format!("mean_combine-partial-{p1}"),
+        );
+        let level2 = reduce_by_four(
+            &mut g,
+            &format!("mean_combine-partial-{p1}"),
+            level1,
+            &format!("mean_combine-partial-{p2}"),
+        );
+        let parts: Vec<String> = (0..level2)
+            .map(|m| key(&format!("mean_combine-partial-{p2}"), &[m, 0]))
+            .collect();
         g.task(key("mean_agg-aggregate-stack-8d00d1", &[day, 0]), &parts);
-        g.task(key("stack-8d00d1", &[day, 0]), &[key("mean_agg-aggregate-stack-8d00d1", &[day, 0])]);
+        g.task(
+            key("stack-8d00d1", &[day, 0]),
+            &[key("mean_agg-aggregate-stack-8d00d1", &[day, 0])],
+        );
     }
     for i in 0..DAYS * PER_DAY {
         let climatology = key("getitem-ddc8f1", &[i, 0]);
-        g.task(climatology.clone(), &[key("stack-8d00d1", &[i % DAYS, 0]), "shuffle-taker-38304".to_owned()]);
+        g.task(
+            climatology.clone(),
+            &[
+                key("stack-8d00d1", &[i % DAYS, 0]),
+                "shuffle-taker-38304".to_owned(),
+            ],
+        );
         g.task(key("mean_chunk-257c3e", &[i, 0]), &[climatology, sample(i)]);
     }
     // 200 → 50 → 12, then the last two of the 50 join the final partials.
-    reduce_by_four(&mut g, "mean_chunk-257c3e", DAYS * PER_DAY, "mean_combine-partial-c9b946");
-    reduce_by_four(&mut g, "mean_combine-partial-c9b946", 48, "mean_combine-partial-9f4902");
+    reduce_by_four(
+        &mut g,
+        "mean_chunk-257c3e",
+        DAYS * PER_DAY,
+        "mean_combine-partial-c9b946",
+    );
+    reduce_by_four(
+        &mut g,
+        "mean_combine-partial-c9b946",
+        48,
+        "mean_combine-partial-9f4902",
+    );
     let mut last = Vec::new();
     for m in 0..3 {
-        let deps: Vec<String> = (4 * m..4 * m + 4).map(|x| key("mean_combine-partial-9f4902", &[x, 0])).collect();
+        let deps: Vec<String> = (4 * m..4 * m + 4)
+            .map(|x| key("mean_combine-partial-9f4902", &[x, 0]))
+            .collect();
         last.push(key("mean_combine-partial-bd56fe", &[m, 0]));
         g.task(last[m as usize].clone(), &deps);
     }
     last.push(key("mean_combine-partial-bd56fe", &[3, 0]));
-    g.task(last[3].clone(), &[key("mean_combine-partial-c9b946", &[48, 0]), key("mean_combine-partial-c9b946", &[49, 0])]);
+    g.task(
+        last[3].clone(),
+        &[
+            key("mean_combine-partial-c9b946", &[48, 0]),
+            key("mean_combine-partial-c9b946", &[49, 0]),
+        ],
+    );
     g.task(k1("mean_agg-aggregate-f52453", 0), &last);
     g
 }
@@ -144,7 +194,9 @@ fn anomaly_mean() -> Dsk {
 fn reduce_by_four(g: &mut Dsk, input: &str, n: i64, out: &str) -> i64 {
     let count = (n + 3) / 4;
     for m in 0..count {
-        let deps: Vec<String> = (4 * m..(4 * m + 4).min(n)).map(|x| key(input, &[x, 0])).collect();
+        let deps: Vec<String> = (4 * m..(4 * m + 4).min(n))
+            .map(|x| key(input, &[x, 0]))
+            .collect();
         g.task(key(out, &[m, 0]), &deps);
     }
     count
@@ -160,8 +212,16 @@ fn anomaly_mean_releases_the_wide_stack_nodes_quickly() {
     assert!(mean_pressure < 101.0);
 
     let stats = |filter: &dyn Fn(&str) -> bool| {
-        let ages: Vec<i64> = g.names().iter().filter(|n| filter(n)).map(|n| diag.age[n]).collect();
-        (ages.iter().copied().max().unwrap(), ages.iter().sum::<i64>() as f64 / ages.len() as f64)
+        let ages: Vec<i64> = g
+            .names()
+            .iter()
+            .filter(|n| filter(n))
+            .map(|n| diag.age[n])
+            .collect();
+        (
+            ages.iter().copied().max().unwrap(),
+            ages.iter().sum::<i64>() as f64 / ages.len() as f64,
+        )
     };
     let (max_stack, mean_stack) = stats(&|n| n.starts_with("('stack-"));
     assert!(max_stack < 150 && mean_stack < 100.0);
@@ -284,7 +344,8 @@ fn rechunked_map_reduce_cohorts_finish_branch_by_branch() {
         }
         let o = g.order();
         let pressure = g.diagnostics(&o).pressure;
-        assert!(pressure[..99].iter().max().unwrap() <= &7);
+        // Only the original graph is bounded; the extra inputs come last.
+        assert!(pressure.iter().take(99).all(|&p| p <= 7));
         let mut finals: Vec<u32> = [[0, 0], [0, 1], [1, 0], [1, 1]]
             .iter()
             .map(|[i, j]| o[&key("transpose", &[*i, *j, 0])])
@@ -361,15 +422,17 @@ const DOUBLE_DIFF: &str = "
 #[test]
 fn double_difference_keeps_pressure_bounded() {
     with_letters(|letters| {
-        let g = Dsk::from_spec_renamed(DOUBLE_DIFF, |name| match name {
-            "a" => letters[0],
-            "b" => letters[1],
-            "c" => letters[2],
-            "d" => letters[3],
-            "e" => letters[4],
-            other => other,
-        }
-        .to_owned());
+        let g = Dsk::from_spec_renamed(DOUBLE_DIFF, |name| {
+            match name {
+                "a" => letters[0],
+                "b" => letters[1],
+                "c" => letters[2],
+                "d" => letters[3],
+                "e" => letters[4],
+                other => other,
+            }
+            .to_owned()
+        });
         let o = g.order();
         assert!(g.max_pressure(&o) <= 11);
     });
@@ -452,11 +515,17 @@ fn three_reductions(samples: [&str; 2], tokens: [[&str; 3]; 3]) -> Dsk {
         let combine_key = |i: i64| key(&format!("mean_combine-partial-{combine}"), &[i, 0, 0, 0]);
         let chunks: Vec<String> = (0..4).map(chunk_key).collect();
         g.task(combine_key(0), &chunks);
-        let fused = key(&format!("mean_chunk-mean_combine-partial-{combine}"), &[1, 0, 0, 0]);
+        let fused = key(
+            &format!("mean_chunk-mean_combine-partial-{combine}"),
+            &[1, 0, 0, 0],
+        );
         let last: Vec<String> = uses.iter().map(|s| sample(s, 4)).collect();
         g.task(fused.clone(), &last);
         g.data(combine_key(1), &[fused]);
-        g.task(key(&format!("mean_agg-aggregate-{agg}"), &[0, 0, 0]), &[combine_key(0), combine_key(1)]);
+        g.task(
+            key(&format!("mean_agg-aggregate-{agg}"), &[0, 0, 0]),
+            &[combine_key(0), combine_key(1)],
+        );
     }
     g
 }
@@ -464,9 +533,30 @@ fn three_reductions(samples: [&str; 2], tokens: [[&str; 3]; 3]) -> Dsk {
 #[test]
 fn layer_names_do_not_change_reduction_pressure() {
     let pressures: Vec<i64> = [
-        (["e16b", "02ea"], [["10d7", "17c7", "98a3"], ["fdb3", "23ad", "7edb"], ["cc19", "0c98", "540e"]]),
-        (["a155", "241f"], [["e79d", "e7d9", "0df6"], ["c764", "5741", "d6bd"], ["0507", "a7c4", "fd17"]]),
-        (["0000", "ffff"], [["ffff", "0000", "ffff"], ["0000", "ffff", "0000"], ["8888", "8888", "8888"]]),
+        (
+            ["e16b", "02ea"],
+            [
+                ["10d7", "17c7", "98a3"],
+                ["fdb3", "23ad", "7edb"],
+                ["cc19", "0c98", "540e"],
+            ],
+        ),
+        (
+            ["a155", "241f"],
+            [
+                ["e79d", "e7d9", "0df6"],
+                ["c764", "5741", "d6bd"],
+                ["0507", "a7c4", "fd17"],
+            ],
+        ),
+        (
+            ["0000", "ffff"],
+            [
+                ["ffff", "0000", "ffff"],
+                ["0000", "ffff", "0000"],
+                ["8888", "8888", "8888"],
+            ],
+        ),
     ]
     .into_iter()
     .map(|(samples, tokens)| {
