@@ -312,9 +312,7 @@ impl Scheduler {
             })
             .collect();
         for &t in &wanted {
-            if self.tm(t).who_wants.insert(client) {
-                self.clients[client.idx()].wants_what.insert(t);
-            }
+            self.add_want(t, client);
         }
         // Every distinct submitted task, plus wanted keys from earlier graphs.
         let mut touched: Vec<TaskId> = (0..n)

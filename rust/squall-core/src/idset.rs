@@ -7,7 +7,6 @@
 //! never on hash values.
 
 use indexmap::IndexSet;
-use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 use std::hash::Hash;
 
@@ -16,7 +15,7 @@ const PROMOTE_AT: usize = 32;
 #[derive(Clone, Debug)]
 pub enum IdSet<T: Copy + Eq + Hash> {
     Small(Vec<T>),
-    Large(Box<IndexSet<T, FxBuildHasher>>),
+    Large(Box<IndexSet<T, hashbrown::DefaultHashBuilder>>),
 }
 
 impl<T: Copy + Eq + Hash> Default for IdSet<T> {
@@ -67,8 +66,8 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
                     return false;
                 }
                 if v.len() >= PROMOTE_AT {
-                    let mut s: IndexSet<T, FxBuildHasher> =
-                        IndexSet::with_capacity_and_hasher(v.len() * 2, FxBuildHasher);
+                    let mut s: IndexSet<T, hashbrown::DefaultHashBuilder> =
+                        IndexSet::with_capacity_and_hasher(v.len() * 2, Default::default());
                     s.extend(v.iter().copied());
                     s.insert(x);
                     *self = IdSet::Large(Box::new(s));

@@ -12,6 +12,7 @@ pub mod group;
 pub mod ids;
 pub mod idset;
 pub mod key;
+pub mod links;
 pub mod microbench;
 mod occupancy;
 pub mod priority;

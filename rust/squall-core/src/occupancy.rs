@@ -59,12 +59,11 @@ impl Scheduler {
 
     /// Seconds to bring the dependencies `w` lacks.
     pub fn comm_cost(&self, t: TaskId, w: WorkerId) -> f64 {
-        let ws = self.worker(w);
         let bytes: i64 = self
             .task(t)
             .dependencies
             .iter()
-            .filter(|d| !ws.has_what.contains(d))
+            .filter(|&d| !self.task(d).who_has.contains(w))
             .map(|d| self.eff_nbytes(d))
             .sum();
         bytes as f64 / self.bandwidth

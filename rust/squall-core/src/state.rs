@@ -11,7 +11,7 @@ use crate::key::{key_split, key_split_group, Key};
 use crate::stealing::Stealing;
 use crate::story::TransitionLog;
 use crate::task::{RunSpec, Task, TaskState};
-use crate::worker::{FxIndexMap, Worker};
+use crate::worker::{IdIndexMap, Worker};
 use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeMap;
@@ -60,7 +60,8 @@ impl WorkerSet {
 
 pub struct Client {
     pub id: String,
-    pub wants_what: crate::idset::IdSet<TaskId>,
+    /// Tasks this client wants; each task's `who_wants` link records its index here.
+    pub wants_what: Vec<TaskId>,
     pub last_seen: f64,
 }
 
@@ -119,7 +120,7 @@ pub struct Scheduler {
     pub(crate) now: f64,
     pub(crate) no_workers_since: Option<f64>,
 
-    pub(crate) prefix_count_global: FxIndexMap<PrefixId, u64>,
+    pub(crate) prefix_count_global: IdIndexMap<PrefixId, u64>,
     pub(crate) network_occ_global: i64,
 
     pub(crate) stealing: Stealing,
@@ -175,7 +176,7 @@ impl Scheduler {
             stimulus_counter: 0,
             now: 0.0,
             no_workers_since: None,
-            prefix_count_global: FxIndexMap::default(),
+            prefix_count_global: IdIndexMap::default(),
             network_occ_global: 0,
             erred_history: Default::default(),
             commands: Vec::new(),
@@ -447,12 +448,33 @@ impl Scheduler {
         }
         self.clients.push(Client {
             id: name.to_owned(),
-            wants_what: Default::default(),
+            wants_what: Vec::new(),
             last_seen: self.now,
         });
         let c = ClientId((self.clients.len() - 1) as u32);
         self.client_index.insert(name.to_owned(), c);
         c
+    }
+
+    /// Links `c` as wanting `t` (both sides); false if it already did.
+    pub(crate) fn add_want(&mut self, t: TaskId, c: ClientId) -> bool {
+        if self.task(t).who_wants.contains(c) {
+            return false;
+        }
+        let pos = crate::links::push_back(&mut self.clients[c.idx()].wants_what, t);
+        self.tm(t).who_wants.push(c, pos);
+        true
+    }
+
+    /// Unlinks `c` from `t` (both sides); false if it did not want it.
+    pub(crate) fn remove_want(&mut self, t: TaskId, c: ClientId) -> bool {
+        let Some(pos) = self.tm(t).who_wants.remove(c) else {
+            return false;
+        };
+        if let Some(moved) = crate::links::swap_out(&mut self.clients[c.idx()].wants_what, pos) {
+            self.tm(moved).who_wants.set_position(c, pos);
+        }
+        true
     }
 
     pub fn client(&self, c: ClientId) -> &Client {

@@ -6,7 +6,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::ids::{PrefixId, TaskId, WorkerId};
 use crate::state::Scheduler;
 use crate::task::TaskState as S;
-use crate::worker::{FxIndexMap, FxIndexSet};
+use crate::worker::{IdIndexMap, IdIndexSet};
 
 pub const LEVELS: usize = 15;
 /// Seconds added to every transfer estimate (not configurable upstream either).
@@ -69,13 +69,13 @@ pub(crate) struct InFlight {
 pub struct Stealing {
     pub(crate) last_balance: f64,
     /// Per worker slot: tasks per level.
-    stealable: Vec<Option<Box<[FxIndexSet<TaskId>; LEVELS]>>>,
-    key_stealable: FxIndexMap<TaskId, (WorkerId, u8)>,
-    in_flight: FxIndexMap<TaskId, InFlight>,
-    in_flight_occupancy: FxIndexMap<WorkerId, f64>,
-    in_flight_tasks: FxIndexMap<WorkerId, i64>,
+    stealable: Vec<Option<Box<[IdIndexSet<TaskId>; LEVELS]>>>,
+    key_stealable: IdIndexMap<TaskId, (WorkerId, u8)>,
+    in_flight: IdIndexMap<TaskId, InFlight>,
+    in_flight_occupancy: IdIndexMap<WorkerId, f64>,
+    in_flight_tasks: IdIndexMap<WorkerId, i64>,
     /// Tasks binned with a fallback duration, re-binned once their prefix is measured.
-    unknown_durations: FxIndexMap<PrefixId, FxIndexSet<TaskId>>,
+    unknown_durations: IdIndexMap<PrefixId, IdIndexSet<TaskId>>,
     counter: u64,
     /// Steal requests sent / moves confirmed.
     pub requests: u64,
@@ -93,12 +93,12 @@ fn round_half_even(x: f64) -> f64 {
 }
 
 impl Stealing {
-    fn bins(&mut self, w: WorkerId) -> &mut [FxIndexSet<TaskId>; LEVELS] {
+    fn bins(&mut self, w: WorkerId) -> &mut [IdIndexSet<TaskId>; LEVELS] {
         if self.stealable.len() <= w.idx() {
             self.stealable.resize_with(w.idx() + 1, || None);
         }
         self.stealable[w.idx()]
-            .get_or_insert_with(|| Box::new(std::array::from_fn(|_| FxIndexSet::default())))
+            .get_or_insert_with(|| Box::new(std::array::from_fn(|_| IdIndexSet::default())))
     }
 
     pub fn n_stealable(&self) -> usize {

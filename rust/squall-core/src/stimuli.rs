@@ -146,7 +146,11 @@ impl Scheduler {
         self.check_idle_saturated(w, None);
         let mut runnable: Vec<TaskId> = Vec::new();
         for &(t, _) in self.unrunnable.values() {
-            if self.valid_workers(t).is_none_or(|v| v.contains(&w)) {
+            // Deviation from Dask, which skips loose-restricted tasks here unless `w`
+            // satisfies them: such a task went no-worker only because no worker was
+            // running, and would otherwise wait for a preferred worker forever.
+            let loose = self.task(t).restrictions().is_some_and(|r| r.loose);
+            if loose || self.valid_workers(t).is_none_or(|v| v.contains(&w)) {
                 runnable.push(t);
             }
         }
@@ -562,9 +566,7 @@ impl Scheduler {
         let tasks = self.resolve_keys(keys)?;
         self.next_stimulus(now);
         for t in tasks {
-            if self.tm(t).who_wants.insert(c) {
-                self.clients[c.idx()].wants_what.insert(t);
-            }
+            self.add_want(t, c);
             match self.state_of(t) {
                 S::Memory => self.emit(Command::KeyInMemory { client: c, task: t }),
                 S::Erred => {
@@ -700,7 +702,7 @@ impl Scheduler {
                 "the fire-and-forget client cannot be removed".into(),
             ));
         }
-        let tasks = self.clients[c.idx()].wants_what.to_vec();
+        let tasks = self.clients[c.idx()].wants_what.clone();
         self.client_releases_tasks(c, &tasks, now)
     }
 
@@ -754,9 +756,7 @@ impl Scheduler {
             for &w in workers {
                 self.add_replica(t, w);
             }
-            if self.tm(t).who_wants.insert(c) {
-                self.clients[c.idx()].wants_what.insert(t);
-            }
+            self.add_want(t, c);
             self.emit(Command::KeyInMemory { client: c, task: t });
             out.push(t);
         }

@@ -1,8 +1,9 @@
 //! Per-task scheduler state (reference §0.1).
 
-use crate::ids::{ClientId, GroupId, TaskId, WorkerId};
+use crate::ids::{GroupId, TaskId, WorkerId};
 use crate::idset::IdSet;
 use crate::key::Key;
+use crate::links::{Holders, Wanters};
 use crate::priority::Priority;
 use std::sync::Arc;
 
@@ -130,8 +131,8 @@ pub struct Task {
     pub dependents: IdSet<TaskId>,
     /// Dependents that still need this task's data.
     pub waiters: IdSet<TaskId>,
-    pub who_has: IdSet<WorkerId>,
-    pub who_wants: IdSet<ClientId>,
+    pub who_has: Holders,
+    pub who_wants: Wanters,
     /// None ⇒ pure data (scattered): cannot be recomputed.
     pub run_spec: Option<RunSpec>,
     /// Result size in bytes, −1 while unknown.
@@ -157,8 +158,8 @@ impl Task {
             dependencies: IdSet::new(),
             dependents: IdSet::new(),
             waiters: IdSet::new(),
-            who_has: IdSet::new(),
-            who_wants: IdSet::new(),
+            who_has: Holders::default(),
+            who_wants: Wanters::default(),
             run_spec,
             nbytes: -1,
             run_id: 0,

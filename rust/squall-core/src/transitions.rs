@@ -356,8 +356,9 @@ impl Scheduler {
         for d in self.task(t).dependencies.to_vec() {
             let nb = self.task(d).nbytes;
             dep_bytes += nb.max(0);
+            let held = self.task(d).who_has.contains(w);
             let ws = self.wm(w);
-            if !ws.has_what.contains(&d) {
+            if !held {
                 let c = ws.needs_what.entry(d).or_insert(0);
                 *c += 1;
                 if *c == 1 {
@@ -551,13 +552,12 @@ impl Scheduler {
     }
 
     pub(crate) fn add_replica(&mut self, t: TaskId, w: WorkerId) {
-        let default_size = self.config.default_data_size;
-        let nb = self.task(t).nbytes;
-        let eff = if nb >= 0 { nb } else { default_size };
-        let ws = self.wm(w);
-        if !ws.has_what.insert(t) {
+        if self.task(t).who_has.contains(w) {
             return;
         }
+        let eff = self.eff_nbytes(t);
+        let ws = self.wm(w);
+        let pos = crate::links::push_back(&mut ws.has_what, t);
         ws.nbytes += eff;
         if ws.needs_what.swap_remove(&t).is_some() {
             let before = ws.network_occ;
@@ -566,25 +566,25 @@ impl Scheduler {
             self.network_occ_global = (self.network_occ_global - freed).max(0);
         }
         let ts = self.tm(t);
-        ts.who_has.insert(w);
+        ts.who_has.push(w, pos);
         if ts.who_has.len() == 2 {
             self.replicated_tasks += 1;
         }
     }
 
     pub(crate) fn remove_replica(&mut self, t: TaskId, w: WorkerId) {
-        let default_size = self.config.default_data_size;
-        let nb = self.task(t).nbytes;
-        let eff = if nb >= 0 { nb } else { default_size };
-        let ws = self.wm(w);
-        if !ws.has_what.swap_remove(&t) {
-            return;
-        }
-        ws.nbytes -= eff;
+        let eff = self.eff_nbytes(t);
         let ts = self.tm(t);
-        ts.who_has.remove(w);
+        let Some(pos) = ts.who_has.remove(w) else {
+            return;
+        };
         if ts.who_has.len() == 1 {
             self.replicated_tasks -= 1;
+        }
+        let ws = self.wm(w);
+        ws.nbytes -= eff;
+        if let Some(moved) = crate::links::swap_out(&mut ws.has_what, pos) {
+            self.tm(moved).who_has.set_position(w, pos);
         }
     }
 
@@ -896,14 +896,13 @@ impl Scheduler {
             }
         }
         self.remove_all_replicas(t);
-        let clients = self.tm(t).who_wants.take();
-        for c in clients {
+        for c in self.task(t).who_wants.to_vec() {
             self.emit(Command::CancelledKeys {
                 client: c,
                 task: t,
                 reason: CancelReason::Cancelled,
             });
-            self.clients[c.idx()].wants_what.remove(t);
+            self.remove_want(t, c);
         }
         self.tm(t).processing_on = None;
         self.remove_task(t);
@@ -917,11 +916,10 @@ impl Scheduler {
         recs: &mut Recs,
     ) {
         for &t in keys {
-            if self.get_task(t).is_none() || !self.clients[c.idx()].wants_what.remove(t) {
+            if self.get_task(t).is_none() || !self.remove_want(t, c) {
                 continue;
             }
-            let ts = self.tm(t);
-            ts.who_wants.remove(c);
+            let ts = self.task(t);
             if ts.who_wants.is_empty() {
                 if ts.dependents.is_empty() {
                     recs.insert(t, S::Forgotten);

@@ -95,7 +95,7 @@ impl Scheduler {
             );
         }
         for c in &self.clients {
-            for t in c.wants_what.iter() {
+            for &t in &c.wants_what {
                 ensure!(
                     self.get_task(t)
                         .is_some_and(|ts| ts.who_wants.iter().any(|x| self.client(x).id == c.id)),
@@ -148,13 +148,20 @@ impl Scheduler {
         );
         for w in ts.who_has.iter() {
             ensure!(
-                self.is_registered(w) && self.worker(w).has_what.contains(&t),
+                self.is_registered(w)
+                    && ts.who_has.position(w).is_some_and(|p| self
+                        .worker(w)
+                        .has_what
+                        .get(p as usize)
+                        == Some(&t)),
                 "{k:?}: holder does not list it"
             );
         }
         for c in ts.who_wants.iter() {
             ensure!(
-                self.client(c).wants_what.contains(t),
+                ts.who_wants
+                    .position(c)
+                    .is_some_and(|p| self.client(c).wants_what.get(p as usize) == Some(&t)),
                 "{k:?}: wanting client does not list it"
             );
         }
@@ -274,7 +281,7 @@ impl Scheduler {
                 *prefix_counts.entry(self.prefix_of(t)).or_insert(0) += 1;
             }
             for d in ts.dependencies.iter() {
-                if !ws.has_what.contains(&d) {
+                if !self.task(d).who_has.contains(w) {
                     *needs.entry(d).or_insert(0) += 1;
                 }
             }

@@ -2,10 +2,12 @@
 
 use crate::ids::{PrefixId, TaskId};
 use indexmap::{IndexMap, IndexSet};
-use rustc_hash::FxBuildHasher;
 
-pub type FxIndexSet<T> = IndexSet<T, FxBuildHasher>;
-pub type FxIndexMap<K, V> = IndexMap<K, V, FxBuildHasher>;
+/// Insertion-ordered sets and maps keyed by ids. Their iteration order depends only on
+/// the operations, never on the hasher; foldhash spreads sequential ids well where
+/// FxHash clustered them into long probe sequences.
+pub type IdIndexSet<T> = IndexSet<T, hashbrown::DefaultHashBuilder>;
+pub type IdIndexMap<K, V> = IndexMap<K, V, hashbrown::DefaultHashBuilder>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerStatus {
@@ -55,18 +57,19 @@ pub struct Worker {
     pub nthreads: u32,
     pub memory_limit: u64,
     pub status: WorkerStatus,
-    pub processing: FxIndexSet<TaskId>,
-    pub long_running: FxIndexSet<TaskId>,
-    pub has_what: FxIndexSet<TaskId>,
+    pub processing: IdIndexSet<TaskId>,
+    pub long_running: IdIndexSet<TaskId>,
+    /// Results held here; each task's `who_has` entry records its index in this list.
+    pub has_what: Vec<TaskId>,
     /// Σ effective nbytes of `has_what`.
     pub nbytes: i64,
     pub resources: Vec<(String, f64)>,
     pub used_resources: Vec<(String, f64)>,
-    pub actors: FxIndexSet<TaskId>,
+    pub actors: IdIndexSet<TaskId>,
     /// Processing, non-long-running tasks per prefix.
-    pub task_prefix_count: FxIndexMap<PrefixId, u32>,
+    pub task_prefix_count: IdIndexMap<PrefixId, u32>,
     /// Dependencies to fetch: number of processing tasks here needing each.
-    pub needs_what: FxIndexMap<TaskId, u32>,
+    pub needs_what: IdIndexMap<TaskId, u32>,
     /// Σ effective nbytes over `needs_what`.
     pub network_occ: i64,
     pub last_seen: f64,
@@ -85,7 +88,7 @@ impl Worker {
             status: WorkerStatus::Running,
             processing: Default::default(),
             long_running: Default::default(),
-            has_what: Default::default(),
+            has_what: Vec::new(),
             nbytes: 0,
             used_resources: spec
                 .resources

@@ -589,7 +589,7 @@ impl World {
             .client(self.client)
             .wants_what
             .iter()
-            .map(|t| self.s.task(t).key.as_str().unwrap().to_string())
+            .map(|&t| self.s.task(t).key.as_str().unwrap().to_string())
             .collect();
         assert_eq!(wants, self.wanted, "{ctx}: client wants disagree");
     }
@@ -621,7 +621,7 @@ impl World {
             name: address,
             host: "127.0.0.1".into(),
             nthreads,
-            resources: if n.is_multiple_of(2) {
+            resources: if n % 2 == 0 {
                 vec![("GPU".into(), 1.0)]
             } else {
                 Vec::new()

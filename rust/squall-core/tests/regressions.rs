@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use squall_core::TaskState as S;
+use squall_core::*;
 
 /// Finishes the oldest dispatched task.
 fn finish_next(h: &mut H) -> String {
@@ -180,4 +181,35 @@ fn retrying_all_failed_roots_at_once_does_not_err_their_dependent() {
     assert_eq!(h.state("d"), S::Waiting);
     h.run_all();
     assert_eq!(h.state("d"), S::Memory);
+}
+
+/// A loosely restricted task goes no-worker while no worker runs. When a worker that
+/// does not match its (mere) preference starts running, it must be scheduled there:
+/// Dask only retries tasks the new worker satisfies, stranding it.
+#[test]
+fn a_loosely_restricted_no_worker_task_runs_on_any_worker_that_resumes() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    let now = h.tick_time(0.1);
+    h.s.worker_status_change(a, WorkerStatus::Paused, now)
+        .unwrap();
+    let opts = TaskOptions {
+        restrictions: Some(Restrictions {
+            workers: vec!["tcp://b".into()],
+            loose: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    h.submit_with(&[("x", &[])], &["x"], opts, GraphOrder::Compute)
+        .unwrap();
+    assert_eq!(h.state("x"), S::NoWorker);
+    let now = h.tick_time(0.1);
+    h.s.worker_status_change(a, WorkerStatus::Running, now)
+        .unwrap();
+    h.drain();
+    assert_eq!(h.state("x"), S::Processing, "stranded in no-worker");
+    assert_eq!(h.worker_of("x").unwrap(), "tcp://a");
+    h.run_all();
+    assert_eq!(h.state("x"), S::Memory);
 }

@@ -11,6 +11,8 @@ pub(crate) struct Metrics {
     pub(crate) topo: Vec<u32>,
     /// For a root its number of dependents; otherwise the maximum over its
     /// dependencies, i.e. the largest fan-out among the roots it descends from.
+    /// (Upstream skips dependencies with an identical root set, which cannot
+    /// change a maximum of this kind.)
     pub(crate) max_dependents: Vec<u32>,
 }
 

@@ -199,12 +199,20 @@ fn is_subset(small: &[u32], big: &[u32]) -> bool {
         return false;
     }
     let mut rest = big;
-    small.iter().all(|e| {
-        let at = rest.partition_point(|x| x < e);
-        let found = rest.get(at) == Some(e);
-        rest = &rest[at..];
-        found
-    })
+    if big.len() <= 8 * small.len() {
+        // Comparable sizes: walk both lists.
+        small.iter().all(|e| {
+            let skip = rest.iter().take_while(|&x| x < e).count();
+            rest = &rest[skip..];
+            rest.first() == Some(e)
+        })
+    } else {
+        small.iter().all(|e| {
+            let at = rest.partition_point(|x| x < e);
+            rest = &rest[at..];
+            rest.first() == Some(e)
+        })
+    }
 }
 
 /// `acc ∪= other`, both sorted and duplicate-free; `spare` is scratch space.
@@ -268,5 +276,86 @@ impl SetArena {
         self.next_same_hash
             .push(self.first_by_hash.insert(hash, id).unwrap_or(NONE));
         id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random DAG edges `i → j` (j < i) in CSR form, both directions.
+    fn random_dag(seed: u64, n: usize, max_ins: u64) -> (Csr, Csr) {
+        let mut state = seed;
+        let mut next = move |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        let rows: Vec<Vec<u32>> = (0..n)
+            .map(|i| {
+                let mut row: Vec<u32> = if i == 0 {
+                    vec![]
+                } else {
+                    (0..next(max_ins + 1))
+                        .map(|_| next(i as u64) as u32)
+                        .collect()
+                };
+                row.sort_unstable();
+                row.dedup();
+                row
+            })
+            .collect();
+        let ins = Csr::from_rows(rows.iter().map(Vec::as_slice));
+        let outs = ins.transpose();
+        (ins, outs)
+    }
+
+    fn brute_force_count(ins: &Csr, k: u32) -> u32 {
+        let mut seen = vec![false; ins.len()];
+        let mut stack = vec![k];
+        let mut sources = 0;
+        while let Some(x) = stack.pop() {
+            if std::mem::replace(&mut seen[x as usize], true) {
+                continue;
+            }
+            if ins.degree(x) == 0 {
+                sources += 1;
+            }
+            stack.extend_from_slice(ins.row(x));
+        }
+        sources
+    }
+
+    #[test]
+    fn counts_match_brute_force() {
+        for (seed, n, max_ins) in [
+            (1, 50, 2),
+            (2, 200, 3),
+            (3, 300, 12),
+            (4, 120, 40),
+            (5, 400, 1),
+        ] {
+            let (ins, outs) = random_dag(seed, n, max_ins);
+            let mut reach = Reach::new(&ins, &outs, 0..n as u32);
+            // Query in a scrambled order so sets get built from different ends.
+            for k in (0..n as u32).map(|i| (i * 7919) % n as u32) {
+                assert_eq!(reach.count(k), brute_force_count(&ins, k), "node {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn unions_merge_and_detect_subsets() {
+        let mut acc = vec![1, 4, 9];
+        merge_sorted(&mut acc, &[0, 4, 10], &mut Vec::new());
+        assert_eq!(acc, [0, 1, 4, 9, 10]);
+        assert!(is_subset(&[1, 9], &acc));
+        assert!(is_subset(&[], &acc));
+        assert!(!is_subset(&[2], &acc));
+        assert!(!is_subset(&[0, 11], &acc));
+        let big: Vec<u32> = (0..1000).map(|x| 2 * x).collect();
+        assert!(is_subset(&[0, 500, 1998], &big));
+        assert!(!is_subset(&[0, 501, 1998], &big));
     }
 }

@@ -35,7 +35,7 @@ impl<'g> SortKeys<'g> {
     }
 
     /// Upstream's `len(roots_connected[k])`: roots map to the empty set.
-    pub(crate) fn roots_reached(&mut self, k: u32) -> u32 {
+    fn roots_reached(&mut self, k: u32) -> u32 {
         if self.g.deps.degree(k) == 0 {
             0
         } else {
