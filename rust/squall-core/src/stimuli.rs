@@ -262,7 +262,7 @@ impl Scheduler {
                 }
             }
         }
-        for t in self.worker(w).has_what.iter().copied().collect::<Vec<_>>() {
+        for t in self.worker(w).has_what.clone() {
             self.remove_replica(t, w);
             if self.worker(w).actors.contains(&t) {
                 recs.insert(t, S::Erred);
