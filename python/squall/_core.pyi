@@ -17,6 +17,7 @@ __all__ = [
     "UnknownTaskError",
     "UnknownWorkerError",
     "__version__",
+    "heap_bytes",
     "microbench",
     "order_graph",
     "simulate",
@@ -56,6 +57,7 @@ def simulate(
     bandwidth: float = 100000000.0,
     latency: float = 0.001,
 ) -> dict[str, Any]: ...
+def heap_bytes() -> int: ...
 def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 
 @final

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from squall._core import Scheduler, microbench
+from squall._core import Scheduler, heap_bytes, microbench
 
 
 @dataclass
@@ -126,18 +126,21 @@ def lifecycle_tree(n_leaves: int, n_workers: int) -> tuple[int, float]:
     return len(keys), dt
 
 
-def ingest_map(n: int) -> tuple[float, float]:
-    """Seconds to submit n map tasks, and resident bytes per task held."""
+def ingest_map(n: int) -> tuple[float, float, float]:
+    """Seconds to submit n map tasks; then the scheduler's heap bytes and the process's
+    resident bytes per task held."""
     gc.collect()
-    before = _rss()
+    rss, heap = _rss(), heap_bytes()
     s = Scheduler()
     c = s.client("bench")
     t0 = time.perf_counter()
-    s.submit_map(c, "inc", n, now=0.0, spec=b"f")
+    ids = s.submit_map(c, "inc", n, now=0.0, spec=b"f")
     dt = time.perf_counter() - t0
-    per_task = (_rss() - before) / n
-    del s
-    return dt, per_task
+    s.take_commands()
+    per_task_heap = (heap_bytes() - heap) / n
+    per_task_rss = (_rss() - rss) / n
+    del s, ids
+    return dt, per_task_heap, per_task_rss
 
 
 def dask_tree(n_leaves: int) -> dict[Any, Any]:
@@ -179,8 +182,15 @@ def order_compare(n_leaves: int) -> Iterator[Row]:
 
 
 def run(n: int, repeat: int, compare_dask: bool) -> Iterator[Row]:
-    t, per_task = ingest_map(n)
-    yield Row("ingest-map", n, t, bytes_per_task=per_task, note="bindings; RSS per task held")
+    t, heap, rss = ingest_map(n)
+    yield Row("ingest-map", n, t, note="bindings; map tasks, no workers (all queue)")
+    yield Row(
+        "memory-per-task",
+        n,
+        t,
+        bytes_per_task=heap,
+        note=f"core heap per held task; RSS {rss:.0f}",
+    )
     yield Row("ingest-map-core", n, _median(lambda: microbench("ingest", n), repeat), note="rust")
     yield Row(
         "order-tree-core", n, _median(lambda: microbench("order-tree", n), repeat), note="rust"

@@ -82,6 +82,20 @@ fn submission(tasks: Vec<NewTask>, order: GraphOrder) -> Submission {
     }
 }
 
+/// A scheduler holding `n` queued map tasks (for memory measurements).
+pub fn ingested(n: usize) -> Scheduler {
+    let mut s = Scheduler::new(Config::default());
+    let c = s.client_id("bench");
+    s.update_graph(
+        c,
+        submission(map_tasks("ingest", n), GraphOrder::Sequential),
+        0.0,
+    )
+    .expect("valid graph");
+    s.take_commands();
+    s
+}
+
 /// Seconds to ingest `n` independent tasks with no workers (they queue).
 pub fn ingest(n: usize) -> f64 {
     let mut s = Scheduler::new(Config::default());

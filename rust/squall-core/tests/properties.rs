@@ -22,6 +22,16 @@
 //! (releasing every wanted key forgets everything, empties every worker and the
 //! stealing tables). A separate property checks that a scenario replayed on a fresh
 //! scheduler produces the identical command stream.
+//!
+//! Graphs: 1–4 components of up to 60 tasks in all, each a group of roots (shared
+//! root prefixes make some groups root-ish, small ones are not) and up to 20 tasks with
+//! 1–4 dependencies on earlier tasks, some with `retries`, a few with worker, loose or
+//! resource restrictions. Clusters: 1–4 workers of 1–3 threads, worker-saturation
+//! 1.0 / 1.1 / 2.0 / inf, stealing mostly on. Events: up to 120 of those in [`Op`].
+//!
+//! Debugging: `SQUALL_PROP_TRACE=1` prints every event and command of each scenario
+//! run; `SQUALL_PROP_CASES_SCALE=n` multiplies the case counts; the ignored
+//! `coverage_report` test counts what the generated scenarios exercise.
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
@@ -403,7 +413,7 @@ fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
                 Command::CancelledKeys { task, reason, .. } => {
                     format!("cancelled {} {reason:?}", k(task))
                 }
-                _ => unreachable!(),
+                other => format!("{other:?}"),
             };
             (txt, Ev::Other)
         }
@@ -621,7 +631,7 @@ impl World {
             name: address,
             host: "127.0.0.1".into(),
             nthreads,
-            resources: if n % 2 == 0 {
+            resources: if n.is_multiple_of(2) {
                 vec![("GPU".into(), 1.0)]
             } else {
                 Vec::new()

@@ -5,6 +5,7 @@
 mod commands;
 mod convert;
 mod errors;
+mod heap;
 mod microbench;
 mod order;
 mod scheduler;
@@ -21,6 +22,8 @@ mod _core {
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
         UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
     };
+    #[pymodule_export]
+    use super::heap::heap_bytes;
     #[pymodule_export]
     use super::microbench::microbench;
     #[pymodule_export]
