@@ -231,7 +231,7 @@ impl Scheduler {
     fn apply_submission(
         &mut self,
         client: ClientId,
-        sub: Submission,
+        mut sub: Submission,
         plan: Plan,
         stim: u64,
         now: f64,
@@ -246,7 +246,7 @@ impl Scheduler {
         let mut ids: Vec<TaskId> = Vec::with_capacity(n);
         let mut created = vec![false; n];
         self.reserve_tasks(n);
-        for (i, t) in sub.tasks.iter().enumerate() {
+        for (i, t) in sub.tasks.iter_mut().enumerate() {
             let j = first_of[i] as usize;
             if j != i {
                 ids.push(ids[j]);
@@ -260,7 +260,9 @@ impl Scheduler {
                     ids.push(e);
                 }
                 None => {
-                    ids.push(self.create_task(t.key.clone(), t.run_spec.clone()));
+                    // The key moves into the task; later steps read it from there.
+                    let key = std::mem::take(&mut t.key);
+                    ids.push(self.create_task(key, t.run_spec.clone()));
                     created[i] = true;
                 }
             }
@@ -278,7 +280,7 @@ impl Scheduler {
                 self.add_dependency(t, dt);
             }
         }
-        let order = self.graph_order(&sub, &first_of, &deps);
+        let order = self.graph_order(&sub, &first_of, &deps, &ids);
         let generation = self.next_generation(&sub, now);
         for (i, t) in sub.tasks.iter().enumerate() {
             if first_of[i] as usize != i {
@@ -418,7 +420,13 @@ impl Scheduler {
     }
 
     /// The graph-order index of every submitted task (0 for duplicates).
-    fn graph_order(&self, sub: &Submission, first_of: &[u32], deps: &[Vec<Resolved>]) -> Vec<u64> {
+    fn graph_order(
+        &self,
+        sub: &Submission,
+        first_of: &[u32],
+        deps: &[Vec<Resolved>],
+        ids: &[TaskId],
+    ) -> Vec<u64> {
         let n = sub.tasks.len();
         match &sub.order {
             GraphOrder::Zero => vec![0; n],
@@ -439,7 +447,7 @@ impl Scheduler {
                             Vec::new()
                         },
                         is_task: sub.tasks[i].run_spec.is_some(),
-                        name: sub.tasks[i].key.python_str(),
+                        name: self.task(ids[i]).key.python_str(),
                     })
                     .collect();
                 match squall_order::order(&nodes) {

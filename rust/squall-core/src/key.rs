@@ -8,7 +8,9 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// (`Default` is an empty placeholder left behind when a key is moved out; it is not a
+/// valid key and is never stored.)
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(Box<[u8]>);
 
 /// A decoded key, for building keys and for handing them back to Python.

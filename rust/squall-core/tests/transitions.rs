@@ -422,3 +422,45 @@ fn add_keys_adds_replicas_or_asks_to_remove() {
     h.drain();
     assert_eq!(h.ops("remove-replicas"), vec!["y"]);
 }
+
+#[test]
+fn queued_to_erred_when_no_worker_returns_in_time() {
+    let mut h = H::with(Config { no_workers_timeout: Some(5.0), ..cfg() });
+    let w = h.worker("tcp://a", 1);
+    let keys: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
+    let refs: Vec<(&str, &[&str])> = keys.iter().map(|k| (k.as_str(), &[][..])).collect();
+    let wanted: Vec<&str> = keys.iter().map(String::as_str).collect();
+    h.submit(&refs, &wanted).unwrap();
+    assert_eq!(h.s.n_queued(), 4);
+    let now = h.tick_time(0.1);
+    h.s.remove_worker(w, false, now).unwrap();
+    h.drain();
+    let now = h.tick_time(1.0);
+    h.s.tick(now); // the no-workers period starts being tracked
+    let now = h.tick_time(10.0);
+    h.s.tick(now);
+    h.drain();
+    assert!(wanted.iter().all(|k| h.state(k) == S::Erred), "{:?}", h.s.queued_tasks());
+    let e = h.s.task(h.t("r-5")).error().unwrap().clone();
+    assert_eq!(e.kind, ErrorKind::NoWorker);
+    assert_eq!(h.ops("task-erred").len(), 6);
+}
+
+#[test]
+fn memory_to_erred_when_the_worker_holding_an_actor_dies() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    h.worker("tcp://b", 1);
+    let opts = TaskOptions { actor: true, ..Default::default() };
+    h.submit_with(&[("counter", &[])], &["counter"], opts, GraphOrder::Compute).unwrap();
+    let holder = h.worker_of("counter").unwrap();
+    h.finish("counter");
+    assert_eq!(h.state("counter"), S::Memory);
+    let w = if holder == "tcp://a" { a } else { h.s.worker_by_address("tcp://b").unwrap() };
+    let now = h.tick_time(1.0);
+    h.s.remove_worker(w, false, now).unwrap();
+    h.drain();
+    assert_eq!(h.state("counter"), S::Erred);
+    assert_eq!(h.s.task(h.t("counter")).error().unwrap().kind, ErrorKind::ActorLost);
+    assert_eq!(h.ops("task-erred"), vec!["counter"]);
+}
