@@ -20,6 +20,7 @@ __all__ = [
     "heap_bytes",
     "microbench",
     "order_graph",
+    "order_mapping",
     "simulate",
 ]
 
@@ -42,6 +43,7 @@ def order_graph(
     names: Sequence[str],
     n_internal: int | None = None,
 ) -> list[int]: ...
+def order_mapping(dsk: dict[_Key, Any], dependencies: Any = None) -> dict[_Key, int]: ...
 def simulate(
     *,
     workload_name: str | None = None,

@@ -2,55 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from squall._core import order_graph
+from squall._core import order_mapping
 
 Key = Hashable
 
 
-def _dependencies(dsk: Mapping[Any, Any], node: Any) -> Any:
-    try:
-        return node.dependencies
-    except AttributeError:
-        from dask.core import get_dependencies
-
-        return get_dependencies(dsk, task=node)
-
-
-def order(dsk: Mapping[Key, Any], dependencies: Mapping[Key, Any] | None = None) -> dict[Key, int]:
+def order(
+    dsk: Mapping[Key, Any], dependencies: Mapping[Key, Iterable[Key]] | None = None
+) -> dict[Key, int]:
     """Order the nodes of a Dask graph; lower numbers should run first.
 
     Same contract as ``dask.order.order``: a graph mapping (task-spec nodes or legacy
-    tuples) in, ``{key: int}`` out. Dependencies outside the graph are treated as
-    existing data and left out of the result. Raises ``squall.CycleError`` on a cycle.
-    """
-    if not dsk:
-        return {}
-    from dask.core import istask
+    tuples) in, ``{key: int}`` out. Dependencies are taken from ``dependencies`` when
+    given, else from each node (``.dependencies``, or by walking a legacy task's
+    arguments as ``dask.core.get_dependencies`` does). Dependencies outside the graph
+    are treated as existing data and left out of the result. Raises
+    ``squall.CycleError`` on a cycle.
 
-    keys = list(dsk)
-    index = {k: i for i, k in enumerate(keys)}
-    deps: list[list[int]] = []
-    is_task: list[bool] = []
-    external: list[Key] = []
-    for k in keys:
-        node = dsk[k]
-        ds = dependencies[k] if dependencies is not None else _dependencies(dsk, node)
-        row = []
-        for d in ds:
-            j = index.get(d)
-            if j is None:
-                j = index[d] = len(keys) + len(external)
-                external.append(d)
-            row.append(j)
-        deps.append(row)
-        is_task.append(istask(node))  # type: ignore[no-untyped-call]
-    names = [str(k) for k in keys]
-    for k in external:
-        deps.append([])
-        is_task.append(False)
-        names.append(str(k))
-    prio = order_graph(deps, is_task, names, len(keys))
-    return dict(zip(keys, prio, strict=True))
+    The graph is read and ordered in Rust; the ordering runs without the GIL.
+    """
+    if type(dsk) is not dict:
+        dsk = dict(dsk)
+    return order_mapping(dsk, dependencies)

@@ -1275,7 +1275,7 @@ fn pt_config(cases: u32) -> PtConfig {
 }
 
 proptest! {
-    #![proptest_config(pt_config(400))]
+    #![proptest_config(pt_config(800))]
 
     /// P1–P5 on random graphs, clusters and event interleavings.
     #[test]
@@ -1285,7 +1285,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(pt_config(40))]
+    #![proptest_config(pt_config(48))]
 
     /// The same event sequence on a fresh scheduler gives the same command stream.
     #[test]

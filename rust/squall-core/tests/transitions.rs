@@ -425,7 +425,10 @@ fn add_keys_adds_replicas_or_asks_to_remove() {
 
 #[test]
 fn queued_to_erred_when_no_worker_returns_in_time() {
-    let mut h = H::with(Config { no_workers_timeout: Some(5.0), ..cfg() });
+    let mut h = H::with(Config {
+        no_workers_timeout: Some(5.0),
+        ..cfg()
+    });
     let w = h.worker("tcp://a", 1);
     let keys: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
     let refs: Vec<(&str, &[&str])> = keys.iter().map(|k| (k.as_str(), &[][..])).collect();
@@ -440,7 +443,11 @@ fn queued_to_erred_when_no_worker_returns_in_time() {
     let now = h.tick_time(10.0);
     h.s.tick(now);
     h.drain();
-    assert!(wanted.iter().all(|k| h.state(k) == S::Erred), "{:?}", h.s.queued_tasks());
+    assert!(
+        wanted.iter().all(|k| h.state(k) == S::Erred),
+        "{:?}",
+        h.s.queued_tasks()
+    );
     let e = h.s.task(h.t("r-5")).error().unwrap().clone();
     assert_eq!(e.kind, ErrorKind::NoWorker);
     assert_eq!(h.ops("task-erred").len(), 6);
@@ -451,16 +458,27 @@ fn memory_to_erred_when_the_worker_holding_an_actor_dies() {
     let mut h = H::new();
     let a = h.worker("tcp://a", 1);
     h.worker("tcp://b", 1);
-    let opts = TaskOptions { actor: true, ..Default::default() };
-    h.submit_with(&[("counter", &[])], &["counter"], opts, GraphOrder::Compute).unwrap();
+    let opts = TaskOptions {
+        actor: true,
+        ..Default::default()
+    };
+    h.submit_with(&[("counter", &[])], &["counter"], opts, GraphOrder::Compute)
+        .unwrap();
     let holder = h.worker_of("counter").unwrap();
     h.finish("counter");
     assert_eq!(h.state("counter"), S::Memory);
-    let w = if holder == "tcp://a" { a } else { h.s.worker_by_address("tcp://b").unwrap() };
+    let w = if holder == "tcp://a" {
+        a
+    } else {
+        h.s.worker_by_address("tcp://b").unwrap()
+    };
     let now = h.tick_time(1.0);
     h.s.remove_worker(w, false, now).unwrap();
     h.drain();
     assert_eq!(h.state("counter"), S::Erred);
-    assert_eq!(h.s.task(h.t("counter")).error().unwrap().kind, ErrorKind::ActorLost);
+    assert_eq!(
+        h.s.task(h.t("counter")).error().unwrap().kind,
+        ErrorKind::ActorLost
+    );
     assert_eq!(h.ops("task-erred"), vec!["counter"]);
 }

@@ -29,6 +29,8 @@ mod _core {
     #[pymodule_export]
     use super::order::order_graph;
     #[pymodule_export]
+    use super::order::order_mapping;
+    #[pymodule_export]
     use super::scheduler::Scheduler;
     #[pymodule_export]
     use super::sim::simulate;
