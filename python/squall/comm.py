@@ -1,0 +1,295 @@
+"""The wire protocol every squall process speaks (see docs/runtime.md).
+
+Frames are ``u32 header_len | u32 payload_len | msgpack header | payload`` on a TCP
+stream; connections start with a versioned handshake; small messages to one peer are
+coalesced by :class:`BatchedSend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+PROTOCOL = "squall/1"
+MAX_FRAME_BYTES = 1 << 30
+_LENGTHS = struct.Struct("<II")
+
+Header = dict[str, Any]
+Message = tuple[Header, memoryview]
+
+
+class CommError(Exception):
+    """A connection failed or a peer broke the protocol."""
+
+
+class CommClosedError(CommError):
+    """The peer closed the connection (cleanly, or in the middle of a frame)."""
+
+
+class ProtocolError(CommError):
+    """A peer sent something that is not a squall frame."""
+
+
+class HandshakeError(CommError):
+    """The peers could not agree to talk (another protocol version, a refused role)."""
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``tcp://host:port`` (or ``host:port``) → (host, port), with a clear error."""
+    rest = address
+    if "://" in address:
+        scheme, rest = address.split("://", 1)
+        if scheme != "tcp":
+            raise ValueError(f"unsupported address {address!r}: only tcp:// is supported")
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid address {address!r}: expected tcp://HOST:PORT")
+    return host, int(port)
+
+
+def format_address(host: str, port: int) -> str:
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def encode_frame(header: Header, payload: bytes | memoryview = b"") -> bytes:
+    head: bytes = msgpack.packb(header, use_bin_type=True)
+    return _LENGTHS.pack(len(head), len(payload)) + head + bytes(payload)
+
+
+def _decode_header(raw: bytes) -> Header:
+    try:
+        header = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as e:
+        raise ProtocolError(f"malformed frame header: {e}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("op"), str):
+        raise ProtocolError("malformed frame header: expected a map with a string 'op'")
+    return header
+
+
+class Comm:
+    """One framed, bidirectional connection."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.peer = peer
+        self.peer_info: Header = {}
+
+    @property
+    def closed(self) -> bool:
+        return self._writer.is_closing()
+
+    async def read(self) -> Message:
+        """The next frame. Raises CommClosedError at EOF, ProtocolError on garbage."""
+        try:
+            lengths = await self._reader.readexactly(_LENGTHS.size)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                raise CommClosedError(f"{self.peer}: connection closed mid-frame") from None
+            raise CommClosedError(f"{self.peer}: connection closed") from None
+        except (ConnectionError, OSError) as e:
+            raise CommClosedError(f"{self.peer}: {e}") from None
+        n_head, n_payload = _LENGTHS.unpack(lengths)
+        if n_head + n_payload > MAX_FRAME_BYTES:
+            raise ProtocolError(
+                f"{self.peer}: frame of {n_head + n_payload} bytes exceeds the "
+                f"{MAX_FRAME_BYTES}-byte limit"
+            )
+        try:
+            head = await self._reader.readexactly(n_head)
+            payload = await self._reader.readexactly(n_payload) if n_payload else b""
+        except asyncio.IncompleteReadError:
+            raise CommClosedError(f"{self.peer}: connection closed mid-frame") from None
+        except (ConnectionError, OSError) as e:
+            raise CommClosedError(f"{self.peer}: {e}") from None
+        return _decode_header(head), memoryview(payload)
+
+    async def read_messages(self) -> list[Message]:
+        """The messages of the next frame: one, or all of a batch."""
+        header, payload = await self.read()
+        if header["op"] != "batch":
+            return [(header, payload)]
+        msgs = header.get("msgs")
+        if not isinstance(msgs, list):
+            raise ProtocolError(f"{self.peer}: batch frame without a message list")
+        out: list[Message] = []
+        for m in msgs:
+            if not isinstance(m, dict) or not isinstance(m.get("op"), str):
+                raise ProtocolError(f"{self.peer}: batch holds a message without an 'op'")
+            span = m.pop("payload", None)
+            if span is None:
+                out.append((m, memoryview(b"")))
+                continue
+            start, length = span
+            if start < 0 or length < 0 or start + length > len(payload):
+                raise ProtocolError(f"{self.peer}: batch payload span out of range")
+            out.append((m, payload[start : start + length]))
+        return out
+
+    async def write(self, header: Header, payload: bytes | memoryview = b"") -> None:
+        try:
+            self._writer.write(encode_frame(header, payload))
+            await self._writer.drain()
+        except (ConnectionError, OSError) as e:
+            raise CommClosedError(f"{self.peer}: {e}") from None
+
+    async def close(self) -> None:
+        if not self._writer.is_closing():
+            self._writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
+
+
+async def connect(
+    address: str, *, role: str, info: Header | None = None, timeout: float = 10.0
+) -> Comm:
+    """Open a connection and complete the handshake as ``role``."""
+    host, port = parse_address(address)
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except asyncio.TimeoutError:
+        raise CommError(f"timed out after {timeout}s connecting to {address}") from None
+    except OSError as e:
+        raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
+    comm = Comm(reader, writer, address)
+    try:
+        await comm.write({"op": "hello", "protocol": PROTOCOL, "role": role, **(info or {})})
+        reply, _ = await asyncio.wait_for(comm.read(), timeout)
+    except (CommError, asyncio.TimeoutError) as e:
+        await comm.close()
+        raise HandshakeError(f"handshake with {address} failed: {e}") from None
+    if reply["op"] == "error":
+        await comm.close()
+        raise HandshakeError(f"{address} refused the connection: {reply.get('message')}")
+    if reply["op"] != "welcome" or reply.get("protocol") != PROTOCOL:
+        await comm.close()
+        raise HandshakeError(
+            f"{address} speaks protocol {reply.get('protocol')!r}, this process {PROTOCOL!r}"
+        )
+    comm.peer_info = reply
+    return comm
+
+
+Handler = Callable[[Comm], Awaitable[None]]
+
+
+@dataclass
+class Listener:
+    server: asyncio.Server
+    address: str
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def listen(
+    address: str,
+    handler: Handler,
+    *,
+    roles: frozenset[str],
+    info: Header | None = None,
+    timeout: float = 10.0,
+) -> Listener:
+    """Accept connections on ``address``; each one that completes the handshake with a
+    role in ``roles`` is handed to ``handler`` (its hello is ``comm.peer_info``)."""
+    host, port = parse_address(address)
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
+        try:
+            hello, _ = await asyncio.wait_for(comm.read(), timeout)
+            problem = _check_hello(hello, roles)
+            if problem:
+                await comm.write({"op": "error", "message": problem})
+                await comm.close()
+                return
+            comm.peer_info = hello
+            await comm.write({"op": "welcome", "protocol": PROTOCOL, **(info or {})})
+        except (CommError, asyncio.TimeoutError):
+            await comm.close()
+            return
+        try:
+            await handler(comm)
+        finally:
+            await comm.close()
+
+    try:
+        server = await asyncio.start_server(accept, host, port)
+    except OSError as e:
+        raise CommError(f"cannot listen on {address}: {e.strerror or e}") from None
+    sock = server.sockets[0].getsockname()
+    return Listener(server, format_address(sock[0], sock[1]))
+
+
+def _check_hello(hello: Header, roles: frozenset[str]) -> str | None:
+    if hello["op"] != "hello":
+        return f"expected a hello, got {hello['op']!r}"
+    if hello.get("protocol") != PROTOCOL:
+        theirs = hello.get("protocol")
+        return f"protocol mismatch: peer speaks {theirs!r}, this process {PROTOCOL!r}"
+    if hello.get("role") not in roles:
+        return f"role {hello.get('role')!r} is not accepted here (expected one of {sorted(roles)})"
+    return None
+
+
+class BatchedSend:
+    """Coalesces messages to one peer into a batch frame every ``interval`` seconds."""
+
+    def __init__(self, comm: Comm, interval: float) -> None:
+        self.comm = comm
+        self.interval = interval
+        self._headers: list[Header] = []
+        self._payloads: list[bytes | memoryview] = []
+        self._size = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.frames_sent = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def send(self, header: Header, payload: bytes | memoryview = b"") -> None:
+        if self.comm.closed:
+            raise CommClosedError(f"{self.comm.peer}: cannot send on a closed connection")
+        if payload:
+            header = {**header, "payload": [self._size, len(payload)]}
+            self._payloads.append(payload)
+            self._size += len(payload)
+        self._headers.append(header)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.interval)
+            self._wake.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._headers:
+            return
+        headers, payloads = self._headers, self._payloads
+        self._headers, self._payloads, self._size = [], [], 0
+        await self.comm.write({"op": "batch", "msgs": headers}, b"".join(payloads))
+        self.frames_sent += 1
+
+    async def close(self) -> None:
+        """Send what is pending, then stop."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if not self.comm.closed:
+            with contextlib.suppress(CommError):
+                await self._flush()
