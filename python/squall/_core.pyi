@@ -17,6 +17,7 @@ __all__ = [
     "UnknownTaskError",
     "UnknownWorkerError",
     "__version__",
+    "decode_compute",
     "heap_bytes",
     "microbench",
     "order_graph",
@@ -59,6 +60,20 @@ def simulate(
     bandwidth: float = 100000000.0,
     latency: float = 0.001,
 ) -> dict[str, Any]: ...
+def decode_compute(
+    payload: bytes, addresses: list[str]
+) -> list[
+    tuple[
+        int,
+        int,
+        _Key,
+        tuple[int, float, int],
+        bytes,
+        bool,
+        list[tuple[str, float]],
+        list[tuple[_Key, int, list[str]]],
+    ]
+]: ...
 def heap_bytes() -> int: ...
 def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 
@@ -204,6 +219,7 @@ class Scheduler:
     ) -> list[int]: ...
     def tick(self, *, now: float) -> None: ...
     def take_commands(self) -> Commands: ...
+    def encode_compute(self, cmds: Commands) -> dict[int, tuple[list[str], bytes, int]]: ...
     def lookup(self, key: _Key) -> int | None: ...
     def key_of(self, task: int) -> _Key: ...
     def keys_of(self, tasks: bytes) -> list[_Key]: ...

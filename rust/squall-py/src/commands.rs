@@ -14,6 +14,10 @@ impl Commands {
     pub fn new(cmds: Vec<Command>) -> Self {
         Commands { cmds }
     }
+
+    pub fn commands(&self) -> &[Command] {
+        &self.cmds
+    }
 }
 
 fn op_name(c: &Command) -> &'static str {

@@ -10,6 +10,7 @@ mod microbench;
 mod order;
 mod scheduler;
 mod sim;
+mod wire;
 
 use pyo3::prelude::*;
 
@@ -34,6 +35,8 @@ mod _core {
     use super::scheduler::Scheduler;
     #[pymodule_export]
     use super::sim::simulate;
+    #[pymodule_export]
+    use super::wire::decode_compute;
     use pyo3::prelude::*;
 
     #[pymodule_init]

@@ -710,6 +710,21 @@ impl Scheduler {
         Commands::new(self.inner.take_commands())
     }
 
+    /// The compute-task commands of `cmds` (from the last `take_commands`), grouped by
+    /// worker and encoded as wire payloads: {worker: (address table, payload, count)}.
+    fn encode_compute<'py>(
+        &self,
+        py: Python<'py>,
+        cmds: &Commands,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (w, batch) in crate::wire::encode_compute(&self.inner, cmds.commands()) {
+            let payload = PyBytes::new(py, &batch.payload);
+            out.set_item(w.0, (batch.addresses, payload, batch.count))?;
+        }
+        Ok(out)
+    }
+
     // ----- queries ------------------------------------------------------------------
 
     fn lookup(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {

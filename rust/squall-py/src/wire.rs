@@ -1,0 +1,199 @@
+//! Hot messages of the wire protocol, encoded and decoded in Rust (docs/runtime.md).
+//!
+//! A `compute` payload holds, per task (little-endian):
+//!
+//! ```text
+//! u32 task | u64 run_id | i32 −user priority | f64 generation | u32 order | u8 flags
+//! | bytes key | bytes run spec | u16 n_resources × (str name, f64 amount)
+//! | u16 n_deps × (bytes key, i64 nbytes, u16 n_holders × u16 address index)
+//! ```
+//!
+//! where `bytes` = u32 length + bytes (keys in squall-core's canonical key encoding) and
+//! holder addresses index the message's address table (sent in the frame header).
+
+use crate::convert::key_to_py;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use squall_core::{Command, Key, Scheduler, TaskId, WorkerId};
+use std::collections::BTreeMap;
+
+const FLAG_ACTOR: u8 = 1;
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// One worker's share of a drained command batch.
+#[derive(Default)]
+pub struct ComputeBatch {
+    pub addresses: Vec<String>,
+    address_index: BTreeMap<String, u16>,
+    pub payload: Vec<u8>,
+    pub count: usize,
+}
+
+impl ComputeBatch {
+    fn address(&mut self, a: &str) -> u16 {
+        if let Some(&i) = self.address_index.get(a) {
+            return i;
+        }
+        let i = self.addresses.len() as u16;
+        self.addresses.push(a.to_owned());
+        self.address_index.insert(a.to_owned(), i);
+        i
+    }
+
+    fn push(&mut self, s: &Scheduler, t: TaskId, run_id: u64) {
+        let ts = s.task(t);
+        let out = &mut self.payload;
+        out.extend_from_slice(&t.0.to_le_bytes());
+        out.extend_from_slice(&run_id.to_le_bytes());
+        out.extend_from_slice(&ts.priority.neg_user.to_le_bytes());
+        out.extend_from_slice(&ts.priority.generation.to_le_bytes());
+        out.extend_from_slice(&ts.priority.order.to_le_bytes());
+        out.push(if ts.is_actor() { FLAG_ACTOR } else { 0 });
+        put_bytes(out, ts.key.as_bytes());
+        put_bytes(out, ts.run_spec.as_deref().unwrap_or(&[]));
+        let resources = ts
+            .restrictions()
+            .map(|r| r.resources.as_slice())
+            .unwrap_or(&[]);
+        out.extend_from_slice(&(resources.len() as u16).to_le_bytes());
+        for (name, amount) in resources {
+            put_bytes(out, name.as_bytes());
+            out.extend_from_slice(&amount.to_le_bytes());
+        }
+        let deps: Vec<TaskId> = ts.dependencies.iter().collect();
+        self.payload
+            .extend_from_slice(&(deps.len() as u16).to_le_bytes());
+        for d in deps {
+            let dts = s.task(d);
+            put_bytes(&mut self.payload, dts.key.as_bytes());
+            self.payload.extend_from_slice(&dts.nbytes.to_le_bytes());
+            let holders: Vec<u16> = dts
+                .who_has
+                .iter()
+                .map(|w| self.address(&s.worker(w).address))
+                .collect();
+            self.payload
+                .extend_from_slice(&(holders.len() as u16).to_le_bytes());
+            for h in holders {
+                self.payload.extend_from_slice(&h.to_le_bytes());
+            }
+        }
+        self.count += 1;
+    }
+}
+
+/// Groups the compute-task commands of a batch by worker and encodes each group.
+/// A dispatch superseded within the batch (the task moved or was released since) is
+/// skipped: its run id no longer matches.
+pub fn encode_compute(s: &Scheduler, cmds: &[Command]) -> BTreeMap<WorkerId, ComputeBatch> {
+    let mut out: BTreeMap<WorkerId, ComputeBatch> = BTreeMap::new();
+    for c in cmds {
+        if let Command::ComputeTask {
+            worker,
+            task,
+            run_id,
+        } = *c
+        {
+            let current = s
+                .get_task(task)
+                .is_some_and(|ts| ts.run_id == run_id && ts.processing_on == Some(worker));
+            if current {
+                out.entry(worker).or_default().push(s, task, run_id);
+            }
+        }
+    }
+    out
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> PyResult<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or_else(|| PyValueError::new_err("truncated compute message"))?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn arr<const N: usize>(&mut self) -> PyResult<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("exact length"))
+    }
+    fn u16(&mut self) -> PyResult<u16> {
+        Ok(u16::from_le_bytes(self.arr()?))
+    }
+    fn u32(&mut self) -> PyResult<u32> {
+        Ok(u32::from_le_bytes(self.arr()?))
+    }
+    fn bytes(&mut self) -> PyResult<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn key(&mut self) -> PyResult<Key> {
+        let raw = self.bytes()?;
+        Key::from_encoded(raw)
+            .ok_or_else(|| PyValueError::new_err("malformed key in compute message"))
+    }
+}
+
+/// Decodes a `compute` payload on a worker: a list of
+/// `(task, run_id, key, priority, run_spec, actor, resources, deps)` where priority is
+/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`.
+#[pyfunction]
+pub fn decode_compute<'py>(
+    py: Python<'py>,
+    payload: &[u8],
+    addresses: Vec<String>,
+) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let mut r = Reader { b: payload, pos: 0 };
+    let mut out = Vec::new();
+    while r.pos < payload.len() {
+        let task = r.u32()?;
+        let run_id = u64::from_le_bytes(r.arr()?);
+        let neg_user = i32::from_le_bytes(r.arr()?);
+        let generation = f64::from_le_bytes(r.arr()?);
+        let order = r.u32()?;
+        let flags = r.arr::<1>()?[0];
+        let key = key_to_py(py, &r.key()?)?;
+        let spec = PyBytes::new(py, r.bytes()?);
+        let mut resources = Vec::new();
+        for _ in 0..r.u16()? {
+            let name = std::str::from_utf8(r.bytes()?)
+                .map_err(|_| PyValueError::new_err("resource name is not utf-8"))?;
+            resources.push((name.to_owned(), f64::from_le_bytes(r.arr()?)));
+        }
+        let mut deps = Vec::new();
+        for _ in 0..r.u16()? {
+            let dkey = key_to_py(py, &r.key()?)?;
+            let nbytes = i64::from_le_bytes(r.arr()?);
+            let mut holders = Vec::new();
+            for _ in 0..r.u16()? {
+                let i = r.u16()? as usize;
+                let a = addresses
+                    .get(i)
+                    .ok_or_else(|| PyValueError::new_err("holder index out of range"))?;
+                holders.push(a.clone());
+            }
+            deps.push((dkey, nbytes, holders).into_pyobject(py)?);
+        }
+        let item = (
+            task,
+            run_id,
+            key,
+            (neg_user, generation, order),
+            spec,
+            flags & FLAG_ACTOR != 0,
+            resources,
+            deps,
+        );
+        out.push(item.into_pyobject(py)?);
+    }
+    Ok(out)
+}

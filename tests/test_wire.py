@@ -1,0 +1,50 @@
+"""Hot wire messages: compute batches encoded by the scheduler, decoded by workers."""
+
+from __future__ import annotations
+
+import pytest
+
+import squall
+from squall._core import decode_compute
+
+
+def test_compute_batches_roundtrip_per_worker() -> None:
+    s = squall.Scheduler({"validate": True})
+    c = s.client("c")
+    a = s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
+    b = s.add_worker("tcp://127.0.0.1:2", 1, now=0.0, resources=[("GPU", 1.0)])
+    s.submit(c, [("x", 0)], specs=[b"spec-x"], now=0.0)
+    s.take_commands()
+    x = s.lookup(("x", 0))
+    assert x is not None
+    holder = s.task_info(x)["processing_on"]
+    w = a if holder == "tcp://127.0.0.1:1" else b
+    run = s.task_info(x)["run_id"]
+    assert s.task_finished(w, x, run, 1234, now=0.1) == "applied"
+    s.take_commands()
+    s.submit(
+        c, ["y"], [[("x", 0)]], specs=[b"spec-y"], resources=[("GPU", 1.0)], priority=5, now=0.2
+    )
+    cmds = s.take_commands()
+    batches = s.encode_compute(cmds)
+    assert list(batches) == [b]
+    addresses, payload, count = batches[b]
+    assert count == 1
+    [(task, run_id, key, prio, spec, actor, resources, deps)] = decode_compute(payload, addresses)
+    assert key == "y" and spec == b"spec-y" and not actor
+    assert task == s.lookup("y") and run_id == s.task_info(task)["run_id"]
+    assert prio[0] == -5
+    assert resources == [("GPU", 1.0)]
+    assert deps == [(("x", 0), 1234, [holder])]
+
+
+def test_truncated_compute_payload_is_an_error() -> None:
+    s = squall.Scheduler()
+    c = s.client("c")
+    s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
+    s.submit(c, ["a"], specs=[b"abc"], now=0.0)
+    [(addresses, payload, _)] = s.encode_compute(s.take_commands()).values()
+    with pytest.raises(ValueError, match="truncated"):
+        decode_compute(payload[:-2], addresses)
+    with pytest.raises(ValueError, match="malformed key"):
+        decode_compute(payload[:25] + b"\x00" * (len(payload) - 25), addresses)
