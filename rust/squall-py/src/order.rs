@@ -5,9 +5,9 @@
 use std::fmt::Write as _;
 
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
-use pyo3::intern;
 use squall_order::{order, Node, OrderError};
 
 /// Orders a graph given per node: dependency indices, whether it is a runnable task,
