@@ -3,31 +3,10 @@
 
 use squall_core::microbench as mb;
 use squall_core::GraphOrder;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-/// Counts live heap bytes, for the `memory` mode.
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size(), Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new, Relaxed);
-        LIVE.fetch_sub(l.size(), Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use squall_core::heap::{live_bytes, CountingAlloc};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -37,9 +16,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     if shape == "memory" {
-        let before = LIVE.load(Relaxed);
+        let before = live_bytes();
         let s = mb::ingested(n);
-        let bytes = LIVE.load(Relaxed) - before;
+        let bytes = live_bytes() - before;
         println!(
             "memory: {} bytes of heap per held task ({n} queued map tasks)",
             bytes / n

@@ -93,12 +93,18 @@ def _drive(s: Scheduler, client: int, ids: bytes, now: float) -> float:
     return now
 
 
-def lifecycle_map(n: int, n_workers: int, config: dict[str, Any] | None = None) -> float:
+def _cluster(n_workers: int, config: dict[str, Any] | None = None) -> tuple[Scheduler, int]:
+    """A scheduler with a client and n one-thread workers, nothing pending."""
     s = Scheduler(config)
     c = s.client("bench")
     for i in range(n_workers):
         s.add_worker(f"tcp://10.0.0.{i}:8000", 1, now=0.0)
     s.take_commands()
+    return s, c
+
+
+def lifecycle_map(n: int, n_workers: int, config: dict[str, Any] | None = None) -> float:
+    s, c = _cluster(n_workers, config)
     gc.disable()
     t0 = time.perf_counter()
     ids = s.submit_map(c, "inc", n, now=0.0, spec=b"f")
@@ -111,11 +117,7 @@ def lifecycle_map(n: int, n_workers: int, config: dict[str, Any] | None = None) 
 
 def lifecycle_tree(n_leaves: int, n_workers: int) -> tuple[int, float]:
     keys, offsets, indices = _tree_csr(n_leaves)
-    s = Scheduler()
-    c = s.client("bench")
-    for i in range(n_workers):
-        s.add_worker(f"tcp://10.0.0.{i}:8000", 1, now=0.0)
-    s.take_commands()
+    s, c = _cluster(n_workers)
     gc.disable()
     t0 = time.perf_counter()
     ids = s.submit_csr(c, keys, offsets, indices, now=0.0, wanted=[len(keys) - 1])

@@ -9,6 +9,7 @@ mod decide;
 pub mod error;
 pub mod graph;
 pub mod group;
+pub mod heap;
 pub mod ids;
 pub mod idset;
 pub mod key;
