@@ -147,3 +147,32 @@ def test_config_knobs(sched: squall.Scheduler) -> None:
     assert s.n_queued == 0
     with pytest.raises(ValueError):
         squall.Scheduler({"worker-saturation": 0})
+
+
+def test_core_work_releases_the_gil() -> None:
+    """A long core call on one thread must not stop Python code on another."""
+    import threading
+    import time
+
+    s = squall.Scheduler()
+    c = s.client("c")
+    done = threading.Event()
+    took: list[float] = []
+
+    def ingest() -> None:
+        t0 = time.perf_counter()
+        s.submit_map(c, "inc", 600_000, now=0.0)
+        took.append(time.perf_counter() - t0)
+        done.set()
+
+    worker = threading.Thread(target=ingest)
+    ticks, last, longest_gap = 0, time.perf_counter(), 0.0
+    worker.start()
+    while not done.is_set():
+        time.sleep(0.001)
+        now = time.perf_counter()
+        longest_gap, last, ticks = max(longest_gap, now - last), now, ticks + 1
+    worker.join()
+    assert s.n_tasks == 600_000
+    # Holding the GIL would freeze this loop for the whole call.
+    assert longest_gap < took[0] / 2, (longest_gap, took[0], ticks)
