@@ -1,9 +1,9 @@
 //! `cargo run --release -p squall-bench --example profile_lifecycle [map|tree|ingest|memory] [n]`:
 //! one lifecycle run of the core, for profilers (perf, callgrind).
 
+use squall_core::heap::{live_bytes, CountingAlloc};
 use squall_core::microbench as mb;
 use squall_core::GraphOrder;
-use squall_core::heap::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;

@@ -260,9 +260,10 @@ impl Scheduler {
                     ids.push(e);
                 }
                 None => {
-                    // The key moves into the task; later steps read it from there.
+                    // The key and run spec move into the task; later steps read them
+                    // from there.
                     let key = std::mem::take(&mut t.key);
-                    ids.push(self.create_task(key, t.run_spec.clone()));
+                    ids.push(self.create_task(key, t.run_spec.take()));
                     created[i] = true;
                 }
             }
@@ -280,7 +281,7 @@ impl Scheduler {
                 self.add_dependency(t, dt);
             }
         }
-        let order = self.graph_order(&sub, &first_of, &deps, &ids);
+        let order = self.graph_order(&sub, &first_of, &deps, &ids, &created);
         let generation = self.next_generation(&sub, now);
         for (i, t) in sub.tasks.iter().enumerate() {
             if first_of[i] as usize != i {
@@ -426,6 +427,7 @@ impl Scheduler {
         first_of: &[u32],
         deps: &[Vec<Resolved>],
         ids: &[TaskId],
+        created: &[bool],
     ) -> Vec<u64> {
         let n = sub.tasks.len();
         match &sub.order {
@@ -446,7 +448,11 @@ impl Scheduler {
                         } else {
                             Vec::new()
                         },
-                        is_task: sub.tasks[i].run_spec.is_some(),
+                        is_task: if created[i] {
+                            self.task(ids[i]).run_spec.is_some()
+                        } else {
+                            sub.tasks[i].run_spec.is_some()
+                        },
                         name: self.task(ids[i]).key.python_str(),
                     })
                     .collect();

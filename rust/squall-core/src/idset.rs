@@ -123,8 +123,12 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
 
     /// A copy of the members to iterate while mutating other state (no allocation for
     /// the usual handful).
+    #[inline]
     pub fn to_vec(&self) -> SmallVec<[T; 4]> {
-        self.iter().collect()
+        match self {
+            IdSet::Small(v) => SmallVec::from_slice(v),
+            IdSet::Large(s) => s.iter().copied().collect(),
+        }
     }
 }
 

@@ -44,6 +44,6 @@ pub use worker::{WorkerSpec, WorkerStatus};
 impl Scheduler {
     /// The retained transitions of `key`, oldest first.
     pub fn story(&self, key: &Key) -> Vec<story::LogEntry> {
-        self.log.story(key)
+        self.log.story(key, &self.tasks)
     }
 }

@@ -35,14 +35,17 @@ pub(crate) fn swap_out(list: &mut Vec<TaskId>, pos: u32) -> Option<TaskId> {
 }
 
 impl<I: Copy + Eq> Links<I> {
+    #[inline]
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    #[inline]
     pub fn contains(&self, w: I) -> bool {
         self.0.iter().any(|&(x, _)| x == w)
     }
@@ -55,8 +58,15 @@ impl<I: Copy + Eq> Links<I> {
         self.0.first().map(|&(w, _)| w)
     }
 
+    #[inline]
     pub fn to_vec(&self) -> SmallVec<[I; 4]> {
-        self.iter().collect()
+        let mut v = SmallVec::new();
+        match self.0.as_slice() {
+            [] => {}
+            [(a, _)] => v.push(*a),
+            more => v.extend(more.iter().map(|&(w, _)| w)),
+        }
+        v
     }
 
     pub(crate) fn push(&mut self, w: I, pos: u32) {

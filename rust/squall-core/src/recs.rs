@@ -12,6 +12,9 @@ use crate::task::TaskState;
 
 const ABSENT: u32 = u32::MAX;
 
+/// The (empty) stack and clean position index of a drained `Recs`.
+pub(crate) type RecsBuffers = (Vec<(TaskId, Option<TaskState>)>, Vec<u32>);
+
 #[derive(Default)]
 pub struct Recs {
     /// (task, target); None marks an entry removed from the middle.
@@ -20,16 +23,22 @@ pub struct Recs {
 }
 
 impl Recs {
-    pub(crate) fn with_index(pos: Vec<u32>) -> Self {
-        Recs {
-            stack: Vec::new(),
-            pos,
-        }
+    /// Empty recommendations reusing the buffers of a drained `Recs`.
+    pub(crate) fn from_buffers((stack, pos): RecsBuffers) -> Self {
+        debug_assert!(stack.is_empty());
+        Recs { stack, pos }
     }
 
-    /// The index buffer back, once every entry has been popped.
-    pub(crate) fn into_index(self) -> Option<Vec<u32>> {
-        self.stack.is_empty().then_some(self.pos)
+    /// Both buffers back, once every entry has been popped. (A stack grown by a big
+    /// graph is not kept: only the index is worth its memory.)
+    pub(crate) fn into_buffers(mut self) -> Option<RecsBuffers> {
+        if !self.stack.is_empty() {
+            return None;
+        }
+        if self.stack.capacity() > 4096 {
+            self.stack = Vec::new();
+        }
+        Some((self.stack, self.pos))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -106,7 +115,7 @@ mod tests {
         assert_eq!(r.pop(), None);
         assert!(r.is_empty());
         assert!(r
-            .into_index()
-            .is_some_and(|p| p.iter().all(|&x| x == ABSENT)));
+            .into_buffers()
+            .is_some_and(|(_, p)| p.iter().all(|&x| x == ABSENT)));
     }
 }

@@ -76,7 +76,11 @@ pub struct Scheduler {
     pub(crate) pending_free: Vec<TaskId>,
     /// Forgotten slots named only by the last drained batch: free at the next drain.
     pub(crate) recyclable: Vec<TaskId>,
+    /// Task ids by key hash. May also hold ids of forgotten tasks (even of recycled
+    /// slots): every live task has its entry, and lookups check the task.
     pub(crate) key_index: HashTable<TaskId>,
+    /// Entries of forgotten tasks in `key_index`.
+    pub(crate) stale_keys: usize,
     pub(crate) hasher: FxBuildHasher,
     pub(crate) n_tasks_live: usize,
 
@@ -85,6 +89,8 @@ pub struct Scheduler {
     pub(crate) group_index: FxHashMap<String, GroupId>,
     /// The group of the last task created (a cache for `group_for`).
     pub(crate) last_group: Option<GroupId>,
+    /// (group, its uid, stem): the group of the last `stem-<digits>` str key.
+    pub(crate) group_hint: Option<(GroupId, u64, Vec<u8>)>,
     pub(crate) prefixes: Vec<TaskPrefix>,
     pub(crate) prefix_index: FxHashMap<String, PrefixId>,
 
@@ -128,7 +134,7 @@ pub struct Scheduler {
     pub(crate) erred_history: std::collections::VecDeque<TaskId>,
     pub(crate) commands: Vec<Command>,
     /// Position indexes of drained recommendation sets, for reuse.
-    pub(crate) recs_pool: Vec<Vec<u32>>,
+    pub(crate) recs_pool: Vec<crate::recs::RecsBuffers>,
     pub(crate) transition_counter: u64,
     /// Tasks that needed to wait on an erred dependency during the current fixpoint;
     /// resolved (→ erred) once it settles, see `transitions`.
@@ -147,12 +153,14 @@ impl Scheduler {
             pending_free: Vec::new(),
             recyclable: Vec::new(),
             key_index: HashTable::new(),
+            stale_keys: 0,
             hasher: FxBuildHasher,
             n_tasks_live: 0,
             groups: Vec::new(),
             free_groups: Vec::new(),
             group_index: FxHashMap::default(),
             last_group: None,
+            group_hint: None,
             prefixes: Vec::new(),
             prefix_index: FxHashMap::default(),
             workers: Vec::new(),
@@ -222,9 +230,13 @@ impl Scheduler {
     pub fn lookup(&self, key: &Key) -> Option<TaskId> {
         let h = self.hasher.hash_one(key.as_bytes());
         let tasks = &self.tasks;
+        // Entries of forgotten tasks linger (see `remove_task`): only a live task with
+        // this very key is an answer, and there is at most one.
         self.key_index
             .find(h, |&t| {
-                tasks[t.idx()].as_ref().is_some_and(|ts| ts.key == *key)
+                tasks[t.idx()]
+                    .as_ref()
+                    .is_some_and(|ts| ts.state != TaskState::Forgotten && ts.key == *key)
             })
             .copied()
     }
@@ -246,11 +258,32 @@ impl Scheduler {
     pub(crate) fn reserve_tasks(&mut self, n: usize) {
         let want = n.saturating_sub(self.free_tasks.len());
         self.tasks.reserve(want);
-        let tasks = &self.tasks;
-        let hasher = &self.hasher;
-        self.key_index.reserve(n, |&x| {
-            hasher.hash_one(tasks[x.idx()].as_ref().expect("indexed").key.as_bytes())
-        });
+        self.reserve_keys(n);
+    }
+
+    /// Room for `n` more key index entries. Where the index would have to grow while it
+    /// holds entries of forgotten tasks, it is rebuilt from the live tasks instead.
+    fn reserve_keys(&mut self, n: usize) {
+        if self.key_index.capacity() - self.key_index.len() >= n {
+            return;
+        }
+        if self.stale_keys == 0 {
+            let tasks = &self.tasks;
+            let hasher = &self.hasher;
+            self.key_index
+                .reserve(n, |&x| key_hash_of(hasher, tasks, x));
+            return;
+        }
+        let live = self.n_tasks_live;
+        let mut index = HashTable::with_capacity((live + n).max(2 * live));
+        for (i, ts) in self.tasks.iter().enumerate() {
+            if let Some(ts) = ts.as_ref().filter(|ts| ts.state != TaskState::Forgotten) {
+                let h = self.hasher.hash_one(ts.key.as_bytes());
+                index.insert_unique(h, TaskId(i as u32), |_| unreachable!("sized"));
+            }
+        }
+        self.key_index = index;
+        self.stale_keys = 0;
     }
 
     /// Creates a released task; the caller guarantees the key is new.
@@ -258,6 +291,7 @@ impl Scheduler {
         let group = self.group_for(&key);
         let h = self.hasher.hash_one(key.as_bytes());
         let task = Task::new(key, group, run_spec);
+        self.reserve_keys(1);
         let t = match self.free_tasks.pop() {
             Some(t) => {
                 self.tasks[t.idx()] = Some(task);
@@ -270,9 +304,8 @@ impl Scheduler {
         };
         let tasks = &self.tasks;
         let hasher = &self.hasher;
-        self.key_index.insert_unique(h, t, |&x| {
-            hasher.hash_one(tasks[x.idx()].as_ref().expect("indexed").key.as_bytes())
-        });
+        self.key_index
+            .insert_unique(h, t, |&x| key_hash_of(hasher, tasks, x));
         self.n_tasks_live += 1;
         let g = self.groups[group.idx()].as_mut().expect("live group");
         g.len += 1;
@@ -282,13 +315,16 @@ impl Scheduler {
         t
     }
 
-    /// Removes a forgotten task from the key index; its slot is recycled on drain.
+    /// Retires a forgotten task; its slot is recycled on drain. Its key index entry is
+    /// left in place (lookups skip it) and dropped when the index is rebuilt instead of
+    /// growing, or emptied with the scheduler: a removal costs no random access.
     pub(crate) fn remove_task(&mut self, t: TaskId) {
-        let h = self.hasher.hash_one(self.task(t).key.as_bytes());
-        if let Ok(entry) = self.key_index.find_entry(h, |&x| x == t) {
-            entry.remove();
-        }
         self.n_tasks_live -= 1;
+        self.stale_keys += 1;
+        if self.n_tasks_live == 0 {
+            self.key_index = HashTable::new();
+            self.stale_keys = 0;
+        }
         self.pending_free.push(t);
         let g = self.task(t).group;
         if self.groups[g.idx()]
@@ -319,6 +355,35 @@ impl Scheduler {
     }
 
     fn group_for(&mut self, key: &Key) -> GroupId {
+        // `key_split_group` ignores a final all-digit word of a str key, so `stem-<digits>`
+        // keys all belong to the group found for the last key with that stem.
+        let stem = digit_stem(key);
+        if let (Some(st), Some((g, uid, cached))) = (stem, &self.group_hint) {
+            if cached.as_slice() == st
+                && self.groups[g.idx()].as_ref().is_some_and(|x| x.uid == *uid)
+            {
+                let g = *g;
+                self.last_group = Some(g);
+                return g;
+            }
+        }
+        let g = self.group_for_slow(key);
+        if let Some(st) = stem {
+            let uid = self.group(g).uid;
+            match &mut self.group_hint {
+                Some((hg, huid, cached)) => {
+                    *hg = g;
+                    *huid = uid;
+                    cached.clear();
+                    cached.extend_from_slice(st);
+                }
+                None => self.group_hint = Some((g, uid, st.to_vec())),
+            }
+        }
+        g
+    }
+
+    fn group_for_slow(&mut self, key: &Key) -> GroupId {
         let name = key_split_group(key);
         // Consecutive tasks of a submission usually share a group.
         if let Some(g) = self.last_group {
@@ -524,6 +589,9 @@ impl Scheduler {
     }
 
     fn recycle_slots(&mut self) {
+        if !self.recyclable.is_empty() {
+            self.log.resolve(&self.tasks);
+        }
         for t in self.recyclable.drain(..) {
             self.tasks[t.idx()] = None;
             self.free_tasks.push(t);
@@ -565,9 +633,121 @@ impl Scheduler {
     }
 }
 
+/// The index hash of the task in slot `x`. Only called while the index holds no
+/// stale entries, when every entry names a live task.
+fn key_hash_of(hasher: &FxBuildHasher, tasks: &[Option<Task>], x: TaskId) -> u64 {
+    hasher.hash_one(tasks[x.idx()].as_ref().expect("indexed").key.as_bytes())
+}
+
+/// For a str key `stem-<digits>` (one or more ASCII digits), the stem's bytes.
+fn digit_stem(key: &Key) -> Option<&[u8]> {
+    let b = key.as_bytes();
+    if b.first() != Some(&b'S') {
+        return None;
+    }
+    // The length varint: the payload is the rest of the encoding.
+    let mut pos = 1;
+    while *b.get(pos)? >= 0x80 {
+        pos += 1;
+    }
+    let payload = &b[pos + 1..];
+    // `(…` and `<…` keys are named from the whole string, digits included.
+    if matches!(payload.first(), Some(b'(' | b'<')) {
+        return None;
+    }
+    let digits = payload
+        .iter()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    let dash = payload.len().checked_sub(digits + 1)?;
+    (digits > 0 && payload[dash] == b'-').then(|| &payload[..dash])
+}
+
 /// Whether queue entry (t, seq) is current: the task is queued under that sequence.
 pub(crate) fn is_queued(tasks: &[Option<Task>], t: TaskId, seq: u64) -> bool {
     tasks[t.idx()]
         .as_ref()
         .is_some_and(|ts| ts.state == TaskState::Queued && ts.run_id == seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digit_stems_share_their_group() {
+        let stems = [
+            "inc",
+            "hello-world",
+            "x-1",
+            "",
+            "a,b",
+            "_(x)",
+            "ae05086432ca935f6eba409a8ecd489",
+            "abcdefab",
+            "x-abcdefab",
+            "sum-aggregate-e1a2c3d4e5f6a7b8c9d0e1f2a3b4c5d6",
+            "ñandú-ü",
+        ];
+        for st in stems {
+            let a = Key::str(&format!("{st}-1"));
+            let b = Key::str(&format!("{st}-20981234"));
+            assert_eq!(digit_stem(&a), Some(st.as_bytes()));
+            assert_eq!(key_split_group(&a), key_split_group(&b), "{st}");
+        }
+        for k in ["(x-1", "<f-2", "x", "x-", "x-1a", "-"] {
+            assert_eq!(digit_stem(&Key::str(k)), None, "{k}");
+        }
+        assert_eq!(digit_stem(&Key::tuple_str_ints("x", &[1])), None);
+        let long = "y".repeat(300);
+        assert_eq!(
+            digit_stem(&Key::str(&format!("{long}-7"))),
+            Some(long.as_bytes())
+        );
+    }
+
+    #[test]
+    fn key_index_skips_forgotten_and_recycled_slots() {
+        let mut s = Scheduler::new(Config::default());
+        let forget = |s: &mut Scheduler, t: TaskId| {
+            s.set_state(t, TaskState::Forgotten);
+            s.remove_task(t);
+        };
+        let k = |i: usize| Key::str(&format!("k-{i}"));
+        let ids: Vec<TaskId> = (0..3000).map(|i| s.create_task(k(i), None)).collect();
+        for &t in &ids[..2000] {
+            forget(&mut s, t);
+        }
+        assert_eq!(s.lookup(&k(0)), None, "a forgotten tombstone is no answer");
+        assert_eq!(s.lookup(&k(2500)), Some(ids[2500]));
+        s.take_commands();
+        s.take_commands(); // the 2000 slots are free now
+                           // Same key in a recycled slot, other keys in others, then growth (a rebuild).
+        let again = s.create_task(k(0), None);
+        assert_eq!(s.lookup(&k(0)), Some(again));
+        let more: Vec<TaskId> = (3000..9000).map(|i| s.create_task(k(i), None)).collect();
+        assert_eq!(s.stale_keys, 0, "growth rebuilt the index");
+        for i in 1..2000 {
+            assert_eq!(s.lookup(&k(i)), None);
+        }
+        assert_eq!(s.lookup(&k(0)), Some(again));
+        assert_eq!(s.lookup(&k(2999)), Some(ids[2999]));
+        assert_eq!(s.lookup(&k(8999)), Some(more[5999]));
+        for t in s.task_ids().collect::<Vec<_>>() {
+            forget(&mut s, t);
+        }
+        assert_eq!(s.key_index.len(), 0, "an empty scheduler drops its index");
+        assert_eq!(s.lookup(&k(0)), None);
+    }
+
+    #[test]
+    fn groups_by_digit_stem_match_the_slow_path() {
+        let mut s = Scheduler::new(Config::default());
+        for k in ["a-1", "a-2", "(a-1", "(a-2", "b-x-3", "b-x-4", "a-3"] {
+            let key = Key::str(k);
+            let g = s.group_for(&key);
+            assert_eq!(s.group(g).name, key_split_group(&key), "{k}");
+        }
+    }
 }

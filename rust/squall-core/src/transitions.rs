@@ -4,7 +4,6 @@
 use crate::commands::{CancelReason, Command};
 use crate::ids::{ClientId, TaskId, WorkerId};
 use crate::state::Scheduler;
-use crate::story::{key_hash, LogEntry};
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_HAS_LOST_DEPS, F_LONG_RUNNING};
 use std::sync::Arc;
 
@@ -62,7 +61,7 @@ fn is_direct(start: S, finish: S) -> bool {
 impl Scheduler {
     /// Empty recommendations, reusing a position index from an earlier fixpoint.
     pub(crate) fn new_recs(&mut self) -> Recs {
-        Recs::with_index(self.recs_pool.pop().unwrap_or_default())
+        Recs::from_buffers(self.recs_pool.pop().unwrap_or_default())
     }
 
     /// Runs recommendations to a fixpoint.
@@ -79,8 +78,8 @@ impl Scheduler {
                 break;
             }
         }
-        if let Some(index) = recs.into_index() {
-            self.recs_pool.push(index);
+        if let Some(buffers) = recs.into_buffers() {
+            self.recs_pool.push(buffers);
         }
     }
 
@@ -147,14 +146,7 @@ impl Scheduler {
             .as_ref()
             .map_or(S::Forgotten, |ts| ts.state);
         if self.log.enabled() {
-            let h = key_hash(&self.task(t).key);
-            self.log.push(LogEntry {
-                key_hash: h,
-                start,
-                finish: actual,
-                stimulus: stim,
-                time: self.now,
-            });
+            self.log.push(t, start, actual, stim, self.now);
         }
         self.stealing_on_transition(t, start, actual);
     }
