@@ -18,6 +18,8 @@ __all__ = [
     "UnknownWorkerError",
     "__version__",
     "decode_compute",
+    "decode_keys",
+    "encode_keys",
     "heap_bytes",
     "microbench",
     "order_graph",
@@ -74,6 +76,8 @@ def decode_compute(
         list[tuple[_Key, int, list[str]]],
     ]
 ]: ...
+def encode_keys(keys: list[_Key]) -> bytes: ...
+def decode_keys(payload: bytes) -> list[_Key]: ...
 def heap_bytes() -> int: ...
 def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 

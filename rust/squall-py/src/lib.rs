@@ -36,7 +36,7 @@ mod _core {
     #[pymodule_export]
     use super::sim::simulate;
     #[pymodule_export]
-    use super::wire::decode_compute;
+    use super::wire::{decode_compute, decode_keys, encode_keys};
     use pyo3::prelude::*;
 
     #[pymodule_init]

@@ -197,3 +197,27 @@ pub fn decode_compute<'py>(
     }
     Ok(out)
 }
+
+/// Encodes Python keys for the wire: each as `u32 length | canonical key bytes`.
+#[pyfunction]
+pub fn encode_keys<'py>(
+    py: Python<'py>,
+    keys: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = Vec::new();
+    for k in &keys {
+        put_bytes(&mut out, crate::convert::key_from_py(k)?.as_bytes());
+    }
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Decodes keys written by `encode_keys`; malformed input is a ValueError.
+#[pyfunction]
+pub fn decode_keys<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let mut r = Reader { b: payload, pos: 0 };
+    let mut out = Vec::new();
+    while r.pos < payload.len() {
+        out.push(key_to_py(py, &r.key()?)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,323 @@
+"""The scheduler process: squall-core behind the wire protocol (docs/runtime.md).
+
+Workers and clients connect over TCP. Every message is one stimulus to the core; after
+each batch of messages from a peer, the core's pending commands are drained into
+per-peer batched streams. Compute batches are encoded in Rust; worker reports arrive as
+packed arrays handed to the core as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall import comm
+from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
+
+logger = logging.getLogger("squall.scheduler")
+
+WORKER_INTERVAL = 0.005
+CLIENT_INTERVAL = 0.002
+TICK_INTERVAL = 0.1
+
+
+@dataclass
+class Peer:
+    conn: comm.Comm
+    stream: comm.BatchedSend
+    name: str
+    address: str = ""
+
+
+@dataclass
+class SchedulerServer:
+    """A running scheduler; ``await start()``, then ``address`` is where to connect."""
+
+    address: str = "tcp://127.0.0.1:8786"
+    config: dict[str, Any] | None = None
+    core: Scheduler = field(init=False)
+    workers: dict[int, Peer] = field(default_factory=dict)
+    clients: dict[int, Peer] = field(default_factory=dict)
+    _listener: comm.Listener | None = None
+    _ticker: asyncio.Task[None] | None = None
+    _t0: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.core = Scheduler(self.config)
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    async def start(self) -> None:
+        self._listener = await comm.listen(
+            self.address, self._serve, roles=frozenset({"worker", "client"})
+        )
+        self.address = self._listener.address
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        logger.info("scheduler listening at %s", self.address)
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for peer in [*self.workers.values(), *self.clients.values()]:
+            await peer.stream.close()
+            await peer.conn.close()
+        if self._listener is not None:
+            await self._listener.close()
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL)
+            self.core.tick(now=self.now())
+            self._dispatch()
+
+    async def _serve(self, c: comm.Comm) -> None:
+        if c.peer_info["role"] == "worker":
+            await self._serve_worker(c)
+        else:
+            await self._serve_client(c)
+
+    # ----- workers --------------------------------------------------------------------
+
+    async def _serve_worker(self, c: comm.Comm) -> None:
+        info = c.peer_info
+        try:
+            w = self.core.add_worker(
+                str(info["address"]),
+                int(info["nthreads"]),
+                now=self.now(),
+                name=info.get("name"),
+                memory_limit=int(info.get("memory_limit", 0)),
+                resources=[(str(k), float(v)) for k, v in (info.get("resources") or {}).items()],
+            )
+        except (SchedulerError, KeyError, TypeError, ValueError) as e:
+            await c.write({"op": "error", "message": f"cannot register worker: {e}"})
+            return
+        stream = comm.BatchedSend(c, WORKER_INTERVAL)
+        self.workers[w] = Peer(c, stream, str(info.get("name", info["address"])), info["address"])
+        await c.write({"op": "registered", "worker_id": w})
+        stream.start()
+        logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
+        self._dispatch()
+        try:
+            while True:
+                for header, payload in await c.read_messages():
+                    self._worker_message(w, header, payload)
+                self._dispatch()
+        except comm.CommError as e:
+            logger.info("worker %s left: %s", info["address"], e)
+        finally:
+            peer = self.workers.pop(w)
+            await peer.stream.close()
+            with contextlib.suppress(SchedulerError):
+                self.core.remove_worker(w, now=self.now())
+            self._dispatch()
+
+    def _worker_message(self, w: int, h: comm.Header, payload: memoryview) -> None:
+        op, now = h["op"], self.now()
+        try:
+            if op == "finished":
+                n = int(h["n"])
+                if len(payload) != 28 * n:
+                    raise comm.ProtocolError(f"finished payload of {len(payload)} bytes for {n}")
+                data = bytes(payload)
+                tasks, runs = data[: 4 * n], data[4 * n : 12 * n]
+                sizes, secs = data[12 * n : 20 * n], data[20 * n :]
+                rejected = self.core.tasks_finished(w, tasks, runs, sizes, secs, now=now)
+                if rejected:
+                    logger.debug("worker %d: %d stale finished reports", w, len(rejected))
+            elif op == "erred":
+                n_exc = int(h.get("n_exception", 0))
+                self.core.task_erred(
+                    w,
+                    int(h["task"]),
+                    int(h["run_id"]),
+                    now=now,
+                    exception=bytes(payload[:n_exc]),
+                    traceback=bytes(payload[n_exc:]),
+                    exception_text=str(h.get("exception_text", "")),
+                    traceback_text=str(h.get("traceback_text", "")),
+                )
+            elif op == "heartbeat":
+                executing = [(int(t), float(s)) for t, s in h.get("executing", [])]
+                self.core.heartbeat(w, now=now, bandwidth=h.get("bandwidth"), executing=executing)
+            elif op == "steal-response":
+                self.core.steal_response(
+                    w, int(h["task"]), h.get("state"), int(h["stimulus"]), now=now
+                )
+            elif op == "add-keys":
+                self.core.add_keys(w, [int(t) for t in h["tasks"]], now=now)
+            elif op == "long-running":
+                self.core.long_running(
+                    w, int(h["task"]), int(h["run_id"]), float(h["duration"]), now=now
+                )
+            elif op == "reschedule":
+                self.core.reschedule(w, int(h["task"]), now=now)
+            elif op == "release-worker-data":
+                self.core.release_worker_data(w, int(h["task"]), now=now)
+            else:
+                raise comm.ProtocolError(f"unknown worker message {op!r}")
+        except SchedulerError as e:
+            # Stale or unknown reports are expected in a distributed system: log, go on.
+            logger.debug("worker %d: %s ignored: %s", w, op, e)
+        except (KeyError, TypeError, ValueError) as e:
+            raise comm.ProtocolError(f"malformed {op!r} message from worker {w}: {e}") from None
+
+    # ----- clients --------------------------------------------------------------------
+
+    async def _serve_client(self, c: comm.Comm) -> None:
+        name = str(c.peer_info.get("client", c.peer))
+        cid = self.core.client(name)
+        stream = comm.BatchedSend(c, CLIENT_INTERVAL)
+        self.clients[cid] = Peer(c, stream, name)
+        await c.write({"op": "registered", "client_id": cid})
+        stream.start()
+        try:
+            while True:
+                for header, payload in await c.read_messages():
+                    reply = self._client_message(cid, header, payload)
+                    if reply is not None:
+                        stream.send(*reply)
+                self._dispatch()
+        except comm.CommError as e:
+            logger.info("client %s left: %s", name, e)
+        finally:
+            peer = self.clients.pop(cid)
+            await peer.stream.close()
+            with contextlib.suppress(SchedulerError):
+                self.core.remove_client(cid, now=self.now())
+            self._dispatch()
+
+    def _client_message(
+        self, cid: int, h: comm.Header, payload: memoryview
+    ) -> tuple[comm.Header, bytes] | None:
+        op, now = h["op"], self.now()
+        try:
+            if op == "update-graph":
+                return self._update_graph(cid, h, payload)
+            if op in ("release-keys", "cancel", "retry", "desire-keys", "who-has"):
+                keys = decode_keys(bytes(payload))
+                if op == "release-keys":
+                    self.core.client_releases_keys(cid, keys, now=now)
+                elif op == "cancel":
+                    self.core.cancel(cid, keys, now=now, force=bool(h.get("force")))
+                elif op == "retry":
+                    self.core.retry(keys, now=now)
+                elif op == "desire-keys":
+                    self.core.client_desires_keys(cid, keys, now=now)
+                else:
+                    return self._who_has(h, keys)
+                return None
+            raise comm.ProtocolError(f"unknown client message {op!r}")
+        except SchedulerError as e:
+            return {"op": "request-failed", "id": h.get("id"), "error": str(e)}, b""
+        except (KeyError, TypeError, ValueError) as e:
+            return {"op": "request-failed", "id": h.get("id"), "error": f"malformed: {e}"}, b""
+
+    def _update_graph(
+        self, cid: int, h: comm.Header, payload: memoryview
+    ) -> tuple[comm.Header, bytes]:
+        n_keys, n_specs = int(h["keys_bytes"]), list(h["spec_sizes"])
+        keys = decode_keys(bytes(payload[:n_keys]))
+        specs, pos = [], n_keys
+        for size in n_specs:
+            specs.append(bytes(payload[pos : pos + size]) if size >= 0 else None)
+            pos += max(size, 0)
+        external = keys[len(specs) :]
+        keys = keys[: len(specs)]
+        deps = [[d if d < len(keys) else external[d - len(keys)] for d in ds] for ds in h["deps"]]
+        self.core.submit(
+            cid,
+            keys,
+            deps,
+            now=self.now(),
+            specs=specs,
+            wanted=h.get("wanted"),
+            order=str(h.get("order", "compute")),
+            priority=int(h.get("priority", 0)),
+            fifo_timeout=float(h.get("fifo_timeout", 0.0)),
+            retries=h.get("retries"),
+            workers=h.get("workers"),
+            resources=[tuple(r) for r in h["resources"]] if h.get("resources") else None,
+            allow_other_workers=bool(h.get("allow_other_workers", False)),
+        )
+        return {"op": "graph-accepted", "id": h.get("id")}, b""
+
+    def _who_has(self, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
+        holders = []
+        for k in keys:
+            t = self.core.lookup(k)
+            holders.append(self.core.task_info(t)["who_has"] if t is not None else [])
+        return {"op": "who-has", "id": h.get("id"), "holders": holders}, encode_keys(keys)
+
+    # ----- outputs --------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Drain the core's commands into the peers' batched streams."""
+        cmds = self.core.take_commands()
+        if not len(cmds):
+            return
+        for w, (addresses, payload, count) in self.core.encode_compute(cmds).items():
+            peer = self.workers.get(w)
+            if peer is not None:
+                peer.stream.send({"op": "compute", "addresses": addresses, "n": count}, payload)
+        per_worker: dict[tuple[int, str], list[int]] = {}
+        per_client: dict[tuple[int, str], list[int]] = {}
+        for op, target, task, extra in cmds.records():
+            if op in ("free-keys", "remove-replicas"):
+                per_worker.setdefault((target, op), []).append(task)
+            elif op == "steal-request":
+                self._to_worker(target, {"op": op, "task": task, "stimulus": extra})
+            elif op == "remove-worker":
+                self._to_worker(target, {"op": op, "worker_id": extra})
+            elif op in ("key-in-memory", "lost-data", "task-retried", "cancelled-keys"):
+                per_client.setdefault((target, op), []).append(task)
+            elif op == "task-erred":
+                self._erred_to_client(target, task)
+        for (w, op), tasks in per_worker.items():
+            self._to_worker(w, {"op": op, "tasks": tasks})
+        for (cid, op), tasks in per_client.items():
+            peer = self.clients.get(cid)
+            if peer is not None:
+                keys = self.core.keys_of(struct.pack(f"<{len(tasks)}I", *tasks))
+                peer.stream.send({"op": op}, encode_keys(keys))
+
+    def _to_worker(self, w: int, header: comm.Header) -> None:
+        peer = self.workers.get(w)
+        if peer is not None:
+            peer.stream.send(header)
+
+    def _erred_to_client(self, cid: int, task: int) -> None:
+        peer = self.clients.get(cid)
+        if peer is None:
+            return
+        info = self.core.task_info(task)
+        exc, tb = info.get("exception", b""), info.get("traceback", b"")
+        header = {
+            "op": "task-erred",
+            "exception_text": info.get("exception_text", ""),
+            "traceback_text": info.get("traceback_text", ""),
+            "error_kind": info.get("error_kind", "Remote"),
+            "n_key": 0,
+            "n_exception": len(exc),
+        }
+        key = encode_keys([info["key"]])
+        header["n_key"] = len(key)
+        peer.stream.send(header, key + exc + tb)
+
+
+async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> None:
+    """Run a scheduler until cancelled (``squall scheduler``)."""
+    server = SchedulerServer(address, config)
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.close()
