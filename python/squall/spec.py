@@ -1,0 +1,63 @@
+"""Run specs: how a client describes a task and a worker runs it.
+
+A spec is opaque bytes to the scheduler. It is ``cloudpickle((func, args, kwargs))``
+where every dependency (a future or key passed as an argument) has been replaced by a
+:class:`Dep` marker; the worker substitutes the dependency's value before calling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+
+@dataclass(frozen=True)
+class Dep:
+    """Stands for the value of task ``key`` inside a spec's arguments."""
+
+    key: Hashable
+
+
+def _replace(obj: Any, deps: list[Hashable], to_dep: Callable[[Any], Hashable | None]) -> Any:
+    key = to_dep(obj)
+    if key is not None:
+        if key not in deps:
+            deps.append(key)
+        return Dep(key)
+    if type(obj) in (list, tuple, set, frozenset):
+        return type(obj)(_replace(o, deps, to_dep) for o in obj)
+    if type(obj) is dict:
+        return {k: _replace(v, deps, to_dep) for k, v in obj.items()}
+    return obj
+
+
+def make_spec(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    to_dep: Callable[[Any], Hashable | None],
+) -> tuple[bytes, list[Hashable]]:
+    """Pickle a call; ``to_dep(obj)`` names the key an argument stands for (a future)
+    or returns None. Returns the spec and the dependency keys, in first-seen order."""
+    deps: list[Hashable] = []
+    call = (func, _replace(args, deps, to_dep), _replace(dict(kwargs), deps, to_dep))
+    return cloudpickle.dumps(call), deps
+
+
+def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:
+    if isinstance(obj, Dep):
+        return data[obj.key]
+    if type(obj) in (list, tuple, set, frozenset):
+        return type(obj)(_fill(o, data) for o in obj)
+    if type(obj) is dict:
+        return {k: _fill(v, data) for k, v in obj.items()}
+    return obj
+
+
+def run_spec(spec: bytes, data: Mapping[Hashable, Any]) -> Any:
+    """Run a spec with its dependencies' values taken from ``data``."""
+    func, args, kwargs = cloudpickle.loads(spec)
+    return func(*_fill(args, data), **_fill(kwargs, data))
