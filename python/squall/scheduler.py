@@ -8,10 +8,13 @@ packed arrays handed to the core as they are.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +46,8 @@ class SchedulerServer:
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
+    #: Addresses of departed workers, for remove-worker notices.
+    removed_addresses: dict[int, str] = field(default_factory=dict)
     _listener: comm.Listener | None = None
     _ticker: asyncio.Task[None] | None = None
     _t0: float = field(default_factory=time.monotonic)
@@ -115,6 +120,7 @@ class SchedulerServer:
             logger.info("worker %s left: %s", info["address"], e)
         finally:
             peer = self.workers.pop(w)
+            self.removed_addresses[w] = peer.address
             await peer.stream.close()
             with contextlib.suppress(SchedulerError):
                 self.core.remove_worker(w, now=self.now())
@@ -260,14 +266,11 @@ class SchedulerServer:
     # ----- outputs --------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        """Drain the core's commands into the peers' batched streams."""
+        """Drain the core's commands into the peers' batched streams, keeping for each
+        worker the core's order between freeing a task's old run and a new dispatch."""
         cmds = self.core.take_commands()
         if not len(cmds):
             return
-        for w, (addresses, payload, count) in self.core.encode_compute(cmds).items():
-            peer = self.workers.get(w)
-            if peer is not None:
-                peer.stream.send({"op": "compute", "addresses": addresses, "n": count}, payload)
         per_worker: dict[tuple[int, str], list[int]] = {}
         per_client: dict[tuple[int, str], list[int]] = {}
         for op, target, task, extra in cmds.records():
@@ -276,13 +279,20 @@ class SchedulerServer:
             elif op == "steal-request":
                 self._to_worker(target, {"op": op, "task": task, "stimulus": extra})
             elif op == "remove-worker":
-                self._to_worker(target, {"op": op, "worker_id": extra})
+                gone = self.removed_addresses.get(extra, "")
+                self._to_worker(target, {"op": op, "worker_id": extra, "address": gone})
             elif op in ("key-in-memory", "lost-data", "task-retried", "cancelled-keys"):
                 per_client.setdefault((target, op), []).append(task)
             elif op == "task-erred":
                 self._erred_to_client(target, task)
+        # Frees first: a batch that frees an old run and re-dispatches the task must not
+        # reach the worker the other way round (encode_compute skips stale dispatches).
         for (w, op), tasks in per_worker.items():
             self._to_worker(w, {"op": op, "tasks": tasks})
+        for w, (addresses, payload, count) in self.core.encode_compute(cmds).items():
+            peer = self.workers.get(w)
+            if peer is not None:
+                peer.stream.send({"op": "compute", "addresses": addresses, "n": count}, payload)
         for (cid, op), tasks in per_client.items():
             peer = self.clients.get(cid)
             if peer is not None:
@@ -314,10 +324,38 @@ class SchedulerServer:
 
 
 async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> None:
-    """Run a scheduler until cancelled (``squall scheduler``)."""
+    """Run a scheduler until SIGINT/SIGTERM (``squall scheduler``)."""
     server = SchedulerServer(address, config)
     await server.start()
+    print(f"squall scheduler listening at {server.address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        logger.info("scheduler at %s shutting down", server.address)
         await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``squall scheduler [--host 127.0.0.1] [--port 8786]``."""
+    p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
+    p.add_argument("--port", type=int, default=8786, help="port (0 picks a free one)")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    try:
+        address = comm.format_address(args.host, args.port)
+        comm.parse_address(address)
+        asyncio.run(run_scheduler(address))
+    except (ValueError, comm.CommError) as e:
+        print(f"squall scheduler: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

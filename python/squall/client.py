@@ -1,0 +1,1291 @@
+"""The user-facing client: a drop-in for ``distributed.Client`` (docs/runtime.md).
+
+A :class:`Client` owns one connection to the scheduler (role ``client``) and an asyncio
+event loop. By default the loop runs in a background thread and the API blocks, as
+Dask's synchronous client does; with ``asynchronous=True`` the client uses the running
+loop and its coroutine methods (``gather``, ``result``, ``close``, …) return awaitables.
+
+Protocol choices (see the message table in docs/runtime.md):
+
+* ``submit`` and every batch of ``map`` send ONE ``update-graph``. Dependencies are the
+  futures found in the arguments (also nested in lists, tuples, sets and dicts); all of
+  them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
+  ``n`` task keys in the keys payload. Keys this client already holds a future for are
+  not resubmitted.
+* Run specs follow ``squall.spec`` (``cloudpickle((func, args, kwargs))`` with
+  :class:`~squall.spec.Dep` markers). ``map`` pickles the function once and wraps the
+  bytes in a :class:`PickledFunction`, so each per-item spec is
+  ``cloudpickle((PickledFunction(blob), args_i, kwargs))``: workers run it with the
+  unchanged ``run_spec``; the function is unpickled once per worker process (cached).
+* ``map`` keys are ``{funcname}-{token}-{i}``; the token is one hash over the pickled
+  function, kwargs and per-item arguments (pure) or a uuid (``pure=False``).
+* Futures on the same key share one :class:`FutureState`; when the last one is released
+  or garbage collected the key goes into a ``release-keys`` message, batched per event
+  loop iteration and always sent before any later message.
+* Results: ``who-has`` to the scheduler, then ``get-data`` (role ``peer``) to one holder
+  per key (connections cached per worker); a size of -1 or a failed worker makes the
+  client ask again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import hashlib
+import itertools
+import logging
+import pickle
+import random
+import threading
+import types
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Iterator
+from typing import Any, ClassVar, Literal, NamedTuple
+
+import cloudpickle  # type: ignore[import-untyped]
+from dask.base import tokenize
+from dask.utils import funcname, parse_timedelta
+
+from squall import comm
+from squall._core import decode_keys, encode_keys
+from squall.spec import make_spec
+
+logger = logging.getLogger("squall.client")
+
+Key = Hashable
+Status = Literal["pending", "finished", "error", "cancelled", "lost"]
+
+CLIENT_INTERVAL = 0.002
+ALL_COMPLETED = "ALL_COMPLETED"
+FIRST_COMPLETED = "FIRST_COMPLETED"
+FIRST_EXCEPTION = "FIRST_EXCEPTION"
+
+__all__ = [
+    "ALL_COMPLETED",
+    "FIRST_COMPLETED",
+    "FIRST_EXCEPTION",
+    "CancelledError",
+    "Client",
+    "Future",
+    "FutureCancelledError",
+    "KilledWorker",
+    "PickledFunction",
+    "as_completed",
+    "default_client",
+    "futures_of",
+    "wait",
+]
+
+CancelledError = concurrent.futures.CancelledError
+
+
+class FutureCancelledError(CancelledError):
+    """Raised by ``result()`` of a cancelled future (as distributed's)."""
+
+    def __init__(self, key: Key, reason: str | None = None, msg: str | None = None) -> None:
+        super().__init__(key, reason, msg)
+        self.key = key
+        self.reason = reason or "unknown"
+        self.msg = msg
+
+    def __str__(self) -> str:
+        text = f"{self.key} cancelled for reason: {self.reason}."
+        return f"{text}\n{self.msg}" if self.msg else text
+
+
+class KilledWorker(Exception):
+    """A task was running on too many workers that died (``error_kind`` KilledWorker).
+
+    The scheduler sends only text for this error; it is ``str(exc)``."""
+
+    def __init__(self, text: str, key: Key = None) -> None:
+        super().__init__(text)
+        self.key = key
+
+
+class RemoteError(Exception):
+    """A task failed remotely and its exception could not be unpickled here."""
+
+
+# ----- run specs ------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _load_function(blob: bytes) -> Callable[..., Any]:
+    func: Callable[..., Any] = cloudpickle.loads(blob)
+    return func
+
+
+class PickledFunction:
+    """A function pickled once; calling it unpickles (cached per process) and calls.
+
+    ``map`` puts this in every per-item spec so the function is pickled once per batch
+    instead of once per item."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _load_function(self.blob)(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PickledFunction, (self.blob,)
+
+
+# ----- futures --------------------------------------------------------------------------
+
+
+class FutureState:
+    """State shared by all futures of one key in one client; mutated on the loop."""
+
+    __slots__ = ("_event", "exception", "key", "status", "traceback", "type")
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self.status: Status = "pending"
+        self.exception: BaseException | None = None
+        self.traceback: types.TracebackType | None = None
+        self.type: type | None = None
+        self._event: asyncio.Event | None = None
+
+    def _get_event(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    def finish(self) -> None:
+        self.status = "finished"
+        self._get_event().set()
+
+    def lose(self) -> None:
+        self.status = "lost"
+        self._get_event().clear()
+
+    def retry(self) -> None:
+        self.status = "pending"
+        self.exception = self.traceback = None
+        self._get_event().clear()
+
+    def cancel(self, reason: str | None = None, msg: str | None = None) -> None:
+        self.status = "cancelled"
+        self.exception = FutureCancelledError(self.key, reason, msg)
+        self._get_event().set()
+
+    def set_error(self, exception: BaseException, tb: types.TracebackType | None) -> None:
+        self.status = "error"
+        self.exception = exception
+        self.traceback = tb
+        self._get_event().set()
+
+    def done(self) -> bool:
+        return self.status in ("finished", "error", "cancelled")
+
+    async def wait(self) -> None:
+        await self._get_event().wait()
+
+    def __repr__(self) -> str:
+        return f"<FutureState: {self.status}>"
+
+
+class Future:
+    """A remotely running computation (``distributed.Future``)."""
+
+    _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
+
+    def __init__(self, key: Key, client: Client | None = None) -> None:
+        self.key = key
+        self._cleared = True
+        self._client = client if client is not None else default_client()
+        self._state = self._client._inc_ref(key)
+        self._cleared = False
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def executor(self) -> Client:
+        return self._client
+
+    @property
+    def status(self) -> Status:
+        return self._state.status
+
+    @property
+    def type(self) -> type | None:
+        return self._state.type
+
+    def done(self) -> bool:
+        return self._state.done()
+
+    def cancelled(self) -> bool:
+        return self._state.status == "cancelled"
+
+    def result(self, timeout: float | str | None = None) -> Any:
+        """The value (fetched from a worker); re-raises the task's exception;
+        ``TimeoutError`` after ``timeout`` seconds."""
+        return self._client.sync(self._result, callback_timeout=timeout)
+
+    async def _result(self, raiseit: bool = True) -> Any:
+        st = self._state
+        while True:
+            await st.wait()
+            if st.status == "error" or st.status == "cancelled":
+                assert st.exception is not None
+                if raiseit:
+                    raise st.exception.with_traceback(st.traceback)
+                return st.exception
+            if st.status == "finished":
+                data = await self._client._gather_keys([self.key], [st], "raise")
+                if self.key in data:
+                    return data[self.key]
+
+    async def _exception(self) -> BaseException | None:
+        await self._state.wait()
+        return self._state.exception if self._state.status == "error" else None
+
+    def exception(self, timeout: float | str | None = None) -> Any:
+        return self._client.sync(self._exception, callback_timeout=timeout)
+
+    async def _traceback(self) -> types.TracebackType | None:
+        await self._state.wait()
+        return self._state.traceback if self._state.status == "error" else None
+
+    def traceback(self, timeout: float | str | None = None) -> Any:
+        return self._client.sync(self._traceback, callback_timeout=timeout)
+
+    def cancel(self, reason: str | None = None, msg: str | None = None, **kwargs: Any) -> Any:
+        return self._client.cancel([self], reason=reason, msg=msg, **kwargs)
+
+    def retry(self, **kwargs: Any) -> Any:
+        return self._client.retry([self], **kwargs)
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        """Call ``fn(self)`` in a separate thread once the future is finished, erred or
+        cancelled."""
+        cls = Future
+        if cls._cb_executor is None:
+            cls._cb_executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="squall-callback"
+            )
+        executor = cls._cb_executor
+
+        def run(fut: Future) -> None:
+            try:
+                fn(fut)
+            except BaseException:
+                logger.exception("error in callback %s of %s", fn, fut)
+
+        self._client._call_soon(self._client._watch, self, lambda f: executor.submit(run, f))
+
+    def release(self) -> None:
+        if not self._cleared:
+            self._cleared = True
+            self._client._call_soon(self._client._dec_ref, self.key)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "squall futures can be passed to tasks only as arguments, directly or inside "
+            "lists, tuples, sets and dicts"
+        )
+
+    def __dask_tokenize__(self) -> Any:
+        return ("Future", self.key)
+
+    def __await__(self) -> Any:
+        return self._result().__await__()
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.status}, key: {self.key}>"
+
+
+# ----- the client -----------------------------------------------------------------------
+
+_default_client: Client | None = None
+
+
+def default_client() -> Client:
+    if _default_client is None or _default_client.status == "closed":
+        raise ValueError("no squall Client is running: create one with Client(address)")
+    return _default_client
+
+
+def _timeout_seconds(timeout: float | str | None) -> float | None:
+    if timeout is None:
+        return None
+    return float(parse_timedelta(timeout, default="s"))
+
+
+async def _timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
+    seconds = _timeout_seconds(timeout)
+    if seconds is None:
+        return await aw
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"timed out after {seconds} s") from None
+
+
+class _WhoHas(NamedTuple):
+    keys: list[Key]
+    holders: list[list[str]]
+
+
+class Client:
+    """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
+
+    ``Client()`` without an address (a LocalCluster) is not available yet; pass the
+    address of a running scheduler (``squall scheduler``)."""
+
+    def __init__(
+        self,
+        address: str | Any = None,
+        loop: Any = None,
+        timeout: float | str = 10,
+        set_as_default: bool = True,
+        asynchronous: bool = False,
+        name: str | None = None,
+        direct_to_workers: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if address is None:
+            raise ValueError(
+                "squall.Client needs the address of a running scheduler for now, e.g. "
+                "Client('tcp://127.0.0.1:8786'); Client() with a LocalCluster is not "
+                "available yet"
+            )
+        if not isinstance(address, str):
+            address = getattr(address, "scheduler_address", None) or getattr(
+                address, "address", None
+            )
+            if not isinstance(address, str):
+                raise TypeError("address must be a string like 'tcp://host:port'")
+        if loop is not None:
+            raise NotImplementedError("squall.Client does not accept an external loop")
+        self.address = address
+        self.asynchronous = asynchronous
+        self.id = name or f"Client-{uuid.uuid4()}"
+        self.status = "newly-created"
+        self.futures: dict[Key, FutureState] = {}
+        self.refcount: dict[Key, int] = {}
+        self._refcount_lock = threading.RLock()
+        self._timeout = _timeout_seconds(timeout) or 10.0
+        self._comm: comm.Comm | None = None
+        self._stream: comm.BatchedSend | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._requests: dict[int, asyncio.Future[comm.Message]] = {}
+        self._graphs: dict[int, list[Key]] = {}
+        self._ids = itertools.count(1)
+        self._to_release: list[Key] = []
+        self._release_scheduled = False
+        self._peers: dict[str, tuple[asyncio.Lock, list[comm.Comm]]] = {}
+        self._thread: threading.Thread | None = None
+        self._thread_id: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started: asyncio.Future[None] | None = None
+        self._kwargs = kwargs
+        if asynchronous:
+            with contextlib.suppress(RuntimeError):
+                self._loop = asyncio.get_running_loop()
+                self._started = asyncio.ensure_future(self._start())
+        else:
+            self._loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run_loop() -> None:
+                assert self._loop is not None
+                asyncio.set_event_loop(self._loop)
+                self._thread_id = threading.get_ident()
+                self._loop.call_soon(ready.set)
+                self._loop.run_forever()
+
+            self._thread = threading.Thread(target=run_loop, name="squall-client", daemon=True)
+            self._thread.start()
+            ready.wait()
+            try:
+                self._run_sync(self._start())
+            except BaseException:
+                self._stop_loop()
+                raise
+        if set_as_default:
+            global _default_client
+            _default_client = self
+
+    # ----- lifecycle ------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if self._thread is None:
+            self._thread_id = threading.get_ident()
+        c = await comm.connect(
+            self.address, role="client", info={"client": self.id}, timeout=self._timeout
+        )
+        header, _ = await c.read()
+        if header["op"] != "registered":
+            await c.close()
+            raise comm.HandshakeError(
+                f"scheduler {self.address} refused the client: {header.get('message')}"
+            )
+        self._comm = c
+        self._stream = comm.BatchedSend(c, CLIENT_INTERVAL)
+        self._stream.start()
+        self._reader = asyncio.get_running_loop().create_task(self._read_forever())
+        self.status = "running"
+
+    def __await__(self) -> Any:
+        async def start() -> Client:
+            if self._started is None:
+                self._started = asyncio.ensure_future(self._start())
+            await self._started
+            return self
+
+        return start().__await__()
+
+    async def __aenter__(self) -> Client:
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await self._started
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close()
+
+    def __enter__(self) -> Client:
+        if self.asynchronous:
+            raise RuntimeError("use 'async with' with an asynchronous client")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout: float | str | None = None) -> Any:
+        """Close the connection (the scheduler releases this client's keys)."""
+        if self.asynchronous:
+            return _timed(self._close(), timeout)
+        if self.status == "closed" or self._loop is None or self._loop.is_closed():
+            return None
+        try:
+            self._run_sync(_timed(self._close(), timeout))
+        finally:
+            self._stop_loop()
+        return None
+
+    async def _close(self) -> None:
+        if self.status == "closed":
+            return
+        self.status = "closing"
+        self._flush_releases()
+        if self._stream is not None:
+            await self._stream.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._comm is not None:
+            await self._comm.close()
+        for _, conns in self._peers.values():
+            for c in conns:
+                await c.close()
+        self._peers.clear()
+        self._fail_everything("client closed")
+        self.status = "closed"
+        await asyncio.sleep(0)  # let watchers of the now-cancelled futures finish
+        global _default_client
+        if _default_client is self:
+            _default_client = None
+
+    def _stop_loop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or loop.is_closed():
+            return
+
+        async def cancel_tasks() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_tasks(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self.status = "closed"
+
+    def __repr__(self) -> str:
+        return f"<Client: {self.address!r} status={self.status}>"
+
+    # ----- running things on the loop -------------------------------------------------
+
+    def _run_sync(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise RuntimeError("the client is closed")
+        if threading.get_ident() == self._thread_id:
+            coro.close()
+            raise RuntimeError(
+                "blocking client call from the client's own event loop; "
+                "use Client(..., asynchronous=True) and await"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def sync(
+        self,
+        func: Callable[..., Awaitable[Any]],
+        *args: Any,
+        asynchronous: bool | None = None,
+        callback_timeout: float | str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run coroutine function ``func``: returns an awaitable on an asynchronous
+        client, otherwise blocks for its result."""
+        coro = _timed(func(*args, **kwargs), callback_timeout)
+        if asynchronous if asynchronous is not None else self.asynchronous:
+            return coro
+        return self._run_sync(coro)
+
+    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop, after everything scheduled before (any thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _send(self, header: comm.Header, payload: bytes = b"") -> None:
+        """On the loop: send one message (pending releases go first)."""
+        self._flush_releases()
+        if self._stream is None or self.status not in ("running",):
+            return
+        try:
+            self._stream.send(header, payload)
+        except comm.CommClosedError:
+            logger.debug("dropped %s: the scheduler connection is closed", header["op"])
+
+    def _send_soon(self, header: comm.Header, payload: bytes = b"") -> None:
+        self._call_soon(self._send, header, payload)
+
+    async def _request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
+        rid = next(self._ids)
+        fut: asyncio.Future[comm.Message] = asyncio.get_running_loop().create_future()
+        self._requests[rid] = fut
+        self._send({**header, "id": rid}, payload)
+        if self.status != "running":
+            self._requests.pop(rid, None)
+            raise comm.CommClosedError("the client is not connected")
+        try:
+            return await fut
+        finally:
+            self._requests.pop(rid, None)
+
+    # ----- reference counting -----------------------------------------------------------
+
+    def _inc_ref(self, key: Key) -> FutureState:
+        with self._refcount_lock:
+            self.refcount[key] = self.refcount.get(key, 0) + 1
+            st = self.futures.get(key)
+            if st is None:
+                st = self.futures[key] = FutureState(key)
+            return st
+
+    def _dec_ref(self, key: Key) -> None:
+        with self._refcount_lock:
+            n = self.refcount.get(key, 0) - 1
+            if n > 0:
+                self.refcount[key] = n
+                return
+            self.refcount.pop(key, None)
+            self.futures.pop(key, None)
+        self._to_release.append(key)
+        if not self._release_scheduled:
+            self._release_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_releases)
+
+    def _flush_releases(self) -> None:
+        self._release_scheduled = False
+        keys, self._to_release = self._to_release, []
+        if keys and self._stream is not None and self.status == "running":
+            with contextlib.suppress(comm.CommClosedError):
+                self._stream.send({"op": "release-keys"}, encode_keys(keys))
+
+    # ----- scheduler messages -----------------------------------------------------------
+
+    async def _read_forever(self) -> None:
+        assert self._comm is not None
+        try:
+            while True:
+                for header, payload in await self._comm.read_messages():
+                    try:
+                        self._handle(header, payload)
+                    except Exception:
+                        logger.exception("client: cannot handle %s", header.get("op"))
+        except comm.CommError as e:
+            if self.status == "running":
+                logger.warning("lost the connection to the scheduler: %s", e)
+                self.status = "closed"
+                self._fail_everything(f"lost the connection to the scheduler: {e}")
+
+    def _fail_everything(self, reason: str) -> None:
+        for fut in self._requests.values():
+            if not fut.done():
+                fut.set_exception(comm.CommClosedError(reason))
+        with self._refcount_lock:
+            states = list(self.futures.values())
+        for st in states:
+            if not st.done():
+                st.cancel(reason)
+
+    def _states(self, payload: memoryview) -> list[FutureState]:
+        keys = decode_keys(bytes(payload))
+        with self._refcount_lock:
+            return [st for st in map(self.futures.get, keys) if st is not None]
+
+    def _handle(self, h: comm.Header, payload: memoryview) -> None:
+        op = h["op"]
+        if op == "key-in-memory":
+            for st in self._states(payload):
+                st.finish()
+        elif op == "task-erred":
+            key, exc, tb = _parse_erred(h, payload)
+            with self._refcount_lock:
+                erred = self.futures.get(key)
+            if erred is not None:
+                erred.set_error(exc, tb)
+        elif op == "lost-data":
+            for st in self._states(payload):
+                st.lose()
+        elif op == "task-retried":
+            for st in self._states(payload):
+                st.retry()
+        elif op == "cancelled-keys":
+            for st in self._states(payload):
+                if st.status != "cancelled":
+                    st.cancel("cancelled by the scheduler")
+        elif op in ("who-has", "graph-accepted", "request-failed"):
+            rid = h.get("id")
+            keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
+            if op == "request-failed" and keys is not None:
+                self._graph_failed(keys, str(h.get("error")))
+            fut = self._requests.get(rid) if isinstance(rid, int) else None
+            if fut is not None and not fut.done():
+                if op == "request-failed":
+                    fut.set_exception(RuntimeError(f"scheduler: {h.get('error')}"))
+                else:
+                    fut.set_result((h, payload))
+            elif op == "request-failed" and keys is None:
+                logger.debug("scheduler refused a request: %s", h.get("error"))
+        else:
+            logger.debug("client: ignoring %r from the scheduler", op)
+
+    def _graph_failed(self, keys: list[Key], error: str) -> None:
+        exc = RuntimeError(f"the scheduler refused the graph: {error}")
+        with self._refcount_lock:
+            states = [st for st in map(self.futures.get, keys) if st is not None]
+        for st in states:
+            if st.status == "pending":
+                st.set_error(exc, None)
+
+    # ----- submitting -------------------------------------------------------------------
+
+    def _send_graph(
+        self,
+        keys: list[Key],
+        specs: list[bytes],
+        deps: list[list[Key]],
+        *,
+        priority: int,
+        fifo_timeout: float | str,
+        workers: Any,
+        resources: dict[str, float] | None,
+        retries: int | None,
+        allow_other_workers: bool,
+    ) -> None:
+        if allow_other_workers not in (True, False):
+            raise TypeError("allow_other_workers= must be True or False")
+        if allow_other_workers and workers is None:
+            raise ValueError("Only use allow_other_workers= if using workers=")
+        if isinstance(workers, str):
+            workers = [workers]
+        if workers is not None:
+            workers = list(workers)
+        n = len(keys)
+        external: dict[Key, int] = {}
+        dep_indices = [
+            [n + external.setdefault(k, len(external)) for k in ds] if ds else [] for ds in deps
+        ]
+        keys_bytes = encode_keys([*keys, *external])
+        rid = next(self._ids)
+        header = {
+            "op": "update-graph",
+            "id": rid,
+            "keys_bytes": len(keys_bytes),
+            "spec_sizes": [len(s) for s in specs],
+            "deps": dep_indices,
+            "order": "sequential",
+            "priority": int(priority),
+            "fifo_timeout": _timeout_seconds(fifo_timeout) or 0.0,
+            "retries": retries,
+            "workers": workers,
+            "resources": [[k, float(v)] for k, v in resources.items()] if resources else None,
+            "allow_other_workers": allow_other_workers,
+        }
+        payload = b"".join([keys_bytes, *specs])
+
+        def send() -> None:
+            self._graphs[rid] = keys
+            self._send(header, payload)
+
+        self._call_soon(send)
+
+    def _check_running(self) -> None:
+        if self.status != "running":
+            hint = " (await the client first)" if self.status == "newly-created" else ""
+            raise RuntimeError(f"the client is {self.status}{hint}")
+
+    def submit(
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        key: Key | None = None,
+        workers: Any = None,
+        resources: dict[str, float] | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "100 ms",
+        allow_other_workers: bool = False,
+        actor: bool = False,
+        actors: bool = False,
+        pure: bool = True,
+        **kwargs: Any,
+    ) -> Future:
+        """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments
+        are replaced by their values."""
+        if not callable(func):
+            raise TypeError("First input to submit must be a callable function")
+        if actor or actors:
+            raise NotImplementedError("actors are not supported yet")
+        self._check_running()
+        if key is None:
+            if pure:
+                key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
+            else:
+                key = f"{funcname(func)}-{uuid.uuid4()}"
+        with self._refcount_lock:
+            if key in self.futures:
+                return Future(key, self)
+            future = Future(key, self)
+        spec, deps = make_spec(func, args, kwargs, _to_dep)
+        self._send_graph(
+            [key],
+            [spec],
+            [deps],
+            priority=priority,
+            fifo_timeout=fifo_timeout,
+            workers=workers,
+            resources=resources,
+            retries=retries,
+            allow_other_workers=allow_other_workers,
+        )
+        return future
+
+    def map(
+        self,
+        func: Callable[..., Any],
+        *iterables: Iterable[Any],
+        key: str | list[Key] | None = None,
+        workers: Any = None,
+        retries: int | None = None,
+        resources: dict[str, float] | None = None,
+        priority: int = 0,
+        allow_other_workers: bool = False,
+        fifo_timeout: float | str = "100 ms",
+        actor: bool = False,
+        actors: bool = False,
+        pure: bool = True,
+        batch_size: int | None = None,
+        **kwargs: Any,
+    ) -> list[Future]:
+        """``[submit(func, *items) for items in zip(*iterables)]`` as one graph per
+        batch (``batch_size`` items; all at once by default)."""
+        if not callable(func):
+            raise TypeError("First input to map must be a callable function")
+        if actor or actors:
+            raise NotImplementedError("actors are not supported yet")
+        if iterables and all(isinstance(it, Iterator) for it in iterables):
+            raise TypeError(
+                "Dask no longer supports mapping over Iterators or Queues."
+                "Consider using a normal for loop and Client.submit"
+            )
+        self._check_running()
+        items = list(zip(*iterables, strict=False))
+        keys_given = list(key) if isinstance(key, list) else None
+        if keys_given is not None and len(keys_given) != len(items):
+            raise ValueError("key= list must have one key per item")
+        size = batch_size if batch_size and batch_size > 0 else max(len(items), 1)
+        blob = cloudpickle.dumps(func)
+        pf = PickledFunction(blob)
+        prefix = key if isinstance(key, str) else funcname(func)
+        out: list[Future] = []
+        for start in range(0, len(items), size):
+            batch = items[start : start + size]
+            specs_deps = [make_spec(pf, args, kwargs, _to_dep) for args in batch]
+            if keys_given is not None:
+                keys = keys_given[start : start + size]
+            else:
+                if pure:
+                    h = hashlib.sha1(blob, usedforsecurity=False)
+                    for spec, _ in specs_deps:
+                        h.update(spec)
+                    token = h.hexdigest()
+                else:
+                    token = uuid.uuid4().hex
+                keys = [f"{prefix}-{token}-{i}" for i in range(len(batch))]
+            new_keys: list[Key] = []
+            new_specs: list[bytes] = []
+            new_deps: list[list[Key]] = []
+            with self._refcount_lock:
+                for k, (spec, deps) in zip(keys, specs_deps, strict=True):
+                    if k not in self.futures:
+                        new_keys.append(k)
+                        new_specs.append(spec)
+                        new_deps.append(deps)
+                    out.append(Future(k, self))
+            if new_keys:
+                self._send_graph(
+                    new_keys,
+                    new_specs,
+                    new_deps,
+                    priority=priority,
+                    fifo_timeout=fifo_timeout,
+                    workers=workers,
+                    resources=resources,
+                    retries=retries,
+                    allow_other_workers=allow_other_workers,
+                )
+        return out
+
+    # ----- results ----------------------------------------------------------------------
+
+    def gather(
+        self,
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: bool | None = None,
+    ) -> Any:
+        """Values of futures, in the same (nested list/tuple/set/dict) structure."""
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
+        if isinstance(futures, Iterator):
+            return (self.gather(f, errors=errors, asynchronous=asynchronous) for f in futures)
+        return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
+
+    async def _gather(self, futures: Any, errors: str = "raise") -> Any:
+        found = futures_of(futures)
+        for f in found:
+            if f.client is not self:
+                raise ValueError("Cannot gather Futures created by another client")
+        states: dict[Key, FutureState] = {f.key: f._state for f in found}
+        data = await self._gather_keys(list(states), list(states.values()), errors)
+        return _pack(futures, data)
+
+    async def _gather_keys(
+        self, keys: list[Key], states: list[FutureState], errors: str
+    ) -> dict[Key, Any]:
+        """Wait for the keys, then fetch the finished ones from workers."""
+        data: dict[Key, Any] = {}
+        todo = list(zip(keys, states, strict=True))
+        while todo:
+            for _, st in todo:
+                if not st.done():
+                    await st.wait()
+                if st.status in ("error", "cancelled") and errors == "raise":
+                    assert st.exception is not None
+                    raise st.exception.with_traceback(st.traceback)
+            want = [k for k, st in todo if st.status == "finished"]
+            if want:
+                data.update(await self._fetch(want))
+            todo = [(k, st) for k, st in todo if k not in data and st.status != "error"]
+            todo = [(k, st) for k, st in todo if st.status != "cancelled"]
+            if todo:
+                await asyncio.sleep(0.02)
+        return data
+
+    async def _who_has(self, keys: list[Key]) -> _WhoHas:
+        h, payload = await self._request({"op": "who-has"}, encode_keys(keys))
+        return _WhoHas(decode_keys(bytes(payload)), [list(x) for x in h["holders"]])
+
+    async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
+        """One round: ask who has the keys and get them; missing keys are left out."""
+        answer = await self._who_has(keys)
+        by_worker: dict[str, list[Key]] = {}
+        for k, holders in zip(answer.keys, answer.holders, strict=False):
+            if holders:
+                by_worker.setdefault(random.choice(holders), []).append(k)
+        data: dict[Key, Any] = {}
+        results = await asyncio.gather(
+            *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
+        )
+        for (w, _), r in zip(by_worker.items(), results, strict=True):
+            if isinstance(r, BaseException):
+                if not isinstance(r, comm.CommError):
+                    raise r
+                logger.info("could not get data from %s: %s", w, r)
+            else:
+                data.update(r)
+        return data
+
+    async def _get_data(self, address: str, keys: list[Key]) -> dict[Key, Any]:
+        lock, conns = self._peers.setdefault(address, (asyncio.Lock(), []))
+        async with lock:
+            if not conns:
+                conns.append(await comm.connect(address, role="peer", timeout=self._timeout))
+            c = conns[0]
+            rid = next(self._ids)
+            try:
+                await c.write({"op": "get-data", "id": rid, "n": len(keys)}, encode_keys(keys))
+                while True:
+                    reply = [m for m in await c.read_messages() if m[0].get("id") == rid]
+                    if reply:
+                        break
+            except comm.CommError:
+                conns.clear()
+                await c.close()
+                raise
+        h, payload = reply[0]
+        if h["op"] != "data":
+            raise comm.ProtocolError(f"{address} answered get-data with {h['op']!r}")
+        data: dict[Key, Any] = {}
+        pos = 0
+        for k, size in zip(keys, h["sizes"], strict=False):
+            if size < 0:
+                continue
+            data[k] = pickle.loads(payload[pos : pos + size])
+            pos += size
+        return data
+
+    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+        """``{key: [worker address, …]}`` for the given futures (default: all)."""
+
+        async def run() -> dict[Key, list[str]]:
+            if futures is None:
+                with self._refcount_lock:
+                    keys = list(self.futures)
+            else:
+                keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+            if not keys:
+                return {}
+            answer = await self._who_has(keys)
+            return dict(zip(answer.keys, answer.holders, strict=False))
+
+        return self.sync(run, **kwargs)
+
+    def scatter(self, data: Any, **kwargs: Any) -> Any:
+        """Not available yet: the scheduler has no scatter message."""
+        raise NotImplementedError("squall does not support Client.scatter yet")
+
+    # ----- cancel / retry ---------------------------------------------------------------
+
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: bool | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Any:
+        """Stop computing the futures; their ``result()`` raises CancelledError."""
+        keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+
+        async def run() -> None:
+            self._send({"op": "cancel", "force": force}, encode_keys(keys))
+            for k in keys:
+                with self._refcount_lock:
+                    st = self.futures.pop(k, None)
+                if st is not None:
+                    st.cancel(reason or "cancelled by the client", msg)
+
+        return self.sync(run, asynchronous=asynchronous)
+
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
+        """Run erred futures (and erred dependencies) again."""
+        keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+
+        async def run() -> None:
+            with self._refcount_lock:
+                states = [st for st in map(self.futures.get, keys) if st is not None]
+            for st in states:
+                if st.status == "error":
+                    st.retry()
+            self._send({"op": "retry"}, encode_keys(keys))
+
+        return self.sync(run, asynchronous=asynchronous)
+
+    # ----- waiting ----------------------------------------------------------------------
+
+    async def _watch_done(self, future: Future, callback: Callable[[Future], Any]) -> None:
+        st = future._state
+        while not st.done():
+            await st.wait()
+        callback(future)
+
+    def _watch(self, future: Future, callback: Callable[[Future], Any]) -> None:
+        """On the loop: call ``callback(future)`` on the loop once it is done."""
+        if future._state.done():
+            callback(future)
+        else:
+            asyncio.get_running_loop().create_task(self._watch_done(future, callback))
+
+
+def _to_dep(obj: Any) -> Key | None:
+    return obj.key if isinstance(obj, Future) else None
+
+
+def _parse_erred(
+    h: comm.Header, payload: memoryview
+) -> tuple[Key, BaseException, types.TracebackType | None]:
+    """``task-erred`` → (key, exception to raise, traceback)."""
+    n_key, n_exc = int(h["n_key"]), int(h.get("n_exception", 0))
+    [key] = decode_keys(bytes(payload[:n_key]))
+    text, tb_text = str(h.get("exception_text", "")), str(h.get("traceback_text", ""))
+    exc: BaseException
+    if h.get("error_kind") == "KilledWorker":
+        return key, KilledWorker(text or f"task {key!r} killed too many workers", key), None
+    try:
+        loaded = pickle.loads(payload[n_key : n_key + n_exc]) if n_exc else None
+    except Exception:
+        loaded = None
+    exc = loaded if isinstance(loaded, BaseException) else RemoteError(text or repr(loaded))
+    tb: types.TracebackType | None = None
+    with contextlib.suppress(Exception):
+        rest = payload[n_key + n_exc :]
+        obj: Any = pickle.loads(rest) if len(rest) else None
+        if hasattr(obj, "as_traceback"):
+            obj = obj.as_traceback()
+        if isinstance(obj, types.TracebackType):
+            tb = obj
+    add_note = getattr(exc, "add_note", None)
+    if tb_text and add_note is not None:
+        add_note(f"Remote traceback (task {key!r}):\n{tb_text.rstrip()}")
+    return key, exc, tb
+
+
+def futures_of(obj: Any) -> list[Future]:
+    """The futures inside ``obj`` (a future, or lists/tuples/sets/dicts of them)."""
+    out: list[Future] = []
+    seen: set[int] = set()
+
+    def walk(o: Any) -> None:
+        if isinstance(o, Future):
+            if id(o) not in seen:
+                seen.add(id(o))
+                out.append(o)
+        elif type(o) in (list, tuple, set, frozenset):
+            for x in o:
+                walk(x)
+        elif type(o) is dict:
+            for x in o.values():
+                walk(x)
+
+    walk(obj)
+    return out
+
+
+_SKIP = object()
+
+
+def _pack(o: Any, data: dict[Key, Any]) -> Any:
+    if isinstance(o, Future):
+        return data.get(o.key, _SKIP)
+    if type(o) in (list, tuple, set, frozenset):
+        return type(o)(x for x in (_pack(x, data) for x in o) if x is not _SKIP)
+    if type(o) is dict:
+        return {k: v for k, v in ((k, _pack(v, data)) for k, v in o.items()) if v is not _SKIP}
+    return o
+
+
+# ----- wait / as_completed ----------------------------------------------------------------
+
+
+class DoneAndNotDoneFutures(NamedTuple):
+    done: set[Future]
+    not_done: set[Future]
+
+
+def _client_of(fs: list[Future]) -> Client:
+    return fs[0].client if fs else default_client()
+
+
+def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COMPLETED) -> Any:
+    """Wait until all (or the first, or the first erred) of the futures are done;
+    returns ``(done, not_done)``; ``TimeoutError`` after ``timeout``."""
+    if not isinstance(timeout, (int, float, str, type(None))):
+        raise TypeError(
+            "timeout= keyword received a non-numeric value.\n"
+            "Beware that wait expects a list of values\n"
+            "  Bad:  wait(x, y, z)\n"
+            "  Good: wait([x, y, z])"
+        )
+    futures = futures_of(fs)
+    return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
+
+
+async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
+    if return_when == ALL_COMPLETED:
+        for f in fs:
+            while not f._state.done():
+                await f._state.wait()
+    elif return_when in (FIRST_COMPLETED, FIRST_EXCEPTION):
+        first = return_when == FIRST_COMPLETED
+
+        def stop() -> bool:
+            if first:
+                return any(f._state.done() for f in fs)
+            return any(f.status == "error" for f in fs) or all(f._state.done() for f in fs)
+
+        while fs and not stop():
+            pending = {f._state for f in fs if not f._state.done()}
+            tasks = [asyncio.ensure_future(st.wait()) for st in pending]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in tasks:
+                    t.cancel()
+    else:
+        raise ValueError(f"unknown return_when {return_when!r}")
+    done = {f for f in fs if f._state.done()}
+    cancelled = [f for f in done if f.cancelled()]
+    if cancelled:
+        exc = cancelled[0]._state.exception
+        assert exc is not None
+        raise exc
+    return DoneAndNotDoneFutures(done, {f for f in fs if not f._state.done()})
+
+
+class as_completed:
+    """Iterate over futures in the order they complete (sync ``for`` or ``async for``).
+
+    ``with_results=True`` yields ``(future, result)``; ``add``/``update`` grow it."""
+
+    def __init__(
+        self,
+        futures: Any = None,
+        loop: Any = None,
+        with_results: bool = False,
+        raise_errors: bool = True,
+        *,
+        timeout: float | str | None = None,
+    ) -> None:
+        self.with_results = with_results
+        self.raise_errors = raise_errors
+        self._cond = threading.Condition()
+        self._queue: deque[Future] = deque()
+        self._pending: set[Future] = set()
+        self._event: asyncio.Event | None = None
+        self._timeout = _timeout_seconds(timeout)
+        self._client: Client | None = None
+        if futures is not None:
+            self.update(futures)
+
+    def add(self, future: Future) -> None:
+        self._client = future.client
+        with self._cond:
+            self._pending.add(future)
+        future.client._call_soon(future.client._watch, future, self._notify)
+
+    def update(self, futures: Any) -> None:
+        for f in futures_of(list(futures) if not isinstance(futures, Future) else futures):
+            self.add(f)
+
+    def _notify(self, future: Future) -> None:
+        with self._cond:
+            if future not in self._pending:
+                return
+            self._pending.discard(future)
+            self._queue.append(future)
+            self._cond.notify_all()
+        if self._event is not None:
+            self._event.set()
+
+    def count(self) -> int:
+        with self._cond:
+            return len(self._pending) + len(self._queue)
+
+    def is_empty(self) -> bool:
+        return not self.count()
+
+    def has_ready(self) -> bool:
+        with self._cond:
+            return bool(self._queue)
+
+    def clear(self) -> None:
+        with self._cond:
+            self._pending.clear()
+            self._queue.clear()
+
+    def __iter__(self) -> as_completed:
+        return self
+
+    def _next_future(self) -> Future:
+        with self._cond:
+            while not self._queue:
+                if not self._pending:
+                    raise StopIteration
+                if not self._cond.wait(self._timeout):
+                    raise TimeoutError(f"as_completed timed out after {self._timeout} s")
+            return self._queue.popleft()
+
+    def _with_result(self, f: Future, value: Any) -> Any:
+        if isinstance(value, BaseException) and f.status == "error" and self.raise_errors:
+            raise value
+        return f, value
+
+    def __next__(self) -> Any:
+        f = self._next_future()
+        if not self.with_results:
+            return f
+        return self._with_result(f, f.client.sync(f._result, raiseit=False))
+
+    def next_batch(self, block: bool = True) -> list[Any]:
+        batch = [next(self)] if block else []
+        while self.has_ready():
+            batch.append(next(self))
+        return batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        while True:
+            try:
+                yield self.next_batch(block=True)
+            except StopIteration:
+                return
+
+    def __aiter__(self) -> as_completed:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._event is None:
+            self._event = asyncio.Event()
+        while True:
+            with self._cond:
+                if self._queue:
+                    f = self._queue.popleft()
+                    break
+                if not self._pending:
+                    raise StopAsyncIteration
+                self._event.clear()
+            await _timed(self._event.wait(), self._timeout)
+        if not self.with_results:
+            return f
+        return self._with_result(f, await f._result(raiseit=False))

@@ -1,0 +1,840 @@
+"""The worker process: runs tasks the scheduler assigns and serves their results.
+
+A worker listens for peers (role ``peer``: other workers and clients fetching data),
+connects to the scheduler as role ``worker`` and then speaks the messages of
+docs/runtime.md. Choices the protocol table leaves open:
+
+* ``get-data`` replies: ``{"op": "data", "id", "sizes"}`` where ``sizes[i]`` is the
+  length of key i's cloudpickled value in the payload, or **-1 if this worker does not
+  hold the key** (nothing is in the payload for it). Requests on one connection are
+  answered in order.
+* ``finished``: completions are buffered and flushed as one packed message (the four
+  little-endian arrays) when the worker has nothing executing, otherwise at most
+  ``FINISHED_DELAY`` seconds later.
+* ``erred``: the payload is ``cloudpickle(exception)`` (``n_exception`` bytes) followed by
+  ``pickle(traceback)`` using tblib's traceback pickling, so a client with tblib can
+  ``raise exc.with_traceback(pickle.loads(tb))`` and show the remote frames;
+  ``exception_text`` is ``repr(exc)`` and ``traceback_text`` the formatted traceback.
+* Dependencies are fetched from their holders (batched per holder, cached peer
+  connections, next holder on failure). The ``compute`` payload names dependencies by key
+  only, so fetched copies are *private replicas*: kept while a local task needs them,
+  then dropped, and never announced with ``add-keys`` (the worker does not know their
+  task ids). If no holder can provide a dependency, the dependents are given back with
+  ``reschedule`` after ``MISSING_RETRY`` seconds, unless the scheduler has freed or
+  re-sent them meanwhile.
+* ``remove-worker`` carries only a worker id, so the worker drops cached peer connections
+  that are already closed (connections to a dead peer fail and are dropped on use).
+* Not implemented yet: ``secede``/``rejoin`` (``long-running``), memory limits/spilling,
+  actors, bandwidth measurement (heartbeats report ``bandwidth: null``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copyreg
+import heapq
+import logging
+import pickle
+import random
+import signal
+import sys
+import time
+import traceback
+from array import array
+from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+from dask.sizeof import sizeof
+from tblib import pickling_support  # type: ignore[import-untyped]
+
+from squall import comm
+from squall._core import decode_compute, decode_keys, encode_keys
+from squall.spec import run_spec
+
+logger = logging.getLogger("squall.worker")
+
+Key = Hashable
+
+SCHEDULER_INTERVAL = 0.002
+HEARTBEAT_INTERVAL = 0.5
+FINISHED_DELAY = 0.001
+MISSING_RETRY = 0.25
+GET_DATA_TIMEOUT = 300.0
+
+# Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
+copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
+
+# Worker task states (docs/reference §2.3).
+WAITING = "waiting"
+READY = "ready"
+CONSTRAINED = "constrained"
+EXECUTING = "executing"
+MEMORY = "memory"
+ERROR = "error"
+CANCELLED = "cancelled"
+
+if sys.byteorder != "little":  # pragma: no cover
+    raise ImportError("squall.worker packs little-endian arrays with array.array")
+
+
+class WorkerTask:
+    __slots__ = (
+        "deps",
+        "entry",
+        "id",
+        "key",
+        "missing",
+        "resources",
+        "run_id",
+        "spec",
+        "start",
+        "state",
+    )
+
+    def __init__(
+        self,
+        tid: int,
+        run_id: int,
+        key: Key,
+        spec: bytes,
+        resources: list[tuple[str, float]],
+        deps: list[Key],
+    ) -> None:
+        self.id = tid
+        self.run_id = run_id
+        self.key = key
+        self.spec = spec
+        self.resources = resources
+        self.deps = deps
+        self.missing = 0
+        self.state = WAITING
+        self.entry: tuple[Any, ...] | None = None
+        self.start = 0.0
+
+
+ExecResult = tuple[bool, Any, int, float, float]
+
+
+def _execute(spec: bytes, data: dict[Key, Any]) -> ExecResult:
+    """Runs in a pool thread: (ok, value or (exc, exc_text, tb_text, exc_blob, tb_blob),
+    nbytes, start, stop)."""
+    start = time.monotonic()
+    try:
+        value = run_spec(spec, data)
+    except BaseException as e:
+        stop = time.monotonic()
+        return False, _pack_error(e), 0, start, stop
+    stop = time.monotonic()
+    try:
+        nbytes = int(sizeof(value))
+    except Exception:
+        nbytes = sys.getsizeof(value)
+    return True, value, nbytes, start, stop
+
+
+def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
+    exc_text = repr(e)
+    tb_text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        exc_blob = cloudpickle.dumps(e)
+        pickle.loads(exc_blob)
+    except Exception:
+        exc_blob = cloudpickle.dumps(RuntimeError(exc_text))
+    try:
+        tb_blob = pickle.dumps(e.__traceback__)
+    except Exception:
+        tb_blob = pickle.dumps(None)
+    return exc_text, tb_text, exc_blob, tb_blob
+
+
+class Worker:
+    """A worker. ``await start()`` to join the scheduler, ``await close()`` to leave."""
+
+    def __init__(
+        self,
+        scheduler_address: str,
+        *,
+        nthreads: int = 1,
+        name: str | None = None,
+        address: str = "tcp://127.0.0.1:0",
+        resources: dict[str, float] | None = None,
+        memory_limit: int = 0,
+    ) -> None:
+        if nthreads < 1:
+            raise ValueError(f"nthreads must be at least 1, not {nthreads}")
+        self.scheduler_address = scheduler_address
+        self.nthreads = nthreads
+        self.name = name
+        self.address = address
+        self.resources = {str(k): float(v) for k, v in (resources or {}).items()}
+        self.memory_limit = memory_limit
+        self.worker_id: int | None = None
+        self.status = "created"
+
+        self.tasks: dict[int, WorkerTask] = {}
+        self.key_to_id: dict[Key, int] = {}
+        self.data: dict[Key, Any] = {}
+        self.nbytes: dict[Key, int] = {}
+
+        self._cancelled: dict[int, WorkerTask] = {}  # freed while executing
+        self._users: dict[Key, int] = {}  # local unfinished tasks needing a dependency
+        self._waiters: dict[Key, list[WorkerTask]] = {}
+        self._holders: dict[Key, list[str]] = {}
+        self._to_fetch: set[Key] = set()
+        self._in_flight: set[Key] = set()
+        self._ready: list[tuple[Any, ...]] = []
+        self._counter = 0
+        self._n_executing = 0
+        self._executing: set[WorkerTask] = set()
+        self._free_resources = dict(self.resources)
+
+        self._fin_tasks = array("I")
+        self._fin_runs = array("Q")
+        self._fin_nbytes = array("q")
+        self._fin_secs = array("d")
+        self._flush_handle: asyncio.Handle | None = None
+
+        self._peers: dict[str, comm.Comm] = {}
+        self._peer_locks: dict[str, asyncio.Lock] = {}
+        self._incoming: set[comm.Comm] = set()
+        self._request_id = 0
+        self._bg: set[asyncio.Task[Any]] = set()
+
+        self._listener: comm.Listener | None = None
+        self._scheduler: comm.Comm | None = None
+        self._stream: comm.BatchedSend | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = asyncio.Event()
+
+    # ----- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> Worker:
+        self._loop = asyncio.get_running_loop()
+        self._listener = await comm.listen(
+            self.address, self._serve_peer, roles=frozenset({"peer"})
+        )
+        self.address = self._listener.address
+        info = {
+            "address": self.address,
+            "nthreads": self.nthreads,
+            "name": self.name if self.name is not None else self.address,
+            "memory_limit": self.memory_limit,
+            "resources": self.resources,
+        }
+        try:
+            self._scheduler = await comm.connect(self.scheduler_address, role="worker", info=info)
+            reply, _ = await self._scheduler.read()
+        except comm.CommError:
+            await self._listener.close()
+            raise
+        if reply["op"] != "registered":
+            await self._scheduler.close()
+            await self._listener.close()
+            raise comm.HandshakeError(
+                f"scheduler {self.scheduler_address} refused worker {self.address}: "
+                f"{reply.get('message', reply)}"
+            )
+        self.worker_id = int(reply["worker_id"])
+        self._pool = ThreadPoolExecutor(self.nthreads, thread_name_prefix="squall-worker")
+        self._stream = comm.BatchedSend(self._scheduler, SCHEDULER_INTERVAL)
+        self._stream.start()
+        self._reader = self._loop.create_task(self._read_scheduler())
+        self._heartbeat = self._loop.create_task(self._heartbeat_forever())
+        self.status = "running"
+        logger.info(
+            "worker %s (%s threads) registered with %s as %d",
+            self.address,
+            self.nthreads,
+            self.scheduler_address,
+            self.worker_id,
+        )
+        return self
+
+    async def close(self, *, abort: bool = False) -> None:
+        """Leave: stop reading, flush pending reports (unless ``abort``), close every
+        connection. Tasks still running in threads finish, but their results are dropped."""
+        if self.status in ("closing", "closed"):
+            await self._closed.wait()
+            return
+        self.status = "closing"
+        me = asyncio.current_task()
+        for t in (self._reader, self._heartbeat, *self._bg):
+            if t is not None and t is not me:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if not abort:
+            self._flush_finished()
+        if abort and self._scheduler is not None:
+            await self._scheduler.close()  # nothing pending is sent
+        if self._stream is not None:
+            await self._stream.close()
+        if self._scheduler is not None:
+            await self._scheduler.close()
+        for c in [*self._peers.values(), *self._incoming]:
+            await c.close()
+        self._peers.clear()
+        if self._listener is not None:
+            await self._listener.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.status = "closed"
+        self._closed.set()
+        logger.info("worker %s closed", self.address)
+
+    async def finished(self) -> None:
+        """Wait until the worker has closed."""
+        await self._closed.wait()
+
+    async def __aenter__(self) -> Worker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _spawn(self, coro: Any) -> None:
+        assert self._loop is not None
+        t = self._loop.create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+
+    def _send(self, header: comm.Header, payload: bytes = b"") -> None:
+        if self._stream is None or self.status != "running":
+            return
+        with contextlib.suppress(comm.CommClosedError):  # the reader notices, closes
+            self._stream.send(header, payload)
+
+    async def _read_scheduler(self) -> None:
+        assert self._scheduler is not None
+        try:
+            while True:
+                for header, payload in await self._scheduler.read_messages():
+                    self._handle(header, payload)
+                self._fetch_missing()
+                self._ensure_executing()
+                self._schedule_flush()
+        except comm.CommError as e:
+            if self.status == "running":
+                logger.warning("worker %s lost the scheduler: %s; closing", self.address, e)
+                self._loop_close()
+        except Exception:
+            logger.exception(
+                "worker %s: error handling a scheduler message; closing", self.address
+            )
+            self._loop_close()
+
+    def _loop_close(self) -> None:
+        self._spawn(self.close())
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            now = time.monotonic()
+            executing = [[ts.id, now - ts.start] for ts in self._executing]
+            self._send({"op": "heartbeat", "executing": executing, "bandwidth": None})
+
+    # ----- scheduler messages ---------------------------------------------------------
+
+    def _handle(self, h: comm.Header, payload: memoryview) -> None:
+        op = h["op"]
+        logger.debug("worker %s: %s %s", self.address, op, h)
+        if op == "compute":
+            self._compute(bytes(payload), list(h["addresses"]))
+        elif op == "free-keys":
+            for t in h["tasks"]:
+                self._free(int(t))
+        elif op == "remove-replicas":
+            for t in h["tasks"]:
+                self._remove_replica(int(t))
+        elif op == "steal-request":
+            self._steal(int(h["task"]), h["stimulus"])
+        elif op == "remove-worker":
+            for addr, c in list(self._peers.items()):
+                if c.closed:
+                    del self._peers[addr]
+        else:
+            logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
+
+    def _compute(self, payload: bytes, addresses: list[str]) -> None:
+        for tid, run_id, key, prio, spec, _actor, resources, deps in decode_compute(
+            payload, addresses
+        ):
+            self._counter -= 1
+            ts = self.tasks.get(tid)
+            if ts is not None and ts.key == key and ts.state != ERROR:
+                ts.run_id = run_id  # re-sent (e.g. after a failed steal): keep its state
+                if ts.state == MEMORY:
+                    self._report_finished(ts, self.nbytes.get(key, 0), 0.0)
+                continue
+            if ts is not None:  # retried after an error, or the id now names another key
+                self._free(tid)
+            old = self._cancelled.pop(tid, None)
+            if old is not None and old.key == key:  # freed while executing, now wanted again
+                old.run_id, old.state = run_id, EXECUTING
+                self._track(old)
+                continue
+            ts = WorkerTask(tid, run_id, key, spec, resources, [d[0] for d in deps])
+            self._track(ts)
+            if key in self.data:  # already held (a private replica): report it
+                self._set_memory(ts, self.nbytes.get(key, 0), 0.0)
+                continue
+            ts.entry = (*prio, self._counter, tid)
+            for dkey, _nbytes, holders in deps:
+                self._users[dkey] = self._users.get(dkey, 0) + 1
+                if dkey in self.data:
+                    continue
+                ts.missing += 1
+                self._waiters.setdefault(dkey, []).append(ts)
+                if dkey in self._in_flight or dkey in self._to_fetch:
+                    continue
+                local = self.key_to_id.get(dkey)
+                if local is not None and self.tasks[local].state in (WAITING, READY, EXECUTING):
+                    continue  # will be computed here
+                others = [a for a in holders if a != self.address]
+                self._holders[dkey] = others
+                self._to_fetch.add(dkey)
+            if ts.missing == 0:
+                self._make_ready(ts)
+
+    def _track(self, ts: WorkerTask) -> None:
+        self.tasks[ts.id] = ts
+        self.key_to_id[ts.key] = ts.id
+        if ts.state == EXECUTING:
+            self._executing.add(ts)
+
+    def _untrack(self, ts: WorkerTask) -> None:
+        del self.tasks[ts.id]
+        if self.key_to_id.get(ts.key) == ts.id:
+            del self.key_to_id[ts.key]
+
+    def _release_deps(self, ts: WorkerTask) -> None:
+        """``ts`` no longer needs its dependencies: drop private replicas nobody needs."""
+        for dkey in ts.deps:
+            n = self._users.get(dkey, 0) - 1
+            if n > 0:
+                self._users[dkey] = n
+                continue
+            self._users.pop(dkey, None)
+            self._maybe_drop(dkey)
+
+    def _maybe_drop(self, key: Key) -> None:
+        tid = self.key_to_id.get(key)
+        if tid is not None and self.tasks[tid].state == MEMORY:
+            return  # a result the scheduler knows about
+        if self._users.get(key, 0) > 0:
+            return
+        self.data.pop(key, None)
+        self.nbytes.pop(key, None)
+
+    def _free(self, tid: int) -> None:
+        ts = self.tasks.get(tid)
+        if ts is None:
+            self._cancelled.pop(tid, None)
+            return
+        self._untrack(ts)
+        state = ts.state
+        if state == EXECUTING:
+            ts.state = CANCELLED
+            self._cancelled[tid] = ts
+            self._executing.discard(ts)
+            return  # finishes in its thread; the result is discarded then
+        ts.state = "forgotten"
+        if state in (WAITING, READY, CONSTRAINED):
+            self._release_deps(ts)
+        self._maybe_drop(ts.key)
+
+    def _remove_replica(self, tid: int) -> None:
+        ts = self.tasks.get(tid)
+        if ts is None or ts.state != MEMORY:
+            return
+        self._untrack(ts)
+        ts.state = "forgotten"
+        self._maybe_drop(ts.key)  # kept (privately) while a local task still needs it
+
+    def _steal(self, tid: int, stimulus: Any) -> None:
+        ts = self.tasks.get(tid)
+        state: str | None = None if ts is None else ts.state
+        if ts is not None and state in (WAITING, READY, CONSTRAINED):
+            self._untrack(ts)
+            ts.state = "forgotten"
+            self._release_deps(ts)
+        self._send({"op": "steal-response", "task": tid, "state": state, "stimulus": stimulus})
+
+    # ----- execution ------------------------------------------------------------------
+
+    def _make_ready(self, ts: WorkerTask) -> None:
+        ts.state = CONSTRAINED if ts.resources else READY
+        assert ts.entry is not None
+        heapq.heappush(self._ready, ts.entry)
+
+    def _fits(self, ts: WorkerTask) -> bool:
+        free = self._free_resources
+        return all(free.get(name, 0.0) >= amount for name, amount in ts.resources)
+
+    def _ensure_executing(self) -> None:
+        if self.status != "running":
+            return
+        skipped: list[tuple[Any, ...]] = []
+        ready, tasks = self._ready, self.tasks
+        while self._n_executing < self.nthreads and ready:
+            entry = heapq.heappop(ready)
+            ts = tasks.get(entry[-1])
+            if ts is None or ts.entry is not entry or ts.state not in (READY, CONSTRAINED):
+                continue  # stale: stolen, freed or superseded
+            if ts.resources:
+                if not self._fits(ts):
+                    skipped.append(entry)
+                    continue
+                for name, amount in ts.resources:
+                    self._free_resources[name] -= amount
+            self._start(ts)
+        for entry in skipped:
+            heapq.heappush(ready, entry)
+
+    def _start(self, ts: WorkerTask) -> None:
+        assert self._loop is not None and self._pool is not None
+        data = self.data
+        try:
+            args = {k: data[k] for k in ts.deps}
+        except KeyError as e:
+            exc = KeyError(f"dependency {e.args[0]!r} of {ts.key!r} is no longer held")
+            self._release_deps(ts)
+            self._erred(ts, _pack_error(exc))
+            return
+        ts.state = EXECUTING
+        ts.start = time.monotonic()
+        self._n_executing += 1
+        self._executing.add(ts)
+        fut = self._loop.run_in_executor(self._pool, _execute, ts.spec, args)
+        fut.add_done_callback(partial(self._done, ts))
+
+    def _done(self, ts: WorkerTask, fut: asyncio.Future[ExecResult]) -> None:
+        self._n_executing -= 1
+        self._executing.discard(ts)
+        for name, amount in ts.resources:
+            self._free_resources[name] += amount
+        if fut.cancelled() or self.status != "running":
+            return
+        ok, value, nbytes, start, stop = fut.result()
+        if self._cancelled.get(ts.id) is ts:
+            del self._cancelled[ts.id]
+            ts.state = "forgotten"
+            self._release_deps(ts)
+        elif self.tasks.get(ts.id) is ts and ts.state == EXECUTING:
+            self._release_deps(ts)
+            if ok:
+                self.data[ts.key] = value
+                self.nbytes[ts.key] = nbytes
+                self._set_memory(ts, nbytes, stop - start)
+            else:
+                self._erred(ts, value)
+        self._ensure_executing()
+        self._schedule_flush()
+
+    def _set_memory(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
+        ts.state = MEMORY
+        ts.spec = b""
+        self._report_finished(ts, nbytes, seconds)
+        waiters = self._waiters.pop(ts.key, None)
+        if waiters:
+            self._deps_arrived(waiters)
+
+    def _erred(self, ts: WorkerTask, err: tuple[str, str, bytes, bytes]) -> None:
+        exc_text, tb_text, exc_blob, tb_blob = err
+        ts.state = ERROR
+        ts.spec = b""
+        header = {
+            "op": "erred",
+            "task": ts.id,
+            "run_id": ts.run_id,
+            "exception_text": exc_text,
+            "traceback_text": tb_text,
+            "n_exception": len(exc_blob),
+        }
+        self._send(header, exc_blob + tb_blob)
+
+    def _report_finished(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
+        self._fin_tasks.append(ts.id)
+        self._fin_runs.append(ts.run_id)
+        self._fin_nbytes.append(nbytes)
+        self._fin_secs.append(seconds)
+
+    def _schedule_flush(self) -> None:
+        """Report buffered completions now if nothing else is running, else shortly, so
+        that completions close together share one ``finished`` message."""
+        if not self._fin_tasks:
+            return
+        if self._n_executing == 0:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush_finished()
+        elif self._flush_handle is None:
+            assert self._loop is not None
+            self._flush_handle = self._loop.call_later(FINISHED_DELAY, self._flush_finished)
+
+    def _flush_finished(self) -> None:
+        self._flush_handle = None
+        n = len(self._fin_tasks)
+        if not n:
+            return
+        payload = b"".join(
+            (
+                self._fin_tasks.tobytes(),
+                self._fin_runs.tobytes(),
+                self._fin_nbytes.tobytes(),
+                self._fin_secs.tobytes(),
+            )
+        )
+        self._fin_tasks = array("I")
+        self._fin_runs = array("Q")
+        self._fin_nbytes = array("q")
+        self._fin_secs = array("d")
+        self._send({"op": "finished", "n": n}, payload)
+
+    # ----- dependencies ---------------------------------------------------------------
+
+    def _deps_arrived(self, waiters: list[WorkerTask]) -> None:
+        for ts in waiters:
+            if self.tasks.get(ts.id) is ts and ts.state == WAITING:
+                ts.missing -= 1
+                if ts.missing == 0:
+                    self._make_ready(ts)
+
+    def _live_waiters(self, key: Key) -> list[WorkerTask]:
+        """Local tasks still waiting for ``key`` (freed ones are pruned lazily)."""
+        waiters = self._waiters.get(key)
+        if not waiters:
+            return []
+        live = [w for w in waiters if self.tasks.get(w.id) is w and w.state == WAITING]
+        if live:
+            self._waiters[key] = live
+        else:
+            del self._waiters[key]
+        return live
+
+    def _fetch_missing(self) -> None:
+        """Start transfers for the dependencies queued in ``_to_fetch``, batched per holder."""
+        if not self._to_fetch or self.status != "running":
+            return
+        by_holder: dict[str, list[Key]] = {}
+        for key in self._to_fetch:
+            if not self._live_waiters(key):
+                self._holders.pop(key, None)
+                continue
+            holders = self._holders.get(key) or []
+            if not holders:
+                self._missing(key)
+                continue
+            cached = [h for h in holders if h in self._peers]
+            holder = cached[0] if cached else random.choice(holders)
+            by_holder.setdefault(holder, []).append(key)
+        self._to_fetch.clear()
+        for holder, keys in by_holder.items():
+            self._in_flight.update(keys)
+            self._spawn(self._gather_from(holder, keys))
+
+    async def _gather_from(self, holder: str, keys: list[Key]) -> None:
+        try:
+            sizes, payload = await self._get_data(holder, keys)
+        except (comm.CommError, asyncio.TimeoutError, OSError) as e:
+            logger.info(
+                "worker %s: fetching %d keys from %s failed: %s",
+                self.address,
+                len(keys),
+                holder,
+                e,
+            )
+            self._drop_peer(holder)
+            sizes, payload = [-1] * len(keys), memoryview(b"")
+        pos = 0
+        for key, size in zip(keys, sizes, strict=True):
+            self._in_flight.discard(key)
+            if size < 0:
+                holders = self._holders.get(key, [])
+                if holder in holders:
+                    holders.remove(holder)
+                self._to_fetch.add(key)
+                continue
+            blob = payload[pos : pos + size]
+            pos += size
+            self._holders.pop(key, None)
+            waiters = self._waiters.pop(key, None)
+            if not waiters or key in self.data:
+                continue
+            try:
+                value = pickle.loads(blob)
+            except Exception as e:
+                err = _pack_error(e)
+                for ts in waiters:
+                    if self.tasks.get(ts.id) is ts and ts.state == WAITING:
+                        self._release_deps(ts)
+                        self._erred(ts, err)
+                continue
+            self.data[key] = value
+            self.nbytes[key] = size
+            self._deps_arrived(waiters)
+            self._maybe_drop(key)
+        self._fetch_missing()
+        self._ensure_executing()
+
+    async def _get_data(self, holder: str, keys: list[Key]) -> tuple[list[int], memoryview]:
+        lock = self._peer_locks.setdefault(holder, asyncio.Lock())
+        async with lock:
+            c = self._peers.get(holder)
+            if c is None or c.closed:
+                c = await comm.connect(holder, role="peer")
+                self._peers[holder] = c
+            self._request_id += 1
+            rid = self._request_id
+            await c.write({"op": "get-data", "id": rid, "n": len(keys)}, encode_keys(keys))
+            h, payload = await asyncio.wait_for(c.read(), GET_DATA_TIMEOUT)
+        sizes = h.get("sizes")
+        if h["op"] != "data" or h.get("id") != rid or not isinstance(sizes, list):
+            raise comm.ProtocolError(f"{holder}: unexpected reply {h['op']!r} to get-data")
+        if len(sizes) != len(keys) or sum(s for s in sizes if s > 0) != len(payload):
+            raise comm.ProtocolError(f"{holder}: get-data reply sizes do not match")
+        return [int(s) for s in sizes], payload
+
+    def _drop_peer(self, holder: str) -> None:
+        c = self._peers.pop(holder, None)
+        if c is not None:
+            self._spawn(c.close())
+
+    def _missing(self, key: Key) -> None:
+        """No holder could provide ``key``: give its dependents back to the scheduler
+        soon, unless it frees or re-sends them first."""
+        assert self._loop is not None
+        self._holders.pop(key, None)
+        waiters = [(ts, ts.run_id) for ts in self._waiters.get(key, [])]
+        logger.info(
+            "worker %s: no holder has %r; rescheduling %d tasks", self.address, key, len(waiters)
+        )
+        self._loop.call_later(MISSING_RETRY, self._give_back, key, waiters)
+
+    def _give_back(self, key: Key, waiters: list[tuple[WorkerTask, int]]) -> None:
+        if self.status != "running":
+            return
+        for ts, run_id in waiters:
+            if self.tasks.get(ts.id) is ts and ts.state == WAITING and ts.run_id == run_id:
+                self._untrack(ts)
+                ts.state = "forgotten"
+                self._release_deps(ts)
+                self._send({"op": "reschedule", "task": ts.id})
+        self._live_waiters(key)
+
+    # ----- serving data ---------------------------------------------------------------
+
+    async def _serve_peer(self, c: comm.Comm) -> None:
+        self._incoming.add(c)
+        try:
+            while True:
+                for h, payload in await c.read_messages():
+                    if h["op"] != "get-data":
+                        raise comm.ProtocolError(f"unknown peer message {h['op']!r}")
+                    sizes, blobs = self._pickle_data(decode_keys(bytes(payload)))
+                    await c.write(
+                        {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
+                    )
+        except comm.CommError as e:
+            if not isinstance(e, comm.CommClosedError):
+                logger.info("worker %s: peer %s: %s", self.address, c.peer, e)
+        except ValueError as e:
+            logger.info("worker %s: bad get-data from %s: %s", self.address, c.peer, e)
+        finally:
+            self._incoming.discard(c)
+
+    def _pickle_data(self, keys: list[Key]) -> tuple[list[int], list[bytes]]:
+        sizes: list[int] = []
+        blobs: list[bytes] = []
+        for key in keys:
+            if key not in self.data:
+                sizes.append(-1)
+                continue
+            blob = cloudpickle.dumps(self.data[key])
+            sizes.append(len(blob))
+            blobs.append(blob)
+        return sizes, blobs
+
+
+# ----- process entry point ----------------------------------------------------------------
+
+
+async def run_worker(scheduler_address: str, **kwargs: Any) -> None:
+    """Run a worker until it closes (lost scheduler, SIGINT or SIGTERM)."""
+    worker = Worker(scheduler_address, **kwargs)
+    await worker.start()
+    loop = asyncio.get_running_loop()
+    closing: set[asyncio.Task[None]] = set()
+
+    def stop(sig: signal.Signals) -> None:
+        logger.info("worker %s: received %s, closing", worker.address, sig.name)
+        closing.add(loop.create_task(worker.close()))
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop, sig)
+    try:
+        await worker.finished()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+        await worker.close()
+
+
+def _parse_resources(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in text.replace(",", " ").split():
+        name, sep, amount = item.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"invalid resource {item!r}: expected NAME=AMOUNT")
+        try:
+            out[name] = float(amount)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid amount in {item!r}") from None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m squall.worker", description="a squall worker")
+    p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
+    p.add_argument("--nthreads", type=int, default=1)
+    p.add_argument("--name", default=None)
+    p.add_argument("--listen", default="tcp://127.0.0.1:0", help="address to serve peers on")
+    p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
+    p.add_argument("--memory-limit", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    try:
+        asyncio.run(
+            run_worker(
+                args.scheduler,
+                nthreads=args.nthreads,
+                name=args.name,
+                address=args.listen,
+                resources=args.resources,
+                memory_limit=args.memory_limit,
+            )
+        )
+    except (comm.CommError, ValueError) as e:
+        logger.error("worker failed: %s", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

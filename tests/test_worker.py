@@ -1,0 +1,397 @@
+"""Real workers against an in-process scheduler, driven by a scripted client."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import pytest
+
+from squall import comm
+from squall._core import decode_keys, encode_keys
+from squall.scheduler import SchedulerServer
+from squall.spec import make_spec
+from squall.worker import Worker
+
+Key = Hashable
+
+
+class F:
+    """Marks an argument as the value of task ``key``."""
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+
+
+def to_dep(o: Any) -> Key | None:
+    return o.key if isinstance(o, F) else None
+
+
+def run(coro: Any, timeout: float = 15) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+class Client:
+    """Just enough client: submit graphs, await keys, fetch results from holders."""
+
+    def __init__(self, c: comm.Comm) -> None:
+        self.c = c
+        self.in_memory: set[Key] = set()
+        self.erred: dict[Key, tuple[comm.Header, bytes]] = {}
+        self.replies: dict[tuple[str, Any], tuple[comm.Header, bytes]] = {}
+        self.changed = asyncio.Event()
+        self._next_id = 0
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def connect(cls, address: str) -> Client:
+        c = await comm.connect(address, role="client", info={"client": "test"})
+        assert (await c.read())[0]["op"] == "registered"
+        return cls(c)
+
+    async def _read(self) -> None:
+        while True:
+            for h, payload in await self.c.read_messages():
+                data = bytes(payload)
+                if h["op"] == "key-in-memory":
+                    self.in_memory.update(decode_keys(data))
+                elif h["op"] == "lost-data":
+                    self.in_memory.difference_update(decode_keys(data))
+                elif h["op"] == "task-erred":
+                    [key] = decode_keys(data[: h["n_key"]])
+                    self.erred[key] = (h, data[h["n_key"] :])
+                elif "id" in h:
+                    self.replies[h["op"], h["id"]] = (h, data)
+                self.changed.set()
+
+    async def wait_for(self, cond: Callable[[], Any]) -> Any:
+        while not (result := cond()):
+            self.changed.clear()
+            await self.changed.wait()
+        return result
+
+    async def submit(
+        self,
+        tasks: dict[Key, tuple[Callable[..., Any], tuple[Any, ...]]],
+        *,
+        priority: int = 0,
+        workers: list[str] | None = None,
+        wanted: list[Key] | None = None,
+        loose: bool = False,
+    ) -> None:
+        keys = list(tasks)
+        external: list[Key] = []
+        specs: list[bytes] = []
+        deps: list[list[int]] = []
+        for func, args in tasks.values():
+            spec, dkeys = make_spec(func, args, {}, to_dep)
+            specs.append(spec)
+            idx = []
+            for d in dkeys:
+                if d in tasks:
+                    idx.append(keys.index(d))
+                else:
+                    if d not in external:
+                        external.append(d)
+                    idx.append(len(keys) + external.index(d))
+            deps.append(idx)
+        kb = encode_keys(keys + external)
+        self._next_id += 1
+        header = {
+            "op": "update-graph",
+            "id": self._next_id,
+            "keys_bytes": len(kb),
+            "spec_sizes": [len(s) for s in specs],
+            "deps": deps,
+            "priority": priority,
+            "workers": workers,
+            "allow_other_workers": loose,
+            "wanted": [keys.index(k) for k in wanted] if wanted is not None else None,
+        }
+        await self.c.write(header, kb + b"".join(specs))
+        h, _ = await self.wait_for(
+            lambda: (
+                self.replies.get(("graph-accepted", self._next_id))
+                or self.replies.get(("request-failed", self._next_id))
+            )
+        )
+        assert h["op"] == "graph-accepted", h
+
+    async def who_has(self, keys: list[Key]) -> list[list[str]]:
+        self._next_id += 1
+        rid = self._next_id
+        await self.c.write({"op": "who-has", "id": rid}, encode_keys(keys))
+        h, _ = await self.wait_for(lambda: self.replies.get(("who-has", rid)))
+        holders: list[list[str]] = h["holders"]
+        return holders
+
+    async def gather(self, keys: list[Key]) -> list[Any]:
+        await self.wait_for(lambda: self.in_memory.issuperset(keys) or self.erred)
+        assert not self.erred, self.erred
+        out = []
+        for key, holders in zip(keys, await self.who_has(keys), strict=True):
+            assert holders, key
+            [value] = await get_data(holders[0], [key])
+            out.append(value)
+        return out
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        await self.c.close()
+
+
+async def until(cond: Callable[[], Any], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.005)
+
+
+async def get_data(address: str, keys: list[Key]) -> list[Any]:
+    """Values from a worker's data store (None where the worker answers size -1)."""
+    c = await comm.connect(address, role="peer")
+    try:
+        await c.write({"op": "get-data", "id": 1, "n": len(keys)}, encode_keys(keys))
+        h, payload = await c.read()
+    finally:
+        await c.close()
+    assert h["op"] == "data" and h["id"] == 1
+    out, pos = [], 0
+    for size in h["sizes"]:
+        if size < 0:
+            out.append(None)
+            continue
+        out.append(pickle.loads(payload[pos : pos + size]))
+        pos += size
+    return out
+
+
+async def cluster(
+    n: int, nthreads: int = 1, **config: Any
+) -> tuple[SchedulerServer, list[Worker], Client]:
+    server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True, **config})
+    await server.start()
+    workers = [
+        await Worker(server.address, nthreads=nthreads, name=f"w{i}").start() for i in range(n)
+    ]
+    return server, workers, await Client.connect(server.address)
+
+
+async def shutdown(server: SchedulerServer, workers: list[Worker], client: Client) -> None:
+    await client.close()
+    for w in workers:
+        await w.close()
+    await server.close()
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def slow_inc(x: int, delay: float = 0.05) -> int:
+    time.sleep(delay)
+    return x + 1
+
+
+def add_all(*xs: int) -> int:
+    return sum(xs)
+
+
+def fails(x: int) -> int:
+    raise ZeroDivisionError(f"no luck with {x}")
+
+
+def test_chain_and_fan_in_across_two_workers() -> None:
+    async def main() -> None:
+        server, (w1, w2), client = await cluster(2)
+        # Roots pinned to each worker, then a chain and a fan-in over both.
+        await client.submit({"a": (slow_inc, (1,))}, workers=[w1.address])
+        await client.submit({"b": (slow_inc, (10,))}, workers=[w2.address])
+        chain: dict[Key, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+            ("c", 0): (add_all, (F("a"), F("b")))
+        }
+        for i in range(1, 30):
+            chain["c", i] = (inc, (F(("c", i - 1)),))
+        fan = {("x", i): (inc, (F("a") if i % 2 else F("b"),)) for i in range(8)}
+        await client.submit({**chain, **fan, "total": (add_all, tuple(F(k) for k in fan))})
+        got = await client.gather([("c", 29), "total", "a", "b"])
+        assert got == [2 + 11 + 29, 4 * 3 + 4 * 12, 2, 11]
+        holders = await client.who_has(["a", "b"])
+        assert holders == [[w1.address], [w2.address]]
+        # Both workers ran part of the fan-in, so data moved between them.
+        ran = [{k for k in w.data if isinstance(k, tuple) and k[0] == "x"} for w in (w1, w2)]
+        assert all(ran), ran
+        server.core.validate()
+        await shutdown(server, [w1, w2], client)
+
+    run(main())
+
+
+def test_exception_reaches_client_with_remote_traceback() -> None:
+    async def main() -> None:
+        server, workers, client = await cluster(1)
+        await client.submit({"ok": (inc, (1,)), "bad": (fails, (F("ok"),))})
+        h, payload = await client.wait_for(lambda: client.erred.get("bad"))
+        assert "ZeroDivisionError" in h["exception_text"]
+        assert "no luck with 2" in h["exception_text"]
+        assert "in fails" in h["traceback_text"]
+        assert 'raise ZeroDivisionError(f"no luck with {x}")' in h["traceback_text"]
+        exc = pickle.loads(payload[: h["n_exception"]])
+        tb = pickle.loads(payload[h["n_exception"] :])
+        assert isinstance(exc, ZeroDivisionError)
+        with pytest.raises(ZeroDivisionError) as info:
+            raise exc.with_traceback(tb)
+        frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+        assert "fails" in frames  # the remote frame is part of the re-raised traceback
+        await shutdown(server, workers, client)
+
+    run(main())
+
+
+def test_free_keys_drops_data() -> None:
+    async def main() -> None:
+        server, [w], client = await cluster(1)
+        await client.submit({"a": (inc, (1,)), "b": (inc, (F("a"),))}, wanted=["b"])
+        assert await client.gather(["b"]) == [3]
+        # "a" was only needed by "b": freed already; "b" is held until released.
+        await until(lambda: "a" not in w.data)
+        assert w.data == {"b": 3}
+        await client.c.write({"op": "release-keys"}, encode_keys(["b"]))
+        await until(lambda: not w.data and not w.tasks)
+        assert w.data == {} and w.tasks == {} and w.nbytes == {}
+        assert await get_data(w.address, ["b"]) == [None]
+        await shutdown(server, [w], client)
+
+    run(main())
+
+
+GATE = threading.Event()
+ORDER: list[str] = []
+
+
+def blocker() -> None:
+    GATE.wait(10)
+
+
+def record(name: str) -> str:
+    ORDER.append(name)
+    return name
+
+
+def test_priorities_on_one_thread() -> None:
+    async def main() -> None:
+        GATE.clear()
+        ORDER.clear()
+        server, [w], client = await cluster(1, **{"worker-saturation": "inf"})
+        await client.submit({"block": (blocker, ())})
+        await until(lambda: w._executing)
+        # Queued behind the blocker: low priority first, then high, then low again.
+        await client.submit({f"low-{i}": (record, (f"low-{i}",)) for i in range(3)})
+        await client.submit({f"high-{i}": (record, (f"high-{i}",)) for i in range(3)}, priority=5)
+        await client.submit({f"low2-{i}": (record, (f"low2-{i}",)) for i in range(2)})
+        keys = [f"low-{i}" for i in range(3)] + [f"high-{i}" for i in range(3)]
+        keys += [f"low2-{i}" for i in range(2)]
+        await until(lambda: len(w._ready) == len(keys))
+        GATE.set()
+        await client.gather(keys)
+        # User priority first; then (same user priority) earlier graphs first.
+        assert sorted(ORDER[:3]) == keys[3:6]
+        assert sorted(ORDER[3:6]) == keys[:3]
+        assert sorted(ORDER[6:]) == keys[6:]
+        await shutdown(server, [w], client)
+
+    run(main())
+
+
+def test_worker_killed_mid_graph() -> None:
+    async def main() -> None:
+        server, (w1, w2), client = await cluster(2)
+        tasks: dict[Key, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+            ("r", i): (slow_inc, (i, 0.02)) for i in range(20)
+        }
+        for i in range(20):
+            tasks["s", i] = (slow_inc, (F(("r", i)), 0.01))
+        tasks["total"] = (add_all, tuple(F(("s", i)) for i in range(20)))
+        await client.submit(tasks, wanted=["total"])
+        await until(lambda: len(w2.data) >= 2)
+        assert "total" not in client.in_memory
+        await w2.close(abort=True)  # no goodbye, no pending reports
+        [total] = await client.gather(["total"])
+        assert total == sum(i + 2 for i in range(20))
+        assert (await client.who_has(["total"])) == [[w1.address]]
+        await shutdown(server, [w1], client)
+
+    run(main())
+
+
+def test_unreachable_holder_then_holder_dies() -> None:
+    async def main() -> None:
+        server, (w1, w2), client = await cluster(2)
+        await client.submit({"a": (inc, (1,))}, workers=[w2.address], loose=True)
+        await client.wait_for(lambda: "a" in client.in_memory)
+        # w2 stops serving peers but stays registered: w1 cannot fetch "a" from it.
+        assert w2._listener is not None
+        await w2._listener.close()
+        await client.submit({"b": (inc, (F("a"),))}, workers=[w1.address])
+        await asyncio.sleep(0.4)  # w1 tried, failed, and gave "b" back at least once
+        assert "b" not in client.in_memory
+        await w2.close(abort=True)  # now "a" is lost and recomputed on w1
+        assert await client.gather(["b"]) == [3]
+        assert (await client.who_has(["a", "b"])) == [[w1.address], [w1.address]]
+        server.core.validate()
+        await shutdown(server, [w1], client)
+
+    run(main())
+
+
+def test_worker_subprocess() -> None:
+    async def main() -> None:
+        server = SchedulerServer("tcp://127.0.0.1:0")
+        await server.start()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "squall.worker",
+            server.address,
+            "--nthreads",
+            "2",
+            "--name",
+            "sub",
+            "--resources",
+            "GPU=1",
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        try:
+            await until(lambda: server.workers, timeout=10)
+            [peer] = server.workers.values()
+            assert peer.name == "sub"
+            client = await Client.connect(server.address)
+            await client.submit(
+                {"x": (operator.add, (1, 2)), "y": (operator.mul, (F("x"), 7))}, wanted=["y"]
+            )
+            assert await client.gather(["y"]) == [21]
+            await client.close()
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 10) == 0
+            assert proc.stderr is not None
+            log = (await proc.stderr.read()).decode()
+            assert "registered" in log and "SIGTERM" in log, log
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await server.close()
+
+    run(main())
