@@ -382,11 +382,6 @@ def test_task_erred_messages() -> None:
     assert "Boom()" in str(exc)
 
 
-def test_address_is_required() -> None:
-    with pytest.raises(ValueError, match="address"):
-        Client()
-
-
 def test_asynchronous_client() -> None:
     async def main() -> None:
         server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})

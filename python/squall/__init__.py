@@ -15,13 +15,18 @@ from squall._core import (
     UnknownWorkerError,
     __version__,
 )
+from squall.client import Client, Future, as_completed, wait
+from squall.cluster import LocalCluster
 from squall.ordering import order
 
 __all__ = [
+    "Client",
     "Commands",
     "CycleError",
     "DuplicateKeyError",
+    "Future",
     "InternalError",
+    "LocalCluster",
     "Scheduler",
     "SchedulerError",
     "StaleReportError",
@@ -30,6 +35,8 @@ __all__ = [
     "UnknownTaskError",
     "UnknownWorkerError",
     "__version__",
+    "as_completed",
     "order",
     "sim",
+    "wait",
 ]

@@ -9,6 +9,8 @@ import sys
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="squall", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("scheduler", help="run a scheduler", add_help=False)
+    sub.add_parser("worker", help="run a worker", add_help=False)
 
     sim = sub.add_parser("sim", help="simulate a cluster running a workload on squall's core")
     sim.add_argument("--workload", default="tree", choices=["map", "tree", "wide", "array"])
@@ -31,6 +33,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "scheduler":
+        from squall import scheduler
+
+        return scheduler.main(argv[1:])
+    if argv and argv[0] == "worker":
+        from squall import worker
+
+        return worker.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "sim":
         from squall import sim

@@ -343,8 +343,8 @@ class _WhoHas(NamedTuple):
 class Client:
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
-    ``Client()`` without an address (a LocalCluster) is not available yet; pass the
-    address of a running scheduler (``squall scheduler``)."""
+    ``Client()`` without an address starts a :class:`~squall.cluster.LocalCluster`
+    sized to the machine and stops it on ``close()``."""
 
     def __init__(
         self,
@@ -357,12 +357,11 @@ class Client:
         direct_to_workers: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        self._own_cluster: Any = None
         if address is None:
-            raise ValueError(
-                "squall.Client needs the address of a running scheduler for now, e.g. "
-                "Client('tcp://127.0.0.1:8786'); Client() with a LocalCluster is not "
-                "available yet"
-            )
+            from squall.cluster import LocalCluster
+
+            self._own_cluster = address = LocalCluster()
         if not isinstance(address, str):
             address = getattr(address, "scheduler_address", None) or getattr(
                 address, "address", None
@@ -478,6 +477,8 @@ class Client:
             self._run_sync(_timed(self._close(), timeout))
         finally:
             self._stop_loop()
+            if self._own_cluster is not None:
+                self._own_cluster.close()
         return None
 
     async def _close(self) -> None:

@@ -221,6 +221,8 @@ class SchedulerServer:
                 else:
                     return self._who_has(h, keys)
                 return None
+            if op == "scheduler-info":
+                return self._scheduler_info(h), b""
             raise comm.ProtocolError(f"unknown client message {op!r}")
         except SchedulerError as e:
             return {"op": "request-failed", "id": h.get("id"), "error": str(e)}, b""
@@ -255,6 +257,15 @@ class SchedulerServer:
             allow_other_workers=bool(h.get("allow_other_workers", False)),
         )
         return {"op": "graph-accepted", "id": h.get("id")}, b""
+
+    def _scheduler_info(self, h: comm.Header) -> comm.Header:
+        workers = [self.core.worker_info(w) for _, w in self.core.workers()]
+        return {
+            "op": "scheduler-info",
+            "id": h.get("id"),
+            "address": self.address,
+            "workers": workers,
+        }
 
     def _who_has(self, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
         holders = []

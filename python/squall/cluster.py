@@ -1,0 +1,129 @@
+"""``LocalCluster``: a scheduler and worker processes on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from types import TracebackType
+from typing import Any
+
+from squall import comm
+
+
+def default_shape(n_cores: int) -> tuple[int, int]:
+    """(workers, threads per worker) for a machine, as Dask sizes its LocalCluster."""
+    if n_cores <= 4:
+        return n_cores, 1
+    workers = max(2, int(n_cores**0.5))
+    return workers, max(1, n_cores // workers)
+
+
+class LocalCluster:
+    """Starts ``squall scheduler`` and ``n_workers`` ``squall worker`` processes on
+    loopback; ``scheduler_address`` is where clients connect. Close it (or use it as a
+    context manager) to stop them."""
+
+    def __init__(
+        self,
+        n_workers: int | None = None,
+        threads_per_worker: int | None = None,
+        *,
+        host: str = "127.0.0.1",
+        timeout: float = 30.0,
+        log_level: str = "WARNING",
+        **kwargs: Any,
+    ) -> None:
+        cores = os.cpu_count() or 1
+        default_workers, default_threads = default_shape(cores)
+        self.n_workers = default_workers if n_workers is None else n_workers
+        self.threads_per_worker = threads_per_worker or default_threads
+        self._procs: list[subprocess.Popen[str]] = []
+        self._scheduler: subprocess.Popen[str] | None = None
+        try:
+            self._start(host, timeout, log_level)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, host: str, timeout: float, log_level: str) -> None:
+        cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", "0"]
+        self._scheduler = subprocess.Popen(
+            [*cmd, "--log-level", log_level], stdout=subprocess.PIPE, text=True
+        )
+        assert self._scheduler.stdout is not None
+        line = self._scheduler.stdout.readline()
+        prefix = "squall scheduler listening at "
+        if not line.startswith(prefix):
+            raise RuntimeError(f"the scheduler did not start: {line!r}")
+        self.scheduler_address = line[len(prefix) :].strip()
+        for i in range(self.n_workers):
+            self._procs.append(self._spawn_worker(f"local-{i}"))
+        self.wait_for_workers(self.n_workers, timeout)
+
+    def _spawn_worker(self, name: str) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
+        cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
+        return subprocess.Popen(cmd, text=True)
+
+    @property
+    def worker_processes(self) -> list[subprocess.Popen[str]]:
+        return list(self._procs)
+
+    def scheduler_info(self) -> dict[str, Any]:
+        return asyncio.run(scheduler_info(self.scheduler_address))
+
+    def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.scheduler_info()["workers"]) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only some of {n} workers joined within {timeout}s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for p in [*self._procs, *([self._scheduler] if self._scheduler else [])]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*self._procs, *([self._scheduler] if self._scheduler else [])]:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self._scheduler is not None and self._scheduler.stdout is not None:
+            self._scheduler.stdout.close()
+        self._procs.clear()
+        self._scheduler = None
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(
+        self,
+        typ: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalCluster({self.scheduler_address!r}, workers={self.n_workers}, "
+            f"threads={self.threads_per_worker})"
+        )
+
+
+async def scheduler_info(address: str) -> dict[str, Any]:
+    """Ask a scheduler for its workers: {"workers": [{address, name, nthreads, ...}]}."""
+    c = await comm.connect(address, role="client", info={"client": "scheduler-info"})
+    try:
+        await c.read()  # registered
+        await c.write({"op": "scheduler-info", "id": 0})
+        while True:
+            for header, _ in await c.read_messages():
+                if header["op"] == "scheduler-info":
+                    return dict(header)
+    finally:
+        await c.close()

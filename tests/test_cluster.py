@@ -1,0 +1,113 @@
+"""End to end over real processes: LocalCluster, the CLI programs, a worker killed."""
+
+from __future__ import annotations
+
+import operator
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import cloudpickle
+import pytest
+
+import squall
+from squall.client import Client
+from squall.cluster import LocalCluster, default_shape
+
+# Worker processes cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def div(a: float, b: float) -> float:
+    return a / b
+
+
+def slow_inc(x: int) -> int:
+    time.sleep(0.02)
+    return x + 1
+
+
+def test_default_shape_follows_dask() -> None:
+    assert default_shape(2) == (2, 1)
+    assert default_shape(16) == (4, 4)
+
+
+def test_client_starts_and_stops_its_own_local_cluster() -> None:
+    with Client() as client:
+        cluster = client._own_cluster
+        assert isinstance(cluster, LocalCluster)
+        assert len(cluster.scheduler_info()["workers"]) == cluster.n_workers
+        assert client.submit(inc, 1).result(timeout=30) == 2
+        procs = cluster.worker_processes
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_map_gather_and_dependencies_across_workers() -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+        futures = c.map(inc, range(500))
+        assert c.gather(futures) == list(range(1, 501))
+        total = c.submit(sum, futures)
+        assert total.result(timeout=30) == sum(range(1, 501))
+        x = c.submit(operator.add, futures[0], futures[-1])
+        assert x.result(timeout=30) == 1 + 500
+        workers = {w["address"] for w in cluster.scheduler_info()["workers"]}
+        assert len(workers) == 2
+
+
+def test_errors_carry_the_remote_traceback() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        f = c.submit(div, 1, 0)
+        with pytest.raises(ZeroDivisionError):
+            f.result(timeout=30)
+        frames = "".join(traceback.format_tb(f.traceback()))
+        assert "in div" in frames and "return a / b" in frames
+
+
+def test_worker_killed_mid_graph_results_still_correct() -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+        futures = c.map(slow_inc, range(200))
+        total = c.submit(sum, futures)
+        time.sleep(0.5)
+        os.kill(cluster.worker_processes[0].pid, signal.SIGKILL)
+        assert total.result(timeout=60) == sum(range(1, 201))
+
+
+def test_cli_programs() -> None:
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sched.stdout is not None
+        address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "squall.cli", "worker", address, "--nthreads", "2"]
+        )
+        try:
+            with Client(address) as c:
+                assert c.submit(inc, 41).result(timeout=30) == 42
+        finally:
+            worker.send_signal(signal.SIGINT)
+            assert worker.wait(timeout=20) == 0
+    finally:
+        sched.send_signal(signal.SIGTERM)
+        assert sched.wait(timeout=20) == 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode != 0 and "invalid address" in bad.stderr
+
+
+def test_package_exports() -> None:
+    assert squall.Client is Client and squall.LocalCluster is LocalCluster
