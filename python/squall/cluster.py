@@ -60,12 +60,13 @@ class LocalCluster:
             raise RuntimeError(f"the scheduler did not start: {line!r}")
         self.scheduler_address = line[len(prefix) :].strip()
         for i in range(self.n_workers):
-            self._procs.append(self._spawn_worker(f"local-{i}"))
+            self._procs.append(self._spawn_worker(f"local-{i}", log_level))
         self.wait_for_workers(self.n_workers, timeout)
 
-    def _spawn_worker(self, name: str) -> subprocess.Popen[str]:
+    def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
         cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
+        cmd += ["--log-level", log_level]
         return subprocess.Popen(cmd, text=True)
 
     @property

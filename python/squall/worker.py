@@ -815,9 +815,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--listen", default="tcp://127.0.0.1:0", help="address to serve peers on")
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
+    p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     try:
         asyncio.run(
