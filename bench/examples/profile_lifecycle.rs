@@ -39,9 +39,13 @@ fn main() {
         _ => (mb::map_tasks("inc", n), GraphOrder::Sequential),
     };
     let count = tasks.len();
-    let secs = mb::lifecycle(tasks, 16, order);
+    let p = mb::lifecycle_phases(tasks, 16, order);
+    let secs = p.total();
     println!(
-        "{shape}: {count} tasks in {secs:.3} s = {:.0} tasks/s",
-        count as f64 / secs
+        "{shape}: {count} tasks in {secs:.3} s = {:.0} tasks/s (ingest {:.3}, run {:.3}, release {:.3})",
+        count as f64 / secs,
+        p.ingest,
+        p.run,
+        p.release
     );
 }

@@ -106,9 +106,28 @@ pub fn ingest(n: usize) -> f64 {
     t0.elapsed().as_secs_f64()
 }
 
+/// Seconds spent in each phase of a graph's life.
+#[derive(Clone, Copy, Debug)]
+pub struct Phases {
+    pub ingest: f64,
+    pub run: f64,
+    pub release: f64,
+}
+
+impl Phases {
+    pub fn total(&self) -> f64 {
+        self.ingest + self.run + self.release
+    }
+}
+
 /// Seconds for the whole life of a graph on `n_workers` simulated single-thread workers:
 /// ingest, every task finished (reports in batches per round), all keys released.
 pub fn lifecycle(tasks: Vec<NewTask>, n_workers: usize, order: GraphOrder) -> f64 {
+    lifecycle_phases(tasks, n_workers, order).total()
+}
+
+/// [`lifecycle`], timed per phase.
+pub fn lifecycle_phases(tasks: Vec<NewTask>, n_workers: usize, order: GraphOrder) -> Phases {
     let mut s = Scheduler::new(Config::default());
     let c = s.client_id("bench");
     for i in 0..n_workers {
@@ -120,6 +139,7 @@ pub fn lifecycle(tasks: Vec<NewTask>, n_workers: usize, order: GraphOrder) -> f6
         .update_graph(c, submission(tasks, order), 0.0)
         .expect("valid graph")
         .ids;
+    let t1 = Instant::now();
     let mut now = 0.0;
     loop {
         let running: Vec<(WorkerId, TaskId, u64)> = s
@@ -143,10 +163,16 @@ pub fn lifecycle(tasks: Vec<NewTask>, n_workers: usize, order: GraphOrder) -> f6
                 .expect("fresh report");
         }
     }
+    let t2 = Instant::now();
     s.client_releases_tasks(c, &ids, now).expect("known client");
     s.take_commands();
     assert_eq!(s.n_tasks(), 0, "the core is empty again");
-    t0.elapsed().as_secs_f64()
+    let t3 = Instant::now();
+    Phases {
+        ingest: (t1 - t0).as_secs_f64(),
+        run: (t2 - t1).as_secs_f64(),
+        release: (t3 - t2).as_secs_f64(),
+    }
 }
 
 /// Seconds to add and then remove `n` tasks in the stealing bins.
