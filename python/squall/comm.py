@@ -244,7 +244,8 @@ def _check_hello(hello: Header, roles: frozenset[str]) -> str | None:
 
 
 class BatchedSend:
-    """Coalesces messages to one peer into a batch frame every ``interval`` seconds."""
+    """Coalesces messages to one peer into batch frames, at most one per ``interval``
+    seconds: a message after a quiet spell leaves at once, a burst is batched."""
 
     def __init__(self, comm: Comm, interval: float) -> None:
         self.comm = comm
@@ -254,6 +255,7 @@ class BatchedSend:
         self._size = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._last_flush = float("-inf")
         self.frames_sent = 0
 
     def start(self) -> None:
@@ -270,10 +272,14 @@ class BatchedSend:
         self._wake.set()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            await asyncio.sleep(self.interval)
+            wait = self._last_flush + self.interval - loop.time()
+            # Yield once even when no wait is due, so messages sent together coalesce.
+            await asyncio.sleep(max(wait, 0.0))
             self._wake.clear()
+            self._last_flush = loop.time()
             await self._flush()
 
     async def _flush(self) -> None:

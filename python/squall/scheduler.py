@@ -24,8 +24,11 @@ from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 
 logger = logging.getLogger("squall.scheduler")
 
-WORKER_INTERVAL = 0.005
-CLIENT_INTERVAL = 0.002
+# Rate limits of the batched streams. Dask waits 5 ms / 2 ms before every send; with
+# one or two queued tasks per worker thread that caps small tasks at a few hundred per
+# second (measured: ~345/s at 5 ms, ~5,000/s at 0.2 ms, one worker thread, no-op map).
+WORKER_INTERVAL = 0.0002
+CLIENT_INTERVAL = 0.0002
 TICK_INTERVAL = 0.1
 
 

@@ -61,7 +61,7 @@ logger = logging.getLogger("squall.worker")
 
 Key = Hashable
 
-SCHEDULER_INTERVAL = 0.002
+SCHEDULER_INTERVAL = 0.0002
 HEARTBEAT_INTERVAL = 0.5
 FINISHED_DELAY = 0.001
 MISSING_RETRY = 0.25
