@@ -1,7 +1,7 @@
 //! The validated input graph in both directions.
 
 use crate::csr::Csr;
-use crate::{Node, OrderError};
+use crate::{Input, OrderError};
 
 pub(crate) struct Graph {
     /// Dependencies of each node, ascending and deduplicated.
@@ -11,14 +11,14 @@ pub(crate) struct Graph {
 }
 
 impl Graph {
-    pub(crate) fn from_nodes(nodes: &[Node]) -> Result<Self, OrderError> {
+    pub(crate) fn from_input(nodes: &dyn Input) -> Result<Self, OrderError> {
         let n = nodes.len();
         let mut scratch = Vec::new();
-        let mut rows: Vec<u32> = Vec::with_capacity(nodes.iter().map(|x| x.deps.len()).sum());
+        let mut rows: Vec<u32> = Vec::with_capacity((0..n).map(|i| nodes.deps(i).len()).sum());
         let mut ends = Vec::with_capacity(n);
-        for (i, node) in nodes.iter().enumerate() {
+        for i in 0..n {
             scratch.clear();
-            scratch.extend_from_slice(&node.deps);
+            scratch.extend_from_slice(nodes.deps(i));
             if let Some(&dep) = scratch.iter().find(|&&d| d as usize >= n) {
                 return Err(OrderError::BadIndex {
                     node: i as u32,

@@ -41,6 +41,13 @@ impl IndexSet {
         }
     }
 
+    pub(crate) fn clear(&mut self) {
+        for &k in &self.items {
+            self.pos[k as usize] = NONE;
+        }
+        self.items.clear();
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }

@@ -4,6 +4,7 @@ const NONE: u32 = u32::MAX;
 
 /// Buckets are intrusive doubly linked lists so moving a leaf is O(1) and no
 /// per-bucket allocation is needed.
+#[derive(Clone)]
 pub(crate) struct LeafDegrees {
     /// Current degree per node; 0 for nodes that are not tracked.
     degree: Vec<u32>,

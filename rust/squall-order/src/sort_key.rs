@@ -6,10 +6,10 @@ use std::cmp::Ordering;
 use crate::graph::Graph;
 use crate::reach::Reach;
 use crate::total::TotalDeps;
-use crate::Node;
+use crate::Input;
 
 pub(crate) struct SortKeys<'g> {
-    nodes: &'g [Node],
+    nodes: &'g dyn Input,
     g: &'g Graph,
     total: TotalDeps,
     max_dependents: Vec<u32>,
@@ -20,7 +20,7 @@ pub(crate) struct SortKeys<'g> {
 
 impl<'g> SortKeys<'g> {
     pub(crate) fn new(
-        nodes: &'g [Node],
+        nodes: &'g dyn Input,
         g: &'g Graph,
         topo: &[u32],
         max_dependents: Vec<u32>,
@@ -56,11 +56,7 @@ impl<'g> SortKeys<'g> {
                 ra.cmp(&self.roots_reached(b))
             })
             .then_with(|| self.max_dependents[b as usize].cmp(&self.max_dependents[a as usize]))
-            .then_with(|| {
-                self.nodes[a as usize]
-                    .name
-                    .cmp(&self.nodes[b as usize].name)
-            })
+            .then_with(|| self.nodes.name(a as usize).cmp(self.nodes.name(b as usize)))
             .then_with(|| a.cmp(&b))
     }
 

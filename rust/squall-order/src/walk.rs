@@ -12,10 +12,26 @@ use crate::leaf_degrees::LeafDegrees;
 use crate::leaf_links::LeafLinks;
 use crate::metrics::Metrics;
 use crate::normalize::Normalized;
+use crate::pressure::Tracker;
 use crate::sort_key::SortKeys;
-use crate::Node;
+use crate::Input;
 
 const UNNUMBERED: i64 = i64::MIN;
+
+/// The order in which dependents made ready together join the runnable list
+/// (upstream: a set's iteration order). The list is processed from its end, so
+/// `Ascending` runs the highest index first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadyOrder {
+    Ascending,
+    Descending,
+}
+
+/// What a walk changes and cannot cheaply recompute, to run it again from the
+/// start with the sort keys' caches warm.
+pub(crate) struct Snapshot {
+    leaf_list: Vec<u32>,
+}
 
 pub(crate) struct Walk<'g> {
     g: &'g Graph,
@@ -23,6 +39,9 @@ pub(crate) struct Walk<'g> {
     links: LeafLinks<'g>,
     degrees: LeafDegrees,
     requires: &'g Csr,
+    norm: &'g Normalized,
+    /// The leaves given to `degrees`, with their starting degrees.
+    start_degrees: Vec<(u32, u32)>,
 
     result: Vec<i64>,
     numbered: usize,
@@ -45,11 +64,19 @@ pub(crate) struct Walk<'g> {
     /// Reused buffers: `add_to_result`'s worklist and walk-back dependencies.
     next_items: Vec<u32>,
     scratch: Vec<u32>,
+    ready_order: ReadyOrder,
+    /// Whether a node made several dependents ready at once, not all of them
+    /// leaves, so that `ready_order` may have mattered.
+    ready_ties: bool,
+    /// Follows the memory pressure as nodes are numbered, if asked to.
+    tracker: Option<Tracker<'g>>,
+    /// The tracker's limit was reached: the run stops early.
+    aborted: bool,
 }
 
 impl<'g> Walk<'g> {
     pub(crate) fn new(
-        nodes: &'g [Node],
+        nodes: &'g dyn Input,
         g: &'g Graph,
         norm: &'g Normalized,
         metrics: Metrics,
@@ -77,11 +104,11 @@ impl<'g> Walk<'g> {
         for &r in &feeding_roots {
             links.for_each_leaf(r, |leaf| degree[leaf as usize] += 1);
         }
-        let tracked: Vec<(u32, u32)> = (0..n as u32)
+        let start_degrees: Vec<(u32, u32)> = (0..n as u32)
             .filter(|&k| is_leaf[k as usize] && !is_root[k as usize])
             .map(|k| (k, degree[k as usize]))
             .collect();
-        let degrees = LeafDegrees::new(n, &tracked, norm.n_alive as u32);
+        let degrees = LeafDegrees::new(n, &start_degrees, norm.n_alive as u32);
 
         let n_leaves = is_leaf.iter().filter(|&&l| l).count();
         let longest_path = use_longest_path(&roots, n_leaves, &is_leaf, &mut links);
@@ -101,6 +128,8 @@ impl<'g> Walk<'g> {
             links,
             degrees,
             requires: &norm.requires,
+            norm,
+            start_degrees,
             result,
             numbered: norm.fixed.len(),
             next_priority: 0,
@@ -115,14 +144,83 @@ impl<'g> Walk<'g> {
             leaf_list,
             next_items: Vec::new(),
             scratch: Vec::new(),
+            ready_order: ReadyOrder::Ascending,
+            ready_ties: false,
+            tracker: None,
+            aborted: false,
         }
+    }
+
+    /// Follow the pressure of the next run on the graph `deps` (every node
+    /// numbered one by one, so exact when no alias leaf was removed), giving up
+    /// as soon as `limit` results would be held at once.
+    pub(crate) fn track_pressure(&mut self, deps: &'g Csr, limit: Option<u32>) {
+        self.tracker = Some(Tracker::new(deps, limit));
+        self.aborted = false;
+    }
+
+    /// The peak pressure of the last run if tracked, `None` if it was given up.
+    pub(crate) fn tracked_peak(&self) -> Option<u32> {
+        match &self.tracker {
+            Some(t) if !self.aborted => Some(t.peak()),
+            _ => None,
+        }
+    }
+
+    /// The state before [`Walk::run`], for [`Walk::restore`].
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        debug_assert!(self.next_priority == 0 && self.runnable.is_empty());
+        Snapshot {
+            leaf_list: self.leaf_list.clone(),
+        }
+    }
+
+    /// Back to the state of `snapshot`, to walk again with another
+    /// `ready_order`; the sort keys keep what they computed.
+    pub(crate) fn restore(&mut self, s: Snapshot, ready_order: ReadyOrder) {
+        let g = self.g;
+        let n = g.len();
+        let alive = &self.norm.alive;
+        self.degrees = LeafDegrees::new(n, &self.start_degrees, self.norm.n_alive as u32);
+        self.result.clear();
+        self.result.resize(n, UNNUMBERED);
+        for &(leaf, prio) in &self.norm.fixed {
+            self.result[leaf as usize] = prio;
+        }
+        self.numbered = self.norm.fixed.len();
+        self.next_priority = 0;
+        for (k, (needed, leaf)) in self
+            .num_needed
+            .iter_mut()
+            .zip(self.pending_leaf.iter_mut())
+            .enumerate()
+        {
+            *needed = g.deps.degree(k as u32) as u32;
+            *leaf = alive[k] && g.dependents.degree(k as u32) == 0;
+        }
+        self.runnable_hull.fill(false);
+        self.reachable_hull.clear();
+        self.runnable.clear();
+        self.known_paths.clear();
+        self.critical_path.clear();
+        self.leaf_list = s.leaf_list;
+        self.ready_order = ready_order;
+        self.ready_ties = false;
+        self.tracker = None;
+        self.aborted = false;
+    }
+
+    /// Whether the last run had several dependents become ready at once, i.e.
+    /// whether another `ready_order` could give another result.
+    pub(crate) fn had_ready_ties(&self) -> bool {
+        self.ready_ties
     }
 
     /// Runs the walk and returns upstream's priorities (possibly negative, see
     /// `normalize`).
-    pub(crate) fn run(mut self) -> Vec<i64> {
+    pub(crate) fn run(&mut self) -> Vec<i64> {
         let n = self.result.len();
-        while self.numbered < n {
+        while self.numbered < n && !self.aborted {
             let Some(target) = self.next_target() else {
                 break;
             };
@@ -133,11 +231,11 @@ impl<'g> Walk<'g> {
         // Only data roots whose every dependent was itself removed as an alias
         // leaf can be left over (upstream runs out of targets and fails there).
         for k in 0..n {
-            if self.result[k] == UNNUMBERED {
+            if self.result[k] == UNNUMBERED && !self.aborted {
                 self.assign(k as u32);
             }
         }
-        self.result
+        std::mem::take(&mut self.result)
     }
 
     #[inline]
@@ -149,6 +247,11 @@ impl<'g> Walk<'g> {
         self.result[k as usize] = self.next_priority;
         self.next_priority += 1;
         self.numbered += 1;
+        if let Some(t) = &mut self.tracker {
+            if !t.run(k) {
+                self.aborted = true;
+            }
+        }
     }
 
     /// Prefers a leaf needing the fewest further roots, ideally one already
@@ -208,6 +311,10 @@ impl<'g> Walk<'g> {
         let g = self.g;
         let mut walked_back = false;
         while let Some(item) = self.critical_path.pop() {
+            if self.aborted {
+                self.critical_path.clear();
+                return;
+            }
             if self.is_numbered(item) {
                 continue;
             }
@@ -279,6 +386,7 @@ impl<'g> Walk<'g> {
                 });
             }
             let dependents = g.dependents.row(x);
+            let first_ready = self.runnable.len();
             for &d in dependents {
                 self.num_needed[d as usize] -= 1;
                 self.reachable_hull.insert(d);
@@ -288,6 +396,15 @@ impl<'g> Walk<'g> {
                     } else {
                         self.runnable.push(d);
                     }
+                }
+            }
+            let ready = &mut self.runnable[first_ready..];
+            // Leaves made ready are numbered as they come, so only the
+            // position of other nodes among them can make a difference.
+            if ready.len() > 1 && ready.iter().any(|&d| g.dependents.degree(d) > 0) {
+                self.ready_ties = true;
+                if self.ready_order == ReadyOrder::Descending {
+                    ready.reverse();
                 }
             }
         }
@@ -326,6 +443,10 @@ impl<'g> Walk<'g> {
         while !self.runnable.is_empty() {
             let mut candidates = std::mem::take(&mut self.runnable);
             while let Some(key) = candidates.pop() {
+                if self.aborted {
+                    self.runnable.clear();
+                    return;
+                }
                 if self.runnable_hull[key as usize] || self.is_numbered(key) {
                     continue;
                 }
@@ -444,6 +565,12 @@ impl<'g> Walk<'g> {
 /// Heavy reducer or splitter topologies do best with a classic longest
 /// critical path; graphs of roughly constant width that are asymmetric
 /// (roots feeding different numbers of leaves) do better with the shortest.
+///
+/// Upstream scans the roots in set order, skipping roots that feed no leaf
+/// (isolated nodes) only until the first that does; a later one then counts as
+/// a different size. So with both kinds present it almost always answers
+/// false, unless by chance every isolated root comes first; this answers
+/// false whenever both kinds are present.
 fn use_longest_path(
     roots: &[u32],
     n_leaves: usize,
@@ -455,17 +582,18 @@ fn use_longest_path(
         return true;
     }
     let mut size = 0;
+    let mut isolated = false;
     for &r in roots {
-        let count = if is_leaf[r as usize] {
-            0
-        } else {
-            links.count(r)
-        };
+        if is_leaf[r as usize] {
+            isolated = true;
+            continue;
+        }
+        let count = links.count(r);
         if size == 0 {
             size = count;
         } else if size != count {
             return false;
         }
     }
-    true
+    !(isolated && size > 0)
 }

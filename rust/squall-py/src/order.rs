@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
-use squall_order::{order, Node, OrderError};
+use squall_order::{order, order_flat, FlatGraph, Node, OrderError};
 
 /// Orders a graph given per node: dependency indices, whether it is a runnable task,
 /// and `str(key)`. Returns the priority of each node (lower runs first). The first
@@ -39,7 +39,12 @@ pub fn order_graph(
             name,
         })
         .collect();
-    run(py, &nodes, n_internal)
+    run(
+        py,
+        || order(&nodes),
+        |i| format!("{:?}", nodes[i].name),
+        n_internal,
+    )
 }
 
 /// `dask.order.order` on a graph dict: returns `{key: priority}` for the keys of `dsk`.
@@ -69,24 +74,39 @@ pub fn order_mapping<'py>(
         b.add(i, &k, &v, explicit.as_ref())?;
     }
     let n_internal = b.n_internal;
-    let (keys, nodes) = b.finish()?;
-    let prio = run(py, &nodes, n_internal)?;
-    drop(nodes);
+    let (keys, graph) = b.finish()?;
+    let prio = run(
+        py,
+        || order_flat(&graph),
+        |i| match keys[i].repr() {
+            Ok(r) => r.to_string_lossy().into_owned(),
+            Err(_) => graph.name(i).to_owned(),
+        },
+        n_internal,
+    )?;
+    drop(graph);
     for (k, p) in keys.iter().zip(prio) {
         out.set_item(k, p)?;
     }
     Ok(out)
 }
 
-/// Orders without the GIL, drops the placeholders' numbers and maps errors.
-fn run(py: Python<'_>, nodes: &[Node], n_internal: usize) -> PyResult<Vec<u32>> {
-    let ordered = py.detach(|| order(nodes).map(|p| drop_placeholders(p, n_internal)));
+/// Orders without the GIL, drops the placeholders' numbers and maps errors;
+/// `describe` shows a node in a cycle report.
+fn run(
+    py: Python<'_>,
+    order: impl FnOnce() -> Result<Vec<u32>, OrderError> + Send,
+    describe: impl Fn(usize) -> String,
+    n_internal: usize,
+) -> PyResult<Vec<u32>> {
+    let ordered = py.detach(|| order().map(|p| drop_placeholders(p, n_internal)));
     ordered.map_err(|e| match e {
         OrderError::Cycle(ref idx) => crate::errors::CycleError::new_err(format!(
-            "cycle detected in task graph through nodes {:?}",
+            "cycle detected in task graph through keys [{}] (each depends on the next)",
             idx.iter()
-                .map(|&i| nodes[i as usize].name.clone())
+                .map(|&i| describe(i as usize))
                 .collect::<Vec<_>>()
+                .join(", ")
         )),
         other => PyValueError::new_err(other.to_string()),
     })
@@ -151,11 +171,18 @@ impl<'py> Classes<'py> {
 
 struct Builder<'py> {
     py: Python<'py>,
-    /// key → index, for the keys of the graph and then the external keys met.
-    index: Bound<'py, PyDict>,
-    keys: Vec<Bound<'py, PyAny>>,
+    /// The keys of the graph and then the external keys met.
+    index: KeyIndex<'py>,
     n_internal: usize,
-    nodes: Vec<Node>,
+    /// Names of the graph's keys are filled in first, the rest node by node.
+    graph: FlatGraph,
+    /// Dependency candidates of the nodes added so far, resolved to indices in
+    /// [`Builder::finish`] (many lookups at once let the table's memory be fetched
+    /// ahead): the object, its hash, and whether it may be a key outside the graph
+    /// (else it only counts if it is one of the graph's keys).
+    found: Vec<(Bound<'py, PyAny>, isize, bool)>,
+    /// End of each node's candidates in `found`.
+    found_ends: Vec<usize>,
     classes: Option<Classes<'py>>,
     kinds: Vec<(usize, Kind)>,
     work: Vec<Bound<'py, PyAny>>,
@@ -165,18 +192,30 @@ impl<'py> Builder<'py> {
     fn new(dsk: &Bound<'py, PyDict>) -> PyResult<Self> {
         let py = dsk.py();
         let n = dsk.len();
-        let index = PyDict::new(py);
-        let mut keys = Vec::with_capacity(n);
-        for (i, k) in dsk.keys().iter().enumerate() {
-            index.set_item(&k, i)?;
-            keys.push(k);
+        let mut index = KeyIndex::with_capacity(n);
+        let mut graph = FlatGraph {
+            dep_ends: Vec::with_capacity(n),
+            deps: Vec::with_capacity(2 * n),
+            is_task: Vec::with_capacity(n),
+            name_ends: Vec::with_capacity(n),
+            names: String::with_capacity(32 * n),
+        };
+        // Names now, while each key is at hand for hashing anyway.
+        let mut hashes = Vec::with_capacity(n);
+        for (k, _) in dsk.iter() {
+            hashes.push(k.hash()?);
+            key_str_into(&k, &mut graph.names)?;
+            graph.name_ends.push(graph.names.len());
+            index.keys.push(k);
         }
+        index.place_all(&hashes);
         Ok(Builder {
             py,
             index,
-            keys,
             n_internal: n,
-            nodes: Vec::with_capacity(n),
+            graph,
+            found: Vec::with_capacity(2 * n),
+            found_ends: Vec::with_capacity(n),
             classes: Classes::load(py),
             kinds: Vec::new(),
             work: Vec::new(),
@@ -230,9 +269,9 @@ impl<'py> Builder<'py> {
         v: &Bound<'py, PyAny>,
         explicit: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<()> {
-        debug_assert_eq!(i, self.nodes.len());
+        debug_assert_eq!(i, self.graph.is_task.len());
+        debug_assert!(self.index.keys[i].is(k));
         let py = self.py;
-        let mut deps = Vec::new();
         let kind = self.kind(v)?;
         let is_task = match kind {
             Kind::Spec { is_task, .. } => is_task,
@@ -241,7 +280,7 @@ impl<'py> Builder<'py> {
         };
         if let Some(ds) = explicit {
             for d in ds.try_iter()? {
-                deps.push(self.index_or_external(&d?)?);
+                self.key_or_external(d?)?;
             }
         } else {
             let node_deps = match kind {
@@ -258,38 +297,31 @@ impl<'py> Builder<'py> {
                 Some(ds) => {
                     if let Ok(fs) = ds.cast::<PyFrozenSet>() {
                         for d in fs.iter() {
-                            deps.push(self.index_or_external(&d)?);
+                            self.key_or_external(d)?;
                         }
                     } else {
                         for d in ds.try_iter()? {
-                            deps.push(self.index_or_external(&d?)?);
+                            self.key_or_external(d?)?;
                         }
                     }
                 }
-                None => self.legacy_deps(v, &mut deps)?,
+                None => self.legacy_deps(v)?,
             }
         }
-        self.nodes.push(Node {
-            deps,
-            is_task,
-            name: key_str(k)?,
-        });
+        self.found_ends.push(self.found.len());
+        self.graph.is_task.push(is_task);
         Ok(())
     }
 
-    /// The index of key `d`, registering it as an external key if it is new.
-    fn index_or_external(&mut self, d: &Bound<'py, PyAny>) -> PyResult<u32> {
-        if let Some(i) = self.index.get_item(d)? {
-            return i.extract();
-        }
-        let i = self.keys.len();
-        self.index.set_item(d, i)?;
-        self.keys.push(d.clone());
-        Ok(i as u32)
+    /// A dependency: a key of the graph or else an external one.
+    fn key_or_external(&mut self, d: Bound<'py, PyAny>) -> PyResult<()> {
+        let h = d.hash()?;
+        self.found.push((d, h, true));
+        Ok(())
     }
 
     /// `dask.core.keys_in_tasks(dsk, [v])`: the keys of the graph found in `v`.
-    fn legacy_deps(&mut self, v: &Bound<'py, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {
+    fn legacy_deps(&mut self, v: &Bound<'py, PyAny>) -> PyResult<()> {
         let py = self.py;
         let mut work = std::mem::take(&mut self.work);
         work.push(v.clone());
@@ -320,15 +352,9 @@ impl<'py> Builder<'py> {
                     }
                 }
             }
-            match self.index.get_item(&w) {
-                // Only keys of the graph itself count here, not external ones.
-                Ok(Some(i)) => {
-                    let i: usize = i.extract()?;
-                    if i < self.n_internal {
-                        out.push(i as u32);
-                    }
-                }
-                Ok(None) => {}
+            match w.hash() {
+                // Whether it is a key of the graph is settled in `finish`.
+                Ok(h) => self.found.push((w, h, false)),
                 Err(e) if e.is_instance_of::<PyTypeError>(py) => {} // unhashable
                 Err(e) => {
                     self.work = work;
@@ -341,16 +367,194 @@ impl<'py> Builder<'py> {
     }
 
     /// The keys (graph, then external) and the nodes to order.
-    fn finish(mut self) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Node>)> {
-        for k in &self.keys[self.n_internal..] {
-            self.nodes.push(Node {
-                deps: Vec::new(),
-                is_task: false,
-                name: key_str(k)?,
-            });
+    fn finish(mut self) -> PyResult<(Vec<Bound<'py, PyAny>>, FlatGraph)> {
+        let py = self.py;
+        let n = self.n_internal;
+        let found = std::mem::take(&mut self.found);
+        let resolved = self.index.resolve(&found);
+        let g = &mut self.graph;
+        let mut start = 0;
+        for &end in &self.found_ends {
+            for (j, &(ref d, h, external_ok)) in found[start..end].iter().enumerate() {
+                let found = match resolved[start + j] {
+                    Ok(found) => found,
+                    // `dask.core.keys_in_tasks` skips what fails to compare so.
+                    Err(ref e) if !external_ok && e.is_instance_of::<PyTypeError>(py) => None,
+                    Err(ref e) => return Err(e.clone_ref(py)),
+                };
+                match found {
+                    Some(i) if external_ok || (i as usize) < n => g.deps.push(i),
+                    Some(_) => {}
+                    // An external key: found if an earlier node added it.
+                    None if external_ok => g.deps.push(match self.index.find(d, h)? {
+                        Some(i) => i,
+                        None => self.index.push(d.clone(), h),
+                    }),
+                    None => {}
+                }
+            }
+            g.dep_ends.push(g.deps.len());
+            start = end;
         }
-        self.keys.truncate(self.n_internal);
-        Ok((self.keys, self.nodes))
+        let mut keys = self.index.keys;
+        for k in &keys[n..] {
+            key_str_into(k, &mut g.names)?;
+            g.name_ends.push(g.names.len());
+            g.dep_ends.push(g.deps.len());
+            g.is_task.push(false);
+        }
+        keys.truncate(n);
+        Ok((keys, self.graph))
+    }
+}
+
+/// Keys → their index in insertion order, with Python's hash and equality: an
+/// open-addressing table that keeps each key's (mixed) hash in its slot, so a probe
+/// touches a key object only when the full hashes agree, and needs no Python objects
+/// for the indices.
+struct KeyIndex<'py> {
+    keys: Vec<Bound<'py, PyAny>>,
+    /// Per slot: the mixed hash and `index + 1` (0 = empty).
+    slots: Vec<(u64, u32)>,
+}
+
+impl<'py> KeyIndex<'py> {
+    fn with_capacity(n: usize) -> Self {
+        KeyIndex {
+            keys: Vec::with_capacity(n),
+            slots: vec![(0, 0); (2 * n).next_power_of_two().max(16)],
+        }
+    }
+
+    /// splitmix64's finaliser (a bijection): Python's hashes of ints are the ints.
+    #[inline]
+    fn mix(h: isize) -> u64 {
+        let mut x = h as u64;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+
+    /// The index of `k` (whose hash is `h`), if present.
+    fn find(&self, k: &Bound<'py, PyAny>, h: isize) -> PyResult<Option<u32>> {
+        let m = Self::mix(h);
+        let mask = self.slots.len() - 1;
+        let mut s = (m as usize) & mask;
+        loop {
+            let (sm, i) = self.slots[s];
+            if i == 0 {
+                return Ok(None);
+            }
+            if sm == m {
+                let key = &self.keys[(i - 1) as usize];
+                if key.is(k) || same_key(key, k)? {
+                    return Ok(Some(i - 1));
+                }
+            }
+            s = (s + 1) & mask;
+        }
+    }
+
+    /// [`KeyIndex::find`] for many keys (with their hashes), fetching the slots
+    /// and then the stored keys they point at ahead of the lookups.
+    fn resolve(&self, keys: &[(Bound<'py, PyAny>, isize, bool)]) -> Vec<PyResult<Option<u32>>> {
+        const AHEAD: usize = 24;
+        let mask = self.slots.len() - 1;
+        let mixed: Vec<u64> = keys.iter().map(|(_, h, _)| Self::mix(*h)).collect();
+        let slot_of = |i: usize| mixed.get(i).map(|&m| (m, &self.slots[(m as usize) & mask]));
+        let mut out = Vec::with_capacity(keys.len());
+        for (i, (k, h, _)) in keys.iter().enumerate() {
+            if let Some((_, slot)) = slot_of(i + AHEAD) {
+                prefetch(slot);
+            }
+            if let Some((m, &(sm, j))) = slot_of(i + AHEAD * 2 / 3) {
+                if j != 0 && sm == m {
+                    prefetch(&self.keys[(j - 1) as usize]);
+                }
+            }
+            if let Some((m, &(sm, j))) = slot_of(i + AHEAD / 3) {
+                if j != 0 && sm == m {
+                    prefetch(object_of(&self.keys[(j - 1) as usize]));
+                }
+            }
+            out.push(self.find(k, *h));
+        }
+        out
+    }
+
+    /// Adds `k`, which must not be present, and returns its index.
+    fn push(&mut self, k: Bound<'py, PyAny>, h: isize) -> u32 {
+        if 2 * (self.keys.len() + 1) > self.slots.len() {
+            self.grow();
+        }
+        let i = self.keys.len() as u32;
+        Self::place(&mut self.slots, Self::mix(h), i + 1);
+        self.keys.push(k);
+        i
+    }
+
+    /// Places the keys already in `keys`, with these hashes, into an empty table
+    /// sized for them; each slot is fetched well before it is needed.
+    fn place_all(&mut self, hashes: &[isize]) {
+        const AHEAD: usize = 16;
+        debug_assert!(self.slots.iter().all(|s| s.1 == 0) && hashes.len() == self.keys.len());
+        debug_assert!(2 * hashes.len() <= self.slots.len());
+        let mask = self.slots.len() - 1;
+        let mixed: Vec<u64> = hashes.iter().map(|&h| Self::mix(h)).collect();
+        for (i, &m) in mixed.iter().enumerate() {
+            if let Some(&ahead) = mixed.get(i + AHEAD) {
+                prefetch(&self.slots[(ahead as usize) & mask]);
+            }
+            Self::place(&mut self.slots, m, i as u32 + 1);
+        }
+    }
+
+    fn place(slots: &mut [(u64, u32)], m: u64, slot_value: u32) {
+        let mask = slots.len() - 1;
+        let mut s = (m as usize) & mask;
+        while slots[s].1 != 0 {
+            s = (s + 1) & mask;
+        }
+        slots[s] = (m, slot_value);
+    }
+
+    fn grow(&mut self) {
+        let mut slots = vec![(0, 0); self.slots.len() * 2];
+        for &(m, i) in &self.slots {
+            if i != 0 {
+                Self::place(&mut slots, m, i);
+            }
+        }
+        self.slots = slots;
+    }
+}
+
+/// A hint to bring `x` into the cache.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint and never faults, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// The object behind `k`, for [`prefetch`].
+#[inline(always)]
+fn object_of<'a>(k: &'a Bound<'_, PyAny>) -> &'a pyo3::ffi::PyObject {
+    // SAFETY: a Bound is a live, GIL-protected object for as long as it is borrowed.
+    unsafe { &*k.as_ptr() }
+}
+
+/// `a == b` as a dict lookup decides it.
+fn same_key(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<bool> {
+    // SAFETY: both pointers are live objects borrowed for the call, and the GIL is held.
+    match unsafe { pyo3::ffi::PyObject_RichCompareBool(a.as_ptr(), b.as_ptr(), pyo3::ffi::Py_EQ) } {
+        -1 => Err(PyErr::fetch(a.py())),
+        r => Ok(r == 1),
     }
 }
 
@@ -362,19 +566,17 @@ fn legacy_is_task(v: &Bound<'_, PyAny>) -> bool {
     }
 }
 
-/// Python's `str(k)`: built here for the usual key types (str, int and tuples of
+/// Appends Python's `str(k)`: built here for the usual key types (str, int and tuples of
 /// those), through `str()`/`repr()` otherwise.
-fn key_str(k: &Bound<'_, PyAny>) -> PyResult<String> {
+fn key_str_into(k: &Bound<'_, PyAny>, out: &mut String) -> PyResult<()> {
     if let Ok(s) = k.cast_exact::<PyString>() {
-        return Ok(s.to_string_lossy().into_owned());
-    }
-    let mut out = String::new();
-    if k.is_exact_instance_of::<PyTuple>() || k.is_exact_instance_of::<PyInt>() {
-        repr_into(k, &mut out, 0)?;
+        out.push_str(&s.to_string_lossy());
+    } else if k.is_exact_instance_of::<PyTuple>() || k.is_exact_instance_of::<PyInt>() {
+        repr_into(k, out, 0)?;
     } else {
         out.push_str(&k.str()?.to_string_lossy());
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends `repr(ob)`.
