@@ -55,23 +55,34 @@ def _median(fn: Callable[[], float], repeat: int) -> float:
     return statistics.median(fn() for _ in range(repeat))
 
 
-def _tree_csr(n_leaves: int) -> tuple[list[Any], bytes, bytes]:
-    """Keys and CSR dependencies of a binary tree reduction over n_leaves leaves."""
-    keys: list[Any] = [("leaf", i) for i in range(n_leaves)]
-    offsets = array.array("I", [0] * (n_leaves + 1))
-    indices = array.array("I")
-    level = list(range(n_leaves))
+def _tree(n_leaves: int) -> Iterator[tuple[Any, list[Any]]]:
+    """(key, dependency keys) of a binary tree reduction over n_leaves leaves, leaves
+    first, each task after its dependencies."""
+    level: list[Any] = [("leaf", i) for i in range(n_leaves)]
+    for k in level:
+        yield k, []
     depth = 0
     while len(level) > 1:
         depth += 1
         nxt = []
         for j in range(0, len(level), 2):
-            pair = level[j : j + 2]
-            indices.extend(pair)
-            nxt.append(len(keys))
-            keys.append((f"sum-{depth}", j // 2))
-            offsets.append(len(indices))
+            key = (f"sum-{depth}", j // 2)
+            yield key, level[j : j + 2]
+            nxt.append(key)
         level = nxt
+
+
+def _tree_csr(n_leaves: int) -> tuple[list[Any], bytes, bytes]:
+    """Keys and CSR dependencies (indices into the keys) of the tree reduction."""
+    keys: list[Any] = []
+    index: dict[Any, int] = {}
+    offsets = array.array("I", [0])
+    indices = array.array("I")
+    for key, deps in _tree(n_leaves):
+        index[key] = len(keys)
+        keys.append(key)
+        indices.extend(index[d] for d in deps)
+        offsets.append(len(indices))
     return keys, offsets.tobytes(), indices.tobytes()
 
 
@@ -146,21 +157,13 @@ def ingest_map(n: int) -> tuple[float, float, float]:
 
 
 def dask_tree(n_leaves: int) -> dict[Any, Any]:
+    """The tree reduction as a legacy dask graph."""
     from operator import add
 
-    dsk: dict[Any, Any] = {("leaf", i): (int, i) for i in range(n_leaves)}
-    level: list[Any] = list(dsk)
-    depth = 0
-    while len(level) > 1:
-        depth += 1
-        nxt = []
-        for j in range(0, len(level), 2):
-            pair = level[j : j + 2]
-            k = (f"sum-{depth}", j // 2)
-            dsk[k] = (add, *pair) if len(pair) == 2 else (int, pair[0])
-            nxt.append(k)
-        level = nxt
-    return dsk
+    return {
+        key: (add, *deps) if len(deps) == 2 else (int, deps[0] if deps else key[1])
+        for key, deps in _tree(n_leaves)
+    }
 
 
 def order_compare(n_leaves: int) -> Iterator[Row]:
