@@ -22,8 +22,8 @@ docs/runtime.md. Choices the protocol table leaves open:
   task ids). If no holder can provide a dependency, the dependents are given back with
   ``reschedule`` after ``MISSING_RETRY`` seconds, unless the scheduler has freed or
   re-sent them meanwhile.
-* ``remove-worker`` carries only a worker id, so the worker drops cached peer connections
-  that are already closed (connections to a dead peer fail and are dropped on use).
+* ``remove-worker`` names the departed worker's address: the cached connection to it is
+  dropped, as are any other cached connections that have closed.
 * Not implemented yet: ``secede``/``rejoin`` (``long-running``), memory limits/spilling,
   actors, bandwidth measurement (heartbeats report ``bandwidth: null``).
 """
@@ -361,8 +361,9 @@ class Worker:
         elif op == "steal-request":
             self._steal(int(h["task"]), h["stimulus"])
         elif op == "remove-worker":
+            gone = h.get("address")
             for addr, c in list(self._peers.items()):
-                if c.closed:
+                if c.closed or addr == gone:
                     del self._peers[addr]
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
