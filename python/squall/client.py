@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import hashlib
 import itertools
 import logging
@@ -46,12 +45,22 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, 
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
-from dask.base import tokenize
+from dask._task_spec import TaskRef
+from dask.base import is_dask_collection, tokenize
+from dask.delayed import delayed
 from dask.utils import funcname, parse_timedelta
 
 from squall import comm
 from squall._core import decode_keys, encode_keys
-from squall.spec import make_spec
+from squall.graph import (
+    compute_expr,
+    expr_of_graph,
+    flatten_keys,
+    materialize,
+    pack_data,
+    persist_expr,
+)
+from squall.spec import load_function, make_spec
 
 logger = logging.getLogger("squall.client")
 
@@ -113,12 +122,6 @@ class RemoteError(Exception):
 # ----- run specs ------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=256)
-def _load_function(blob: bytes) -> Callable[..., Any]:
-    func: Callable[..., Any] = cloudpickle.loads(blob)
-    return func
-
-
 class PickledFunction:
     """A function pickled once; calling it unpickles (cached per process) and calls.
 
@@ -131,7 +134,7 @@ class PickledFunction:
         self.blob = blob
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _load_function(self.blob)(*args, **kwargs)
+        return load_function(self.blob)(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return PickledFunction, (self.blob,)
@@ -192,13 +195,14 @@ class FutureState:
         return f"<FutureState: {self.status}>"
 
 
-class Future:
-    """A remotely running computation (``distributed.Future``)."""
+class Future(TaskRef):
+    """A remotely running computation (``distributed.Future``). Like dask's futures it
+    is a ``TaskRef``, so dask collections built on futures depend on their keys."""
 
     _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
 
     def __init__(self, key: Key, client: Client | None = None) -> None:
-        self.key = key
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._cleared = True
         self._client = client if client is not None else default_client()
         self._state = self._client._inc_ref(key)
@@ -319,6 +323,29 @@ def default_client() -> Client:
     return _default_client
 
 
+def _get_with_default_client(dsk: Any, keys: Any, **kwargs: Any) -> Any:
+    """``scheduler="squall"`` in dask: compute on the default (latest) client."""
+    return default_client().get(dsk, keys, **kwargs)
+
+
+def _register_scheduler_name() -> None:
+    from dask.base import named_schedulers
+
+    named_schedulers["squall"] = _get_with_default_client
+
+
+_register_scheduler_name()
+
+
+def _prefer_task_shuffle() -> None:
+    """Dataframe shuffles default to dask's "disk" method when no distributed client
+    exists, which needs one shared machine; squall has no shuffle service, so the
+    default becomes the task-based method (an explicit user setting still wins)."""
+    import dask
+
+    dask.config.update_defaults({"dataframe": {"shuffle": {"method": "tasks"}}})
+
+
 def _timeout_seconds(timeout: float | str | None) -> float | None:
     if timeout is None:
         return None
@@ -418,6 +445,7 @@ class Client:
         if set_as_default:
             global _default_client
             _default_client = self
+        _prefer_task_shuffle()
 
     # ----- lifecycle ------------------------------------------------------------------
 
@@ -712,6 +740,10 @@ class Client:
         resources: dict[str, float] | None,
         retries: int | None,
         allow_other_workers: bool,
+        order: str = "sequential",
+        wanted: list[Key] | None = None,
+        task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
+        data_producers: list[int] | None = None,
     ) -> None:
         if allow_other_workers not in (True, False):
             raise TypeError("allow_other_workers= must be True or False")
@@ -722,9 +754,17 @@ class Client:
         if workers is not None:
             workers = list(workers)
         n = len(keys)
+        # Dependencies inside the graph by index; others (futures) as external keys.
+        index = {k: i for i, k in enumerate(keys)}
         external: dict[Key, int] = {}
         dep_indices = [
-            [n + external.setdefault(k, len(external)) for k in ds] if ds else [] for ds in deps
+            [
+                i if (i := index.get(k)) is not None else n + external.setdefault(k, len(external))
+                for k in ds
+            ]
+            if ds
+            else []
+            for ds in deps
         ]
         keys_bytes = encode_keys([*keys, *external])
         rid = next(self._ids)
@@ -734,7 +774,11 @@ class Client:
             "keys_bytes": len(keys_bytes),
             "spec_sizes": [len(s) for s in specs],
             "deps": dep_indices,
-            "order": "sequential",
+            "order": order,
+            # Indices of the keys the client holds futures for (default: all).
+            "wanted": None if wanted is None else [index[k] for k in wanted if k in index],
+            "task_options": task_options or None,
+            "data_producers": data_producers or None,
             "priority": int(priority),
             "fifo_timeout": _timeout_seconds(fifo_timeout) or 0.0,
             "retries": retries,
@@ -876,6 +920,179 @@ class Client:
                     allow_other_workers=allow_other_workers,
                 )
         return out
+
+    # ----- dask collections -------------------------------------------------------------
+
+    def _graph_to_futures(
+        self,
+        expr: Any,
+        keys: Iterable[Key],
+        *,
+        cull: bool = False,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: dict[str, float] | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+    ) -> dict[Key, Future]:
+        """Submit a dask expression's tasks; futures for ``keys``."""
+        if actors:
+            raise NotImplementedError("actors are not supported yet")
+        self._check_running()
+        keys = list(dict.fromkeys(keys))
+        g = materialize(expr, keys, cull=cull)
+        with self._refcount_lock:
+            futures = {k: Future(k, self) for k in keys}
+            # Keys this client already holds are known to the scheduler: depend on
+            # them instead of defining them again.
+            held = [k in self.futures and k not in futures for k in g.keys]
+        if any(held):
+            g = g.without([i for i, h in enumerate(held) if h])
+        if g.keys:
+            self._send_graph(
+                g.keys,
+                g.specs,
+                g.deps,
+                priority=priority,
+                fifo_timeout=fifo_timeout,
+                workers=workers,
+                resources=resources,
+                retries=retries,
+                allow_other_workers=bool(allow_other_workers),
+                order="compute",
+                wanted=keys,
+                task_options=g.task_options,
+                data_producers=g.data_producers,
+            )
+        return futures
+
+    def get(
+        self,
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: dict[str, float] | None = None,
+        sync: bool = True,
+        asynchronous: bool | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Compute a dask graph (a dict, a HighLevelGraph or an expression) for ``keys``;
+        the scheduler function behind ``dask.compute(..., scheduler=client)``."""
+        expr, cull = expr_of_graph(dsk)
+        futures = self._graph_to_futures(
+            expr,
+            flatten_keys([keys]),
+            cull=cull,
+            workers=workers,
+            allow_other_workers=allow_other_workers,
+            resources=resources,
+            retries=retries,
+            priority=priority,
+            fifo_timeout=fifo_timeout,
+            actors=actors,
+        )
+        packed = pack_data(keys, futures)
+        if not sync:
+            return packed
+        try:
+            return self.gather(packed, asynchronous=asynchronous)
+        finally:
+            for f in futures.values():
+                f.release()
+
+    def compute(
+        self,
+        collections: Any,
+        sync: bool = False,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: dict[str, float] | None = None,
+        retries: int | None = 0,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Start computing dask collections: a future per collection (values with
+        ``sync=True``); a single collection gives a single future."""
+        singleton = not isinstance(collections, (list, tuple, set, frozenset))
+        items = [collections] if singleton else list(collections)
+        if traverse:
+            items = [
+                delayed(a) if isinstance(a, (list, set, tuple, dict, Iterator)) else a
+                for a in items
+            ]
+        variables = [a for a in items if is_dask_collection(a)]
+        futures: dict[Key, Future] = {}
+        names: list[Key] = []
+        if variables:
+            expr = compute_expr(variables, optimize_graph, **kwargs)
+            names = flatten_keys(expr.__dask_keys__())
+            futures = self._graph_to_futures(
+                expr,
+                names,
+                workers=workers,
+                allow_other_workers=allow_other_workers,
+                resources=resources,
+                retries=retries,
+                priority=priority,
+                fifo_timeout=fifo_timeout,
+                actors=actors,
+            )
+        found = iter(names)
+        out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
+        result = self.gather(out) if sync else out
+        return result[0] if singleton else result
+
+    def persist(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: dict[str, float] | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start computing dask collections and return equivalent collections backed by
+        the futures (a single collection gives a single collection)."""
+        singleton = not isinstance(collections, (tuple, list, set, frozenset))
+        items = [collections] if singleton else list(collections)
+        if not all(map(is_dask_collection, items)):
+            raise TypeError("persist takes dask collections")
+        expr = persist_expr(items, optimize_graph)
+        keys = expr.__dask_keys__()
+        futures = self._graph_to_futures(
+            expr,
+            flatten_keys(keys),
+            workers=workers,
+            allow_other_workers=allow_other_workers,
+            resources=resources,
+            retries=retries,
+            priority=priority,
+            fifo_timeout=fifo_timeout,
+            actors=actors,
+        )
+        result = [
+            rebuild({k: futures[k] for k in flatten_keys(ks)}, *args)
+            for (rebuild, args), ks in zip(
+                (c.__dask_postpersist__() for c in items), keys, strict=True
+            )
+        ]
+        return result[0] if singleton else result
 
     # ----- results ----------------------------------------------------------------------
 
@@ -1084,7 +1301,8 @@ def _parse_erred(
 
 
 def futures_of(obj: Any) -> list[Future]:
-    """The futures inside ``obj`` (a future, or lists/tuples/sets/dicts of them)."""
+    """The futures inside ``obj``: a future, lists/tuples/sets/dicts of them, or a
+    persisted dask collection."""
     out: list[Future] = []
     seen: set[int] = set()
 
@@ -1098,6 +1316,9 @@ def futures_of(obj: Any) -> list[Future]:
                 walk(x)
         elif type(o) is dict:
             for x in o.values():
+                walk(x)
+        elif is_dask_collection(o):  # a persisted collection: its graph holds futures
+            for x in dict(o.__dask_graph__()).values():
                 walk(x)
 
     walk(obj)

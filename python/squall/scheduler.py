@@ -258,6 +258,8 @@ class SchedulerServer:
             workers=h.get("workers"),
             resources=[tuple(r) for r in h["resources"]] if h.get("resources") else None,
             allow_other_workers=bool(h.get("allow_other_workers", False)),
+            task_options=_task_options(h.get("task_options")),
+            data_producers=h.get("data_producers"),
         )
         return {"op": "graph-accepted", "id": h.get("id")}, b""
 
@@ -369,6 +371,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"squall scheduler: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _task_options(classes: Any) -> list[tuple[dict[str, Any], list[int]]] | None:
+    """msgpack gives lists where the core takes (options, indices) and (name, amount)
+    pairs."""
+    if not classes:
+        return None
+    out = []
+    for opts, indices in classes:
+        if opts.get("resources"):
+            opts = {**opts, "resources": [tuple(r) for r in opts["resources"]]}
+        out.append((opts, indices))
+    return out
 
 
 if __name__ == "__main__":

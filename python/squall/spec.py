@@ -1,17 +1,29 @@
 """Run specs: how a client describes a task and a worker runs it.
 
-A spec is opaque bytes to the scheduler. It is ``cloudpickle((func, args, kwargs))``
-where every dependency (a future or key passed as an argument) has been replaced by a
-:class:`Dep` marker; the worker substitutes the dependency's value before calling.
+A spec is opaque bytes to the scheduler, one of two pickles:
+
+* ``cloudpickle((func, args, kwargs))`` (``submit``/``map``) where every dependency (a
+  future passed as an argument) has been replaced by a :class:`Dep` marker; the worker
+  substitutes the dependency's value before calling;
+* a dask task-spec node (``dask._task_spec.GraphNode``, from collections), called with
+  the values of its dependencies.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+
+
+@functools.lru_cache(maxsize=256)
+def load_function(blob: bytes) -> Callable[..., Any]:
+    """A function pickled once on the client, unpickled once per worker process."""
+    func: Callable[..., Any] = cloudpickle.loads(blob)
+    return func
 
 
 @dataclass(frozen=True)
@@ -59,5 +71,8 @@ def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:
 
 def run_spec(spec: bytes, data: Mapping[Hashable, Any]) -> Any:
     """Run a spec with its dependencies' values taken from ``data``."""
-    func, args, kwargs = cloudpickle.loads(spec)
-    return func(*_fill(args, data), **_fill(kwargs, data))
+    obj = cloudpickle.loads(spec)
+    if type(obj) is tuple:
+        func, args, kwargs = obj
+        return func(*_fill(args, data), **_fill(kwargs, data))
+    return obj({k: data[k] for k in obj.dependencies})

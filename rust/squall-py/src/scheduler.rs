@@ -75,6 +75,52 @@ fn defaults(
     }
 }
 
+fn task_at(tasks: &mut [NewTask], i: u32) -> PyResult<&mut NewTask> {
+    let n = tasks.len();
+    tasks
+        .get_mut(i as usize)
+        .ok_or_else(|| PyValueError::new_err(format!("task index {i} out of range for {n} keys")))
+}
+
+/// Per-task annotations, given as classes `(options, task indices)` so that a layer's
+/// tasks share one decoded set; options use the per-call keyword names.
+fn apply_task_options(tasks: &mut [NewTask], classes: &Bound<'_, PyAny>) -> PyResult<()> {
+    for item in classes.try_iter()? {
+        let (opts, indices): (Bound<'_, PyDict>, Vec<u32>) = item?.extract()?;
+        let opts = Box::new(task_options_from(&opts)?);
+        for i in indices {
+            task_at(tasks, i)?.options = Some(opts.clone());
+        }
+    }
+    Ok(())
+}
+
+fn task_options_from(d: &Bound<'_, PyDict>) -> PyResult<TaskOptions> {
+    let mut r = Restrictions::default();
+    let mut o = TaskOptions::default();
+    for (name, value) in d.iter() {
+        if value.is_none() {
+            continue;
+        }
+        match name.extract::<String>()?.as_str() {
+            "priority" => o.priority = Some(value.extract()?),
+            "retries" => o.retries = Some(value.extract()?),
+            "workers" => r.workers = value.extract()?,
+            "hosts" => r.hosts = value.extract()?,
+            "resources" => r.resources = value.extract()?,
+            "allow_other_workers" => r.loose = value.extract()?,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown task option {other:?} (expected priority, retries, workers, \
+                     hosts, resources or allow_other_workers)"
+                )))
+            }
+        }
+    }
+    o.restrictions = (!r.is_empty()).then_some(r);
+    Ok(o)
+}
+
 fn spec_of(ob: &Bound<'_, PyAny>) -> PyResult<Option<RunSpec>> {
     if ob.is_none() {
         Ok(None)
@@ -210,7 +256,8 @@ impl Scheduler {
     /// Returns the task ids as packed little-endian u32.
     #[pyo3(signature = (client, keys, deps=None, *, now, specs=None, wanted=None, order="compute",
         order_given=None, priority=0, fifo_timeout=0.0, retries=None, workers=None, hosts=None,
-        resources=None, allow_other_workers=false, actor=false, annotations=None, submitting_task=None))]
+        resources=None, allow_other_workers=false, actor=false, annotations=None, submitting_task=None,
+        task_options=None, data_producers=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &mut self,
@@ -233,6 +280,8 @@ impl Scheduler {
         actor: bool,
         annotations: Option<Vec<u8>>,
         submitting_task: Option<&Bound<'_, PyAny>>,
+        task_options: Option<&Bound<'_, PyAny>>,
+        data_producers: Option<Vec<u32>>,
     ) -> PyResult<Py<PyBytes>> {
         let mut tasks: Vec<NewTask> = Vec::new();
         for k in keys.try_iter()? {
@@ -274,6 +323,12 @@ impl Scheduler {
                     t.run_spec = Some(empty.clone());
                 }
             }
+        }
+        if let Some(classes) = task_options {
+            apply_task_options(&mut tasks, classes)?;
+        }
+        for i in data_producers.unwrap_or_default() {
+            task_at(&mut tasks, i)?.data_producer = true;
         }
         let order = graph_order(order, order_given)?;
         let opts = defaults(

@@ -1,0 +1,208 @@
+"""Dask collections as squall graphs.
+
+An expression is materialised the way dask's own schedulers do it
+(``__dask_graph__()`` then ``convert_legacy_graph``) on the client, so the scheduler
+never unpickles anything. Each task node is pickled on its own (workers call it with
+its dependencies' values); functions are pickled once per graph and travel as bytes
+inside each task's pickle, which workers turn back into functions through a per-process
+cache (:func:`squall.spec.load_function`). Ordering happens in the scheduler's core.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import types
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+from dask._task_spec import GraphNode, TaskRef, convert_legacy_graph
+
+from squall.spec import load_function
+
+Key = Hashable
+
+# Functions pickled by value (lambdas, closures, methods) are the costly part of a
+# task's pickle and are shared by every task of a layer.
+_SHARED_TYPES = (types.FunctionType, types.MethodType, functools.partial)
+
+# Annotation names the core understands, as the scheduler's per-task option names.
+_OPTION_NAMES = {
+    "priority": "priority",
+    "retries": "retries",
+    "workers": "workers",
+    "resources": "resources",
+    "allow_other_workers": "allow_other_workers",
+}
+
+
+class _GraphPickler(cloudpickle.Pickler):  # type: ignore[misc]
+    def __init__(self, file: io.BytesIO, shared: dict[int, tuple[Any, bytes]]) -> None:
+        super().__init__(file, protocol=5)
+        self._shared = shared
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, TaskRef):
+            return TaskRef, (obj.key,)  # a client's future travels as its key
+        if type(obj) in _SHARED_TYPES:
+            entry = self._shared.get(id(obj))
+            if entry is None:
+                # Keep obj alive so its id is not reused while the graph is pickled.
+                entry = self._shared[id(obj)] = (obj, cloudpickle.dumps(obj, protocol=5))
+            return load_function, (entry[1],)
+        return super().reducer_override(obj)
+
+
+@dataclass
+class Graph:
+    """What ``update-graph`` carries for a materialised collection graph."""
+
+    keys: list[Key] = field(default_factory=list)
+    specs: list[bytes] = field(default_factory=list)
+    deps: list[list[Key]] = field(default_factory=list)
+    # (options, task indices): tasks sharing one set of annotations.
+    task_options: list[tuple[dict[str, Any], list[int]]] = field(default_factory=list)
+    data_producers: list[int] = field(default_factory=list)
+
+    def without(self, drop: list[int]) -> Graph:
+        """The graph less the tasks at indices ``drop`` (others may still depend on
+        their keys, which the scheduler must then know)."""
+        gone = set(drop)
+        keep = [i for i in range(len(self.keys)) if i not in gone]
+        new_index = {old: new for new, old in enumerate(keep)}
+
+        def renumber(indices: list[int]) -> list[int]:
+            return [new_index[i] for i in indices if i in new_index]
+
+        return Graph(
+            keys=[self.keys[i] for i in keep],
+            specs=[self.specs[i] for i in keep],
+            deps=[self.deps[i] for i in keep],
+            task_options=[(o, renumber(ix)) for o, ix in self.task_options if renumber(ix)],
+            data_producers=renumber(self.data_producers),
+        )
+
+
+def expr_of_graph(dsk: Any) -> tuple[Any, bool]:
+    """``Client.get``'s input (a dict, a HighLevelGraph or an expression) as an
+    expression, and whether it needs culling (raw dicts do)."""
+    from dask._expr import HLGExpr, LLGExpr
+    from dask.highlevelgraph import HighLevelGraph
+
+    if isinstance(dsk, dict):
+        return LLGExpr(dsk), True  # type: ignore[no-untyped-call]
+    if isinstance(dsk, HighLevelGraph):
+        return HLGExpr(dsk), False  # type: ignore[no-untyped-call]
+    return dsk, False
+
+
+def compute_expr(collections: list[Any], optimize_graph: bool, **kwargs: Any) -> Any:
+    """The optimised expression ``dask.compute`` would run for ``collections``."""
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
+
+    expr = FinalizeCompute(collections_to_expr(collections, optimize_graph, **kwargs))  # type: ignore[no-untyped-call]
+    return expr.optimize()
+
+
+def persist_expr(collections: list[Any], optimize_graph: bool) -> Any:
+    """The optimised expression ``dask.persist`` would run for ``collections``."""
+    from dask.base import collections_to_expr
+
+    return collections_to_expr(collections, optimize_graph).optimize()
+
+
+def flatten_keys(keys: Any) -> list[Key]:
+    """``__dask_keys__()`` output (nested lists of keys) as a flat list."""
+    if type(keys) is not list:
+        return [keys]
+    out: list[Key] = []
+    for k in keys:
+        out.extend(flatten_keys(k))
+    return out
+
+
+def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
+    """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
+    the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
+    dsk: dict[Key, GraphNode] = convert_legacy_graph(expr.__dask_graph__())
+    if cull:
+        dsk = _cull(dsk, set(keys))
+    annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
+    return pack(dsk, annotations)
+
+
+def pack(dsk: Mapping[Key, GraphNode], annotations: Mapping[str, Mapping[Key, Any]]) -> Graph:
+    g = Graph(keys=list(dsk))
+    buf = io.BytesIO()
+    pickler = _GraphPickler(buf, {})
+    for i, node in enumerate(dsk.values()):
+        buf.seek(0)
+        buf.truncate()
+        pickler.clear_memo()
+        pickler.dump(node)
+        g.specs.append(buf.getvalue())
+        g.deps.append(list(node.dependencies))
+        if node.data_producer:
+            g.data_producers.append(i)
+    g.task_options = _option_classes(g.keys, annotations)
+    return g
+
+
+def _option_classes(
+    keys: list[Key], annotations: Mapping[str, Mapping[Key, Any]]
+) -> list[tuple[dict[str, Any], list[int]]]:
+    per_key: dict[Key, dict[str, Any]] = {}
+    for name, values in annotations.items():
+        option = _OPTION_NAMES.get(name)
+        if option is None:
+            continue  # other annotations only matter to plugins dask may have
+        for key, value in values.items():
+            per_key.setdefault(key, {})[option] = _option_value(option, value)
+    if not per_key:
+        return []
+    classes: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for i, key in enumerate(keys):
+        opts = per_key.get(key)
+        if opts:
+            classes.setdefault(repr(sorted(opts.items())), (opts, []))[1].append(i)
+    return list(classes.values())
+
+
+def _option_value(option: str, value: Any) -> Any:
+    if option == "workers":
+        return [value] if isinstance(value, str) else list(value)
+    if option == "resources":
+        return [(str(k), float(v)) for k, v in dict(value).items()]
+    if option in ("priority", "retries"):
+        return int(value)
+    return bool(value)
+
+
+def _cull(dsk: Mapping[Key, GraphNode], keys: set[Key]) -> dict[Key, GraphNode]:
+    out: dict[Key, GraphNode] = {}
+    work = [k for k in keys if k in dsk]
+    while work:
+        k = work.pop()
+        if k in out:
+            continue
+        out[k] = node = dsk[k]
+        work.extend(d for d in node.dependencies if d in dsk and d not in out)
+    return out
+
+
+def pack_data(o: Any, d: Mapping[Key, Any]) -> Any:
+    """``o`` (keys, possibly nested in lists, tuples and dicts) with each key replaced by
+    its value in ``d``; dask array keys are tuples, so a tuple is first tried as a key."""
+    try:
+        if o in d:
+            return d[o]
+    except TypeError:
+        pass  # unhashable: a container
+    if type(o) in (list, tuple, set, frozenset):
+        return type(o)(pack_data(x, d) for x in o)
+    if type(o) is dict:
+        return {k: pack_data(v, d) for k, v in o.items()}
+    return o
