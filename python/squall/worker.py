@@ -40,12 +40,11 @@ import pickle
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from array import array
 from collections.abc import Hashable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -211,7 +210,14 @@ class Worker:
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        # Task threads take ready tasks themselves and record results without a trip
+        # through the event loop; one lock guards all task state on both sides.
+        self._lock = threading.RLock()
+        self._work = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+        self._idle_threads = 0
+        self._wake_pending = False
+        self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
 
@@ -244,7 +250,11 @@ class Worker:
                 f"{reply.get('message', reply)}"
             )
         self.worker_id = int(reply["worker_id"])
-        self._pool = ThreadPoolExecutor(self.nthreads, thread_name_prefix="squall-worker")
+        self._loop_thread = threading.get_ident()
+        for i in range(self.nthreads):
+            t = threading.Thread(target=self._run_tasks, name=f"squall-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
         self._stream = comm.BatchedSend(self._scheduler, SCHEDULER_INTERVAL)
         self._stream.start()
         self._reader = self._loop.create_task(self._read_scheduler())
@@ -265,7 +275,9 @@ class Worker:
         if self.status in ("closing", "closed"):
             await self._closed.wait()
             return
-        self.status = "closing"
+        with self._lock:
+            self.status = "closing"
+            self._work.notify_all()
         me = asyncio.current_task()
         for t in (self._reader, self._heartbeat, *self._bg):
             if t is not None and t is not me:
@@ -288,9 +300,9 @@ class Worker:
         self._peers.clear()
         if self._listener is not None:
             await self._listener.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        self.status = "closed"
+        with self._lock:
+            self.status = "closed"
+            self._work.notify_all()
         self._closed.set()
         logger.info("worker %s closed", self.address)
 
@@ -311,6 +323,10 @@ class Worker:
         t.add_done_callback(self._bg.discard)
 
     def _send(self, header: comm.Header, payload: bytes = b"") -> None:
+        if threading.get_ident() != self._loop_thread:  # from a task thread
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._send, header, payload)
+            return
         if self._stream is None or self.status != "running":
             return
         with contextlib.suppress(comm.CommClosedError):  # the reader notices, closes
@@ -320,11 +336,13 @@ class Worker:
         assert self._scheduler is not None
         try:
             while True:
-                for header, payload in await self._scheduler.read_messages():
-                    self._handle(header, payload)
-                self._fetch_missing()
-                self._ensure_executing()
-                self._schedule_flush()
+                msgs = await self._scheduler.read_messages()
+                with self._lock:
+                    for header, payload in msgs:
+                        self._handle(header, payload)
+                    self._fetch_missing()
+                    self._ensure_executing()
+                    self._schedule_flush()
         except comm.CommError as e:
             if self.status == "running":
                 logger.warning("worker %s lost the scheduler: %s; closing", self.address, e)
@@ -342,7 +360,8 @@ class Worker:
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL)
             now = time.monotonic()
-            executing = [[ts.id, now - ts.start] for ts in self._executing]
+            with self._lock:
+                executing = [[ts.id, now - ts.start] for ts in self._executing]
             self._send({"op": "heartbeat", "executing": executing, "bandwidth": None})
 
     # ----- scheduler messages ---------------------------------------------------------
@@ -485,50 +504,76 @@ class Worker:
         return all(free.get(name, 0.0) >= amount for name, amount in ts.resources)
 
     def _ensure_executing(self) -> None:
-        if self.status != "running":
-            return
-        skipped: list[tuple[Any, ...]] = []
-        ready, tasks = self._ready, self.tasks
-        while self._n_executing < self.nthreads and ready:
-            entry = heapq.heappop(ready)
-            ts = tasks.get(entry[-1])
-            if ts is None or ts.entry is not entry or ts.state not in (READY, CONSTRAINED):
-                continue  # stale: stolen, freed or superseded
-            if ts.resources:
-                if not self._fits(ts):
-                    skipped.append(entry)
-                    continue
-                for name, amount in ts.resources:
-                    self._free_resources[name] -= amount
-            self._start(ts)
-        for entry in skipped:
-            heapq.heappush(ready, entry)
+        """Wake idle task threads for the ready tasks (call with the lock held)."""
+        if self._idle_threads and self._ready:
+            self._work.notify(min(self._idle_threads, len(self._ready)))
 
-    def _start(self, ts: WorkerTask) -> None:
-        assert self._loop is not None and self._pool is not None
-        data = self.data
+    def _run_tasks(self) -> None:
+        """A task thread: take the best ready task, run it without the lock, record the
+        result, repeat; sleep while nothing is ready."""
+        lock = self._lock
+        lock.acquire()
         try:
-            args = {k: data[k] for k in ts.deps}
-        except KeyError as e:
-            exc = KeyError(f"dependency {e.args[0]!r} of {ts.key!r} is no longer held")
-            self._release_deps(ts)
-            self._erred(ts, _pack_error(exc))
-            return
-        ts.state = EXECUTING
-        ts.start = time.monotonic()
-        self._n_executing += 1
-        self._executing.add(ts)
-        fut = self._loop.run_in_executor(self._pool, _execute, ts.spec, args)
-        fut.add_done_callback(partial(self._done, ts))
+            while self.status not in ("closing", "closed"):
+                job = self._take_ready()
+                if job is None:
+                    self._idle_threads += 1
+                    self._work.wait()
+                    self._idle_threads -= 1
+                    continue
+                ts, args = job
+                lock.release()
+                try:
+                    result = _execute(ts.spec, args)
+                finally:
+                    lock.acquire()
+                self._complete(ts, result)
+        finally:
+            lock.release()
 
-    def _done(self, ts: WorkerTask, fut: asyncio.Future[ExecResult]) -> None:
+    def _take_ready(self) -> tuple[WorkerTask, dict[Key, Any]] | None:
+        if self._n_executing >= self.nthreads or self.status != "running":
+            return None
+        ready, tasks = self._ready, self.tasks
+        skipped: list[tuple[Any, ...]] = []
+        try:
+            while ready:
+                entry = heapq.heappop(ready)
+                ts = tasks.get(entry[-1])
+                if ts is None or ts.entry is not entry or ts.state not in (READY, CONSTRAINED):
+                    continue  # stale: stolen, freed or superseded
+                if ts.resources:
+                    if not self._fits(ts):
+                        skipped.append(entry)
+                        continue
+                    for name, amount in ts.resources:
+                        self._free_resources[name] -= amount
+                try:
+                    args = {k: self.data[k] for k in ts.deps}
+                except KeyError as e:
+                    exc = KeyError(f"dependency {e.args[0]!r} of {ts.key!r} is no longer held")
+                    self._release_deps(ts)
+                    self._erred(ts, _pack_error(exc))
+                    continue
+                ts.state = EXECUTING
+                ts.start = time.monotonic()
+                self._n_executing += 1
+                self._executing.add(ts)
+                return ts, args
+            return None
+        finally:
+            for entry in skipped:
+                heapq.heappush(ready, entry)
+
+    def _complete(self, ts: WorkerTask, result: ExecResult) -> None:
+        """Record a task's outcome (task thread, lock held)."""
         self._n_executing -= 1
         self._executing.discard(ts)
         for name, amount in ts.resources:
             self._free_resources[name] += amount
-        if fut.cancelled() or self.status != "running":
+        if self.status != "running":
             return
-        ok, value, nbytes, start, stop = fut.result()
+        ok, value, nbytes, start, stop = result
         if self._cancelled.get(ts.id) is ts:
             del self._cancelled[ts.id]
             ts.state = "forgotten"
@@ -542,7 +587,15 @@ class Worker:
             else:
                 self._erred(ts, value)
         self._ensure_executing()
-        self._schedule_flush()
+        if self._fin_tasks and not self._wake_pending:
+            self._wake_pending = True
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._results_ready)
+
+    def _results_ready(self) -> None:
+        with self._lock:
+            self._wake_pending = False
+            self._schedule_flush()
 
     def _set_memory(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
         ts.state = MEMORY
@@ -580,12 +633,16 @@ class Worker:
         if self._n_executing == 0:
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
-            self._flush_finished()
+            self._flush_buffered()
         elif self._flush_handle is None:
             assert self._loop is not None
             self._flush_handle = self._loop.call_later(FINISHED_DELAY, self._flush_finished)
 
     def _flush_finished(self) -> None:
+        with self._lock:
+            self._flush_buffered()
+
+    def _flush_buffered(self) -> None:
         self._flush_handle = None
         n = len(self._fin_tasks)
         if not n:
@@ -659,6 +716,12 @@ class Worker:
             )
             self._drop_peer(holder)
             sizes, payload = [-1] * len(keys), memoryview(b"")
+        with self._lock:
+            self._got_data(holder, keys, sizes, payload)
+
+    def _got_data(
+        self, holder: str, keys: list[Key], sizes: list[int], payload: memoryview
+    ) -> None:
         pos = 0
         for key, size in zip(keys, sizes, strict=True):
             self._in_flight.discard(key)
@@ -725,6 +788,10 @@ class Worker:
         self._loop.call_later(MISSING_RETRY, self._give_back, key, waiters)
 
     def _give_back(self, key: Key, waiters: list[tuple[WorkerTask, int]]) -> None:
+        with self._lock:
+            self._give_back_locked(key, waiters)
+
+    def _give_back_locked(self, key: Key, waiters: list[tuple[WorkerTask, int]]) -> None:
         if self.status != "running":
             return
         for ts, run_id in waiters:
@@ -744,7 +811,10 @@ class Worker:
                 for h, payload in await c.read_messages():
                     if h["op"] != "get-data":
                         raise comm.ProtocolError(f"unknown peer message {h['op']!r}")
-                    sizes, blobs = self._pickle_data(decode_keys(bytes(payload)))
+                    keys = decode_keys(bytes(payload))
+                    with self._lock:
+                        values = [self.data.get(k, _MISSING) for k in keys]
+                    sizes, blobs = _pickle_values(values)
                     await c.write(
                         {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
                     )
@@ -756,17 +826,22 @@ class Worker:
         finally:
             self._incoming.discard(c)
 
-    def _pickle_data(self, keys: list[Key]) -> tuple[list[int], list[bytes]]:
-        sizes: list[int] = []
-        blobs: list[bytes] = []
-        for key in keys:
-            if key not in self.data:
-                sizes.append(-1)
-                continue
-            blob = cloudpickle.dumps(self.data[key])
-            sizes.append(len(blob))
-            blobs.append(blob)
-        return sizes, blobs
+
+_MISSING = object()
+
+
+def _pickle_values(values: list[Any]) -> tuple[list[int], list[bytes]]:
+    """``get-data`` sizes (-1 for a value this worker lacks) and pickles."""
+    sizes: list[int] = []
+    blobs: list[bytes] = []
+    for value in values:
+        if value is _MISSING:
+            sizes.append(-1)
+            continue
+        blob = cloudpickle.dumps(value)
+        sizes.append(len(blob))
+        blobs.append(blob)
+    return sizes, blobs
 
 
 # ----- process entry point ----------------------------------------------------------------

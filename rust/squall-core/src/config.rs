@@ -6,6 +6,10 @@ use std::collections::HashMap;
 pub struct Config {
     /// `worker-saturation`; `f64::INFINITY` disables queuing.
     pub worker_saturation: f64,
+    /// squall's extension of queuing for tiny tasks: a worker may hold more than
+    /// `worker_saturation × nthreads` queued-root tasks while they amount to less than
+    /// this many seconds of expected work per thread (0 disables).
+    pub worker_saturation_duration: f64,
     pub rootish_taskgroup: usize,
     pub rootish_taskgroup_dependencies: usize,
     pub work_stealing: bool,
@@ -42,6 +46,7 @@ impl Default for Config {
         ];
         Config {
             worker_saturation: 1.1,
+            worker_saturation_duration: 0.01,
             rootish_taskgroup: 5,
             rootish_taskgroup_dependencies: 5,
             work_stealing: true,

@@ -80,17 +80,46 @@ impl Scheduler {
 
     /// Free queuing slots (§3.3); may be negative.
     pub(crate) fn task_slots_available(&self, w: WorkerId) -> i64 {
-        let ws = self.worker(w);
-        let sat = self.config.worker_saturation;
-        if sat.is_infinite() {
+        if self.config.worker_saturation.is_infinite() {
             return i64::MAX;
         }
-        let cap = ((sat * f64::from(ws.nthreads)).ceil() as i64).max(1);
-        cap - ws.busy() as i64
+        let ws = self.worker(w);
+        ws.slot_cap - ws.busy() as i64
+    }
+
+    /// How many tasks worker `w` may hold: Dask's `ceil(worker-saturation × nthreads)`,
+    /// raised for tiny tasks so that one round trip to the worker carries about
+    /// `worker_saturation_duration` seconds of work per thread. The estimate is the
+    /// learned duration of the next queued task's prefix; an unmeasured prefix keeps
+    /// Dask's cap, so queuing still protects memory for tasks of unknown cost.
+    fn slot_cap(&mut self, w: WorkerId) -> i64 {
+        let nthreads = f64::from(self.worker(w).nthreads);
+        let by_count = ((self.config.worker_saturation * nthreads).ceil() as i64).max(1);
+        let target = self.config.worker_saturation_duration;
+        if target <= 0.0 || self.queued.is_empty() {
+            return by_count;
+        }
+        let tasks = &self.tasks;
+        let Some(head) = self
+            .queued
+            .first(|t, seq| crate::state::is_queued(tasks, t, seq))
+        else {
+            return by_count;
+        };
+        let p = self.prefix_of(head);
+        if !self.prefix_duration_known(p) {
+            return by_count;
+        }
+        let per_task = self.prefix_duration(p).max(1e-7);
+        let by_time = (nthreads * target / per_task).min(1e6) as i64;
+        by_count.max(by_time)
     }
 
     /// `check_idle_saturated`: re-files the worker in idle / saturated / idle_task_count.
     pub(crate) fn check_idle_saturated(&mut self, w: WorkerId, occ: Option<f64>) {
+        if self.config.worker_saturation.is_finite() {
+            self.wm(w).slot_cap = self.slot_cap(w);
+        }
         let ws = self.worker(w);
         if self.total_nthreads == 0 || ws.status == WorkerStatus::Closed {
             return;

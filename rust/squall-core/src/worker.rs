@@ -75,6 +75,9 @@ pub struct Worker {
     pub last_seen: f64,
     /// Bandwidth the worker measured (bytes/s), from heartbeats.
     pub bandwidth: f64,
+    /// Queuing capacity, refreshed by `check_idle_saturated` (§3.3 and
+    /// `worker_saturation_duration`).
+    pub slot_cap: i64,
 }
 
 impl Worker {
@@ -102,6 +105,7 @@ impl Worker {
             network_occ: 0,
             last_seen: now,
             bandwidth,
+            slot_cap: 0,
         }
     }
 

@@ -43,6 +43,48 @@ fn queuing_fills_saturation_slots_then_releases_one_per_completion() {
     assert!(keys.iter().all(|k| h.state(k) == S::Memory));
 }
 
+/// squall's `worker_saturation_duration`: once a queued prefix is measured as tiny, a
+/// worker gets enough of it for ~10 ms of work per thread instead of ceil(1.1 × n).
+#[test]
+fn queuing_batches_tiny_tasks_by_expected_duration() {
+    let mut h = H::new();
+    let w = h.worker("tcp://a", 1);
+    let keys = many("tiny", 3000);
+    h.submit_with(
+        &roots(&keys),
+        &strs(&keys),
+        TaskOptions::default(),
+        GraphOrder::Sequential,
+    )
+    .unwrap();
+    assert_eq!(
+        h.running.len(),
+        2,
+        "unmeasured prefix: Dask's ceil(1.1 × 1)"
+    );
+    let (_, t, run) = h.running[0];
+    let now = h.tick_time(0.001);
+    let r = Finished::computed(t, run, 8, now - 2e-6, now);
+    assert_eq!(h.s.task_finished(w, r, now).unwrap(), Outcome::Applied);
+    h.drain();
+    // 2 µs per task: 10 ms / 2 µs = 5000 slots, more than what is left.
+    assert_eq!(h.s.n_queued(), 0);
+    assert_eq!(h.running.len(), 2999);
+
+    let mut slow = H::new();
+    slow.worker("tcp://a", 1);
+    slow.submit_with(
+        &roots(&keys),
+        &strs(&keys),
+        TaskOptions::default(),
+        GraphOrder::Sequential,
+    )
+    .unwrap();
+    let first = slow.dispatched()[0].clone();
+    slow.finish(&first); // 10 ms: no more than the count cap
+    assert_eq!(slow.running.len(), 2);
+}
+
 #[test]
 fn queuing_sends_to_least_busy_worker() {
     let mut h = H::new();

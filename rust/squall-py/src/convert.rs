@@ -89,6 +89,14 @@ pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
                     ));
                 }
             }
+            "worker-saturation-duration" => {
+                c.worker_saturation_duration = seconds(&v, &name)?;
+                if c.worker_saturation_duration.is_nan() || c.worker_saturation_duration < 0.0 {
+                    return Err(PyValueError::new_err(
+                        "worker-saturation-duration must be >= 0 seconds",
+                    ));
+                }
+            }
             "rootish-taskgroup" => c.rootish_taskgroup = v.extract()?,
             "rootish-taskgroup-dependencies" => c.rootish_taskgroup_dependencies = v.extract()?,
             "work-stealing" => c.work_stealing = v.extract()?,
