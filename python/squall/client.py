@@ -49,7 +49,7 @@ import cloudpickle  # type: ignore[import-untyped]
 from dask.base import tokenize
 from dask.utils import funcname, parse_timedelta
 
-from squall import comm
+from squall import comm, config
 from squall._core import decode_keys, encode_keys
 from squall.spec import make_spec
 
@@ -58,7 +58,6 @@ logger = logging.getLogger("squall.client")
 Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
 
-CLIENT_INTERVAL = 0.002
 ALL_COMPLETED = "ALL_COMPLETED"
 FIRST_COMPLETED = "FIRST_COMPLETED"
 FIRST_EXCEPTION = "FIRST_EXCEPTION"
@@ -350,7 +349,7 @@ class Client:
         self,
         address: str | Any = None,
         loop: Any = None,
-        timeout: float | str = 10,
+        timeout: float | str | None = None,
         set_as_default: bool = True,
         asynchronous: bool = False,
         name: str | None = None,
@@ -377,7 +376,7 @@ class Client:
         self.futures: dict[Key, FutureState] = {}
         self.refcount: dict[Key, int] = {}
         self._refcount_lock = threading.RLock()
-        self._timeout = _timeout_seconds(timeout) or 10.0
+        self._timeout = _timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
         self._comm: comm.Comm | None = None
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -436,7 +435,7 @@ class Client:
                 f"scheduler {self.address} refused the client: {header.get('message')}"
             )
         self._comm = c
-        self._stream = comm.BatchedSend(c, CLIENT_INTERVAL)
+        self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())
         self.status = "running"
