@@ -343,7 +343,8 @@ class Client:
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.cluster.LocalCluster`
-    sized to the machine and stops it on ``close()``."""
+    sized to the machine and stops it on ``close()``. ``timeout`` (for connecting)
+    defaults to ``squall.comm.timeouts.connect``."""
 
     def __init__(
         self,
