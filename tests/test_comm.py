@@ -105,7 +105,7 @@ def test_garbage_and_truncated_frames_close_only_that_connection() -> None:
         big = Comm(reader3, writer3, "test")
         await big.write({"op": "hello", "protocol": comm.PROTOCOL, "role": "client"})
         await big.read()
-        writer3.write(struct.pack("<II", 10, comm.MAX_FRAME_BYTES))
+        writer3.write(struct.pack("<II", 10, big.max_frame_bytes))
         await writer3.drain()
         with pytest.raises(comm.CommClosedError):
             await big.read()

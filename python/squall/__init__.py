@@ -1,6 +1,6 @@
 """squall: a distributed task scheduler with a Rust scheduling core, drop-in for Dask."""
 
-from squall import sim
+from squall import config, sim
 from squall._core import (
     Commands,
     CycleError,
@@ -36,6 +36,7 @@ __all__ = [
     "UnknownWorkerError",
     "__version__",
     "as_completed",
+    "config",
     "order",
     "sim",
     "wait",

@@ -50,7 +50,7 @@ from dask.base import is_dask_collection, tokenize
 from dask.delayed import delayed
 from dask.utils import funcname, parse_timedelta
 
-from squall import comm
+from squall import comm, config
 from squall._core import decode_keys, encode_keys
 from squall.graph import (
     compute_expr,
@@ -67,7 +67,6 @@ logger = logging.getLogger("squall.client")
 Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
 
-CLIENT_INTERVAL = 0.002
 ALL_COMPLETED = "ALL_COMPLETED"
 FIRST_COMPLETED = "FIRST_COMPLETED"
 FIRST_EXCEPTION = "FIRST_EXCEPTION"
@@ -371,13 +370,14 @@ class Client:
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.cluster.LocalCluster`
-    sized to the machine and stops it on ``close()``."""
+    sized to the machine and stops it on ``close()``. ``timeout`` (for connecting)
+    defaults to ``squall.comm.timeouts.connect``."""
 
     def __init__(
         self,
         address: str | Any = None,
         loop: Any = None,
-        timeout: float | str = 10,
+        timeout: float | str | None = None,
         set_as_default: bool = True,
         asynchronous: bool = False,
         name: str | None = None,
@@ -404,7 +404,7 @@ class Client:
         self.futures: dict[Key, FutureState] = {}
         self.refcount: dict[Key, int] = {}
         self._refcount_lock = threading.RLock()
-        self._timeout = _timeout_seconds(timeout) or 10.0
+        self._timeout = _timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
         self._comm: comm.Comm | None = None
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -464,7 +464,7 @@ class Client:
                 f"scheduler {self.address} refused the client: {header.get('message')}"
             )
         self._comm = c
-        self._stream = comm.BatchedSend(c, CLIENT_INTERVAL)
+        self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())
         self.status = "running"

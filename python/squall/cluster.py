@@ -10,7 +10,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from squall import comm
+from squall import comm, config
 
 
 def default_shape(n_cores: int) -> tuple[int, int]:
@@ -24,7 +24,11 @@ def default_shape(n_cores: int) -> tuple[int, int]:
 class LocalCluster:
     """Starts ``squall scheduler`` and ``n_workers`` ``squall worker`` processes on
     loopback; ``scheduler_address`` is where clients connect. Close it (or use it as a
-    context manager) to stop them."""
+    context manager) to stop them.
+
+    The processes see this process's ``squall`` config (``dask.config.set`` applies to
+    them); ``scheduler_kwargs`` override scheduling knobs of ``squall.scheduler``, e.g.
+    ``{"worker_saturation": "inf"}``."""
 
     def __init__(
         self,
@@ -32,8 +36,10 @@ class LocalCluster:
         threads_per_worker: int | None = None,
         *,
         host: str = "127.0.0.1",
+        scheduler_port: int = 0,
         timeout: float = 30.0,
         log_level: str = "WARNING",
+        scheduler_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
@@ -42,16 +48,17 @@ class LocalCluster:
         self.threads_per_worker = threads_per_worker or default_threads
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
+        self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
         try:
-            self._start(host, timeout, log_level)
+            self._start(host, scheduler_port, timeout, log_level)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, host: str, timeout: float, log_level: str) -> None:
-        cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", "0"]
+    def _start(self, host: str, port: int, timeout: float, log_level: str) -> None:
+        cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", str(port)]
         self._scheduler = subprocess.Popen(
-            [*cmd, "--log-level", log_level], stdout=subprocess.PIPE, text=True
+            [*cmd, "--log-level", log_level], stdout=subprocess.PIPE, text=True, env=self._env
         )
         assert self._scheduler.stdout is not None
         line = self._scheduler.stdout.readline()
@@ -67,7 +74,7 @@ class LocalCluster:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
         cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
         cmd += ["--log-level", log_level]
-        return subprocess.Popen(cmd, text=True)
+        return subprocess.Popen(cmd, text=True, env=self._env)
 
     @property
     def worker_processes(self) -> list[subprocess.Popen[str]]:

@@ -16,8 +16,9 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from squall import config
+
 PROTOCOL = "squall/1"
-MAX_FRAME_BYTES = 1 << 30
 _LENGTHS = struct.Struct("<II")
 
 Header = dict[str, Any]
@@ -83,6 +84,7 @@ class Comm:
         self._writer = writer
         self.peer = peer
         self.peer_info: Header = {}
+        self.max_frame_bytes = config.nbytes("comm.max-frame-bytes")
 
     @property
     def closed(self) -> bool:
@@ -99,10 +101,10 @@ class Comm:
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
         n_head, n_payload = _LENGTHS.unpack(lengths)
-        if n_head + n_payload > MAX_FRAME_BYTES:
+        if n_head + n_payload > self.max_frame_bytes:
             raise ProtocolError(
                 f"{self.peer}: frame of {n_head + n_payload} bytes exceeds the "
-                f"{MAX_FRAME_BYTES}-byte limit"
+                f"{self.max_frame_bytes}-byte limit"
             )
         try:
             head = await self._reader.readexactly(n_head)
@@ -150,10 +152,13 @@ class Comm:
 
 
 async def connect(
-    address: str, *, role: str, info: Header | None = None, timeout: float = 10.0
+    address: str, *, role: str, info: Header | None = None, timeout: float | None = None
 ) -> Comm:
-    """Open a connection and complete the handshake as ``role``."""
+    """Open a connection and complete the handshake as ``role`` within ``timeout``
+    seconds (default ``squall.comm.timeouts.connect``)."""
     host, port = parse_address(address)
+    if timeout is None:
+        timeout = config.seconds("comm.timeouts.connect")
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
     except asyncio.TimeoutError:
@@ -198,17 +203,19 @@ async def listen(
     *,
     roles: frozenset[str],
     info: Header | None = None,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> Listener:
     """Accept connections on ``address``; each one that completes the handshake with a
-    role in ``roles`` is handed to ``handler`` (its hello is ``comm.peer_info``)."""
+    role in ``roles`` within ``timeout`` seconds (default ``squall.comm.timeouts.connect``)
+    is handed to ``handler`` (its hello is ``comm.peer_info``)."""
     host, port = parse_address(address)
+    handshake_timeout = config.seconds("comm.timeouts.connect") if timeout is None else timeout
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
         try:
-            hello, _ = await asyncio.wait_for(comm.read(), timeout)
+            hello, _ = await asyncio.wait_for(comm.read(), handshake_timeout)
             problem = _check_hello(hello, roles)
             if problem:
                 await comm.write({"op": "error", "message": problem})

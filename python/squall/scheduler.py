@@ -19,17 +19,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from squall import comm
+from squall import comm, config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 
 logger = logging.getLogger("squall.scheduler")
 
-# Rate limits of the batched streams. Dask waits 5 ms / 2 ms before every send; with
-# one or two queued tasks per worker thread that caps small tasks at a few hundred per
-# second (measured: ~345/s at 5 ms, ~5,000/s at 0.2 ms, one worker thread, no-op map).
-WORKER_INTERVAL = 0.0002
-CLIENT_INTERVAL = 0.0002
-TICK_INTERVAL = 0.1
+
+def default_address() -> str:
+    """``tcp://`` + ``squall.scheduler.host`` and ``.port``."""
+    return comm.format_address(str(config.get("scheduler.host")), config.port("scheduler.port"))
 
 
 @dataclass
@@ -42,9 +40,12 @@ class Peer:
 
 @dataclass
 class SchedulerServer:
-    """A running scheduler; ``await start()``, then ``address`` is where to connect."""
+    """A running scheduler; ``await start()``, then ``address`` is where to connect.
 
-    address: str = "tcp://127.0.0.1:8786"
+    The core's knobs come from ``squall.scheduler.*``; entries of ``config``
+    (``{"worker-saturation": "inf"}``) override them."""
+
+    address: str = field(default_factory=default_address)
     config: dict[str, Any] | None = None
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
@@ -54,9 +55,13 @@ class SchedulerServer:
     _listener: comm.Listener | None = None
     _ticker: asyncio.Task[None] | None = None
     _t0: float = field(default_factory=time.monotonic)
+    _batch_interval: float = field(init=False)
+    _tick_interval: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.core = Scheduler(self.config)
+        self.core = Scheduler(config.core_config(self.config))
+        self._batch_interval = config.seconds("comm.batch-interval.scheduler")
+        self._tick_interval = config.seconds("scheduler.tick-interval")
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -82,7 +87,7 @@ class SchedulerServer:
 
     async def _tick_forever(self) -> None:
         while True:
-            await asyncio.sleep(TICK_INTERVAL)
+            await asyncio.sleep(self._tick_interval)
             self.core.tick(now=self.now())
             self._dispatch()
 
@@ -108,7 +113,7 @@ class SchedulerServer:
         except (SchedulerError, KeyError, TypeError, ValueError) as e:
             await c.write({"op": "error", "message": f"cannot register worker: {e}"})
             return
-        stream = comm.BatchedSend(c, WORKER_INTERVAL)
+        stream = comm.BatchedSend(c, self._batch_interval)
         self.workers[w] = Peer(c, stream, str(info.get("name", info["address"])), info["address"])
         await c.write({"op": "registered", "worker_id": w})
         stream.start()
@@ -184,7 +189,7 @@ class SchedulerServer:
     async def _serve_client(self, c: comm.Comm) -> None:
         name = str(c.peer_info.get("client", c.peer))
         cid = self.core.client(name)
-        stream = comm.BatchedSend(c, CLIENT_INTERVAL)
+        stream = comm.BatchedSend(c, self._batch_interval)
         self.clients[cid] = Peer(c, stream, name)
         await c.write({"op": "registered", "client_id": cid})
         stream.start()
@@ -356,16 +361,22 @@ async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``squall scheduler [--host 127.0.0.1] [--port 8786]``."""
+    """``squall scheduler [--host HOST] [--port PORT] [--log-level LEVEL]``; flags
+    override ``squall.scheduler.host``, ``.port`` and ``squall.logging.level``."""
     p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
-    p.add_argument("--port", type=int, default=8786, help="port (0 picks a free one)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--host", help="interface to bind (default: squall.scheduler.host)")
+    p.add_argument(
+        "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
+    )
+    p.add_argument("--log-level", help="default: squall.logging.level")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     try:
-        address = comm.format_address(args.host, args.port)
+        level = config.log_level(args.log_level)
+        host = str(config.get("scheduler.host")) if args.host is None else args.host
+        port = config.port("scheduler.port") if args.port is None else args.port
+        address = comm.format_address(host, port)
         comm.parse_address(address)
+        logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
         asyncio.run(run_scheduler(address))
     except (ValueError, comm.CommError) as e:
         print(f"squall scheduler: {e}", file=sys.stderr)

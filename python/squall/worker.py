@@ -10,7 +10,7 @@ docs/runtime.md. Choices the protocol table leaves open:
   answered in order.
 * ``finished``: completions are buffered and flushed as one packed message (the four
   little-endian arrays) when the worker has nothing executing, otherwise at most
-  ``FINISHED_DELAY`` seconds later.
+  ``squall.worker.finished-delay`` later.
 * ``erred``: the payload is ``cloudpickle(exception)`` (``n_exception`` bytes) followed by
   ``pickle(traceback)`` using tblib's traceback pickling, so a client with tblib can
   ``raise exc.with_traceback(pickle.loads(tb))`` and show the remote frames;
@@ -20,8 +20,8 @@ docs/runtime.md. Choices the protocol table leaves open:
   only, so fetched copies are *private replicas*: kept while a local task needs them,
   then dropped, and never announced with ``add-keys`` (the worker does not know their
   task ids). If no holder can provide a dependency, the dependents are given back with
-  ``reschedule`` after ``MISSING_RETRY`` seconds, unless the scheduler has freed or
-  re-sent them meanwhile.
+  ``reschedule`` after ``squall.worker.missing-data-retry``, unless the scheduler has
+  freed or re-sent them meanwhile.
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
   dropped, as are any other cached connections that have closed.
 * Not implemented yet: ``secede``/``rejoin`` (``long-running``), memory limits/spilling,
@@ -52,19 +52,13 @@ import cloudpickle  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 from tblib import pickling_support  # type: ignore[import-untyped]
 
-from squall import comm
+from squall import comm, config
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.spec import run_spec
 
 logger = logging.getLogger("squall.worker")
 
 Key = Hashable
-
-SCHEDULER_INTERVAL = 0.0002
-HEARTBEAT_INTERVAL = 0.5
-FINISHED_DELAY = 0.001
-MISSING_RETRY = 0.25
-GET_DATA_TIMEOUT = 300.0
 
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
@@ -153,18 +147,25 @@ def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
 
 
 class Worker:
-    """A worker. ``await start()`` to join the scheduler, ``await close()`` to leave."""
+    """A worker. ``await start()`` to join the scheduler, ``await close()`` to leave.
+
+    ``nthreads`` and ``address`` default to ``squall.worker.nthreads``, ``.host`` and
+    ``.port``; its timings come from ``squall.worker.*`` and ``squall.comm.*``."""
 
     def __init__(
         self,
         scheduler_address: str,
         *,
-        nthreads: int = 1,
+        nthreads: int | None = None,
         name: str | None = None,
-        address: str = "tcp://127.0.0.1:0",
+        address: str | None = None,
         resources: dict[str, float] | None = None,
         memory_limit: int = 0,
     ) -> None:
+        if nthreads is None:
+            nthreads = config.integer("worker.nthreads", minimum=1)
+        if address is None:
+            address = default_address()
         if nthreads < 1:
             raise ValueError(f"nthreads must be at least 1, not {nthreads}")
         self.scheduler_address = scheduler_address
@@ -174,6 +175,11 @@ class Worker:
         self.resources = {str(k): float(v) for k, v in (resources or {}).items()}
         self.memory_limit = memory_limit
         self.worker_id: int | None = None
+        self._batch_interval = config.seconds("comm.batch-interval.worker")
+        self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
+        self._finished_delay = config.seconds("worker.finished-delay")
+        self._missing_retry = config.seconds("worker.missing-data-retry")
+        self._get_data_timeout = config.seconds("worker.get-data-timeout")
         self.status = "created"
 
         self.tasks: dict[int, WorkerTask] = {}
@@ -255,7 +261,7 @@ class Worker:
             t = threading.Thread(target=self._run_tasks, name=f"squall-worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        self._stream = comm.BatchedSend(self._scheduler, SCHEDULER_INTERVAL)
+        self._stream = comm.BatchedSend(self._scheduler, self._batch_interval)
         self._stream.start()
         self._reader = self._loop.create_task(self._read_scheduler())
         self._heartbeat = self._loop.create_task(self._heartbeat_forever())
@@ -358,7 +364,7 @@ class Worker:
 
     async def _heartbeat_forever(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            await asyncio.sleep(self._heartbeat_interval)
             now = time.monotonic()
             with self._lock:
                 executing = [[ts.id, now - ts.start] for ts in self._executing]
@@ -636,7 +642,7 @@ class Worker:
             self._flush_buffered()
         elif self._flush_handle is None:
             assert self._loop is not None
-            self._flush_handle = self._loop.call_later(FINISHED_DELAY, self._flush_finished)
+            self._flush_handle = self._loop.call_later(self._finished_delay, self._flush_finished)
 
     def _flush_finished(self) -> None:
         with self._lock:
@@ -763,7 +769,7 @@ class Worker:
             self._request_id += 1
             rid = self._request_id
             await c.write({"op": "get-data", "id": rid, "n": len(keys)}, encode_keys(keys))
-            h, payload = await asyncio.wait_for(c.read(), GET_DATA_TIMEOUT)
+            h, payload = await asyncio.wait_for(c.read(), self._get_data_timeout)
         sizes = h.get("sizes")
         if h["op"] != "data" or h.get("id") != rid or not isinstance(sizes, list):
             raise comm.ProtocolError(f"{holder}: unexpected reply {h['op']!r} to get-data")
@@ -785,7 +791,7 @@ class Worker:
         logger.info(
             "worker %s: no holder has %r; rescheduling %d tasks", self.address, key, len(waiters)
         )
-        self._loop.call_later(MISSING_RETRY, self._give_back, key, waiters)
+        self._loop.call_later(self._missing_retry, self._give_back, key, waiters)
 
     def _give_back(self, key: Key, waiters: list[tuple[WorkerTask, int]]) -> None:
         with self._lock:
@@ -870,6 +876,11 @@ async def run_worker(scheduler_address: str, **kwargs: Any) -> None:
         await worker.close()
 
 
+def default_address() -> str:
+    """Where a worker serves peers: ``squall.worker.host`` and ``.port``."""
+    return comm.format_address(str(config.get("worker.host")), config.port("worker.port"))
+
+
 def _parse_resources(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in text.replace(",", " ").split():
@@ -886,16 +897,21 @@ def _parse_resources(text: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m squall.worker", description="a squall worker")
     p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
-    p.add_argument("--nthreads", type=int, default=1)
+    p.add_argument("--nthreads", type=int, help="default: squall.worker.nthreads")
     p.add_argument("--name", default=None)
-    p.add_argument("--listen", default="tcp://127.0.0.1:0", help="address to serve peers on")
+    p.add_argument(
+        "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
+    )
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", help="default: squall.logging.level")
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    try:
+        level = config.log_level(args.log_level)
+    except config.ConfigError as e:
+        print(f"squall worker: {e}", file=sys.stderr)
+        return 1
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         asyncio.run(
             run_worker(

@@ -1,0 +1,213 @@
+"""squall's configuration: ``dask.config`` under the ``squall`` key (docs/config.md).
+
+The defaults ship in ``squall.yaml`` next to this module and are registered with
+``dask.config.update_defaults`` on import, so Dask's usual sources override them: YAML
+files in ``~/.config/dask`` (or ``$DASK_CONFIG``), environment variables such as
+``DASK_SQUALL__SCHEDULER__WORKER_SATURATION=inf``, and ``dask.config.set``. Values are
+read when an object is created (a scheduler, worker, client or connection), never on hot
+paths.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import dask.config
+import yaml  # type: ignore[import-untyped]
+from dask.utils import parse_bytes, parse_timedelta
+
+_DEFAULTS_FILE = pathlib.Path(__file__).with_name("squall.yaml")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or cannot be used."""
+
+
+def _load_defaults() -> None:
+    with _DEFAULTS_FILE.open() as f:
+        dask.config.update_defaults(yaml.safe_load(f))
+
+
+_load_defaults()
+
+
+def get(name: str) -> Any:
+    """The value of ``squall.<name>``, e.g. ``get("scheduler.port")``."""
+    try:
+        return dask.config.get(f"squall.{name}")
+    except KeyError:
+        raise ConfigError(f"no configuration value squall.{name}") from None
+
+
+def seconds(name: str) -> float:
+    """``squall.<name>`` as a non-negative duration in seconds ("100ms", or seconds)."""
+    return _duration(get(name), f"squall.{name}")
+
+
+def nbytes(name: str) -> int:
+    """``squall.<name>`` as a non-negative number of bytes ("1GiB", or bytes)."""
+    return _bytes(get(name), f"squall.{name}")
+
+
+def integer(name: str, minimum: int = 0) -> int:
+    """``squall.<name>`` as an integer >= ``minimum``."""
+    return _count(get(name), f"squall.{name}", minimum)
+
+
+def port(name: str) -> int:
+    """``squall.<name>`` as a TCP port (0 picks a free one)."""
+    value = integer(name)
+    if value > 65535:
+        raise ConfigError(f"squall.{name}: expected a port in 0..65535, got {value!r}")
+    return value
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(value: str | None = None) -> str:
+    """A logging level name (``value``, else ``squall.logging.level``), upper-cased."""
+    where = "log level" if value is not None else "squall.logging.level"
+    level = get("logging.level") if value is None else value
+    if not isinstance(level, str) or level.upper() not in _LEVELS:
+        raise ConfigError(f"{where}: expected one of {', '.join(_LEVELS)}, got {level!r}")
+    return level.upper()
+
+
+# ----- the core's scheduling knobs ------------------------------------------------------
+
+# Keys of squall.scheduler that configure the scheduler process, not its core.
+_SERVER_KEYS = frozenset({"host", "port", "tick-interval"})
+
+
+def _duration(value: Any, where: str, unit: str = "s") -> float:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = float(parse_timedelta(value, default=unit))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ConfigError(f"{where}: expected a duration like '500ms', got {value!r}") from None
+    if not out >= 0:
+        raise ConfigError(f"{where}: expected a duration >= 0, got {value!r}")
+    return out
+
+
+def _bytes(value: Any, where: str) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = int(parse_bytes(value))
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        raise ConfigError(f"{where}: expected a size like '1kiB', got {value!r}") from None
+    if out < 0:
+        raise ConfigError(f"{where}: expected a size >= 0, got {value!r}")
+    return out
+
+
+def _count(value: Any, where: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _saturation(value: Any, where: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = float(value)  # also "inf"
+    except (TypeError, ValueError):
+        out = math.nan
+    if not out > 0:
+        raise ConfigError(f"{where}: expected a number > 0 or 'inf', got {value!r}")
+    return out
+
+
+def _task_durations(value: Any, where: str) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of task prefix to duration")
+    return {str(k): _duration(v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _optional_duration(value: Any, where: str) -> float | None:
+    return None if value is None else _duration(value, where)
+
+
+def _ms_duration(value: Any, where: str) -> float:
+    return _duration(value, where, unit="ms")  # Dask reads bare numbers as milliseconds
+
+
+def _bandwidth(value: Any, where: str) -> float:
+    return float(_bytes(value, where))
+
+
+_CORE_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "worker-saturation": _saturation,
+    "worker-saturation-duration": _duration,
+    "rootish-taskgroup": _count,
+    "rootish-taskgroup-dependencies": _count,
+    "work-stealing": _flag,
+    "work-stealing-interval": _ms_duration,
+    "allowed-failures": _count,
+    "unknown-task-duration": _duration,
+    "default-task-durations": _task_durations,
+    "default-data-size": _bytes,
+    "bandwidth": _bandwidth,
+    "worker-ttl": _optional_duration,
+    "no-workers-timeout": _optional_duration,
+    "transition-log-length": _count,
+    "erred-tasks-max-history": _count,
+    "memory-terminate": _flag,
+    "validate": _flag,
+}
+
+
+def core_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config dict for ``squall._core.Scheduler``: every core knob of
+    ``squall.scheduler``, with ``overrides`` (``worker_saturation`` or
+    ``worker-saturation``) taking precedence, parsed to seconds, bytes and numbers."""
+    section = get("scheduler")
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"squall.scheduler: expected a mapping, got {section!r}")
+    raw = {_canonical(k): v for k, v in section.items() if _canonical(k) not in _SERVER_KEYS}
+    for k, v in (overrides or {}).items():
+        name = _canonical(k)
+        if name not in _CORE_KEYS:
+            raise ConfigError(_unknown(repr(k), "scheduler option", _CORE_KEYS))
+        raw[name] = v
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        parse = _CORE_KEYS.get(name)
+        if parse is None:
+            known = _CORE_KEYS.keys() | _SERVER_KEYS
+            raise ConfigError(_unknown(f"squall.scheduler.{name}", "configuration key", known))
+        out[name] = parse(value, f"squall.scheduler.{name}")
+    return out
+
+
+def inherit(scheduler: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Environment variables passing this process's ``squall`` config, with
+    ``scheduler`` overrides of ``squall.scheduler``, to a child process: a
+    ``dask.config.set`` here then applies to the processes a LocalCluster starts."""
+    core_config(scheduler)  # refuse bad overrides here, not in the child
+    tree = dict(dask.config.get("squall"))
+    section = {_canonical(k): v for k, v in get("scheduler").items()}
+    section.update({_canonical(k): v for k, v in (scheduler or {}).items()})
+    tree["scheduler"] = section
+    return {"DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize({"squall": tree})}
+
+
+def _canonical(key: Any) -> str:
+    return str(key).replace("_", "-")
+
+
+def _unknown(key: str, what: str, known: Iterable[str]) -> str:
+    return f"unknown {what} {key}; known: {', '.join(sorted(known))}"
