@@ -329,10 +329,17 @@ async def _timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
     seconds = _timeout_seconds(timeout)
     if seconds is None:
         return await aw
+    # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not ours.
+    task = asyncio.ensure_future(aw)
     try:
-        return await asyncio.wait_for(aw, seconds)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"timed out after {seconds} s") from None
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        raise TimeoutError(f"timed out after {seconds} s")
+    return task.result()
 
 
 class _WhoHas(NamedTuple):
