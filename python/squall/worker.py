@@ -24,8 +24,19 @@ docs/runtime.md. Choices the protocol table leaves open:
   re-sent them meanwhile.
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
   dropped, as are any other cached connections that have closed.
-* Not implemented yet: ``secede``/``rejoin`` (``long-running``), memory limits/spilling,
-  actors, bandwidth measurement (heartbeats report ``bandwidth: null``).
+* Tasks run in a thread pool that grows as needed; the worker itself keeps at most
+  ``nthreads`` tasks counted as running. ``secede()`` uncounts the calling task (and
+  sends ``long-running``), ``rejoin()`` waits for a free slot; ``get_worker()`` and
+  ``get_client()`` work inside tasks (``squall.context``).
+* Scattered data (``update-data`` from a client, on the peer listener) is staged until
+  the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
+  then is it served and freed like a task's result.
+* ``run`` (peer message, ``Client.run``) calls a function on the event loop, as Dask.
+* ``restart`` from the scheduler closes the worker at once; the ``squall worker``
+  program then re-executes itself (same pid, fresh interpreter, abandoned task threads
+  gone), so it comes back under any launcher: LocalCluster or by hand.
+* Not implemented yet: memory limits/spilling, actors, bandwidth measurement
+  (heartbeats report ``bandwidth: null``).
 """
 
 from __future__ import annotations
@@ -35,27 +46,34 @@ import asyncio
 import contextlib
 import copyreg
 import heapq
+import inspect
 import logging
+import os
 import pickle
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from array import array
+from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 from tblib import pickling_support  # type: ignore[import-untyped]
 
-from squall import comm
+from squall import comm, context
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.spec import run_spec
+
+if TYPE_CHECKING:
+    from squall.client import Client
 
 logger = logging.getLogger("squall.worker")
 
@@ -66,6 +84,9 @@ HEARTBEAT_INTERVAL = 0.5
 FINISHED_DELAY = 0.001
 MISSING_RETRY = 0.25
 GET_DATA_TIMEOUT = 300.0
+# Threads are made on demand, so this only needs to exceed the tasks that ever run at
+# once: nthreads counted ones plus the seceded ones.
+POOL_THREADS = 10_000
 
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
@@ -136,6 +157,20 @@ def _execute(spec: bytes, data: dict[Key, Any]) -> ExecResult:
     except Exception:
         nbytes = sys.getsizeof(value)
     return True, value, nbytes, start, stop
+
+
+def _sizeof(value: Any) -> int:
+    try:
+        return int(sizeof(value))
+    except Exception:
+        return sys.getsizeof(value)
+
+
+def _takes_arg(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
 
 
 def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
@@ -215,6 +250,14 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
 
+        self._seceded: set[WorkerTask] = set()  # running, but not counted in nthreads
+        self._rejoining: deque[tuple[WorkerTask, threading.Event]] = deque()
+        self._staged: dict[Key, tuple[Any, int]] = {}  # scattered, not yet registered
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        #: The scheduler asked for a restart (``squall worker`` re-executes itself).
+        self.restart_requested = False
+
     # ----- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> Worker:
@@ -244,12 +287,13 @@ class Worker:
                 f"{reply.get('message', reply)}"
             )
         self.worker_id = int(reply["worker_id"])
-        self._pool = ThreadPoolExecutor(self.nthreads, thread_name_prefix="squall-worker")
+        self._pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="squall-worker")
         self._stream = comm.BatchedSend(self._scheduler, SCHEDULER_INTERVAL)
         self._stream.start()
         self._reader = self._loop.create_task(self._read_scheduler())
         self._heartbeat = self._loop.create_task(self._heartbeat_forever())
         self.status = "running"
+        context.register(self)
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
             self.address,
@@ -266,6 +310,7 @@ class Worker:
             await self._closed.wait()
             return
         self.status = "closing"
+        context.unregister(self)
         me = asyncio.current_task()
         for t in (self._reader, self._heartbeat, *self._bg):
             if t is not None and t is not me:
@@ -290,6 +335,8 @@ class Worker:
             await self._listener.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:  # get_client()'s: its close blocks, not on this loop
+            await asyncio.get_running_loop().run_in_executor(None, self._client.close)
         self.status = "closed"
         self._closed.set()
         logger.info("worker %s closed", self.address)
@@ -360,6 +407,12 @@ class Worker:
                 self._remove_replica(int(t))
         elif op == "steal-request":
             self._steal(int(h["task"]), h["stimulus"])
+        elif op == "scattered":
+            self._scattered([int(t) for t in h["tasks"]], decode_keys(bytes(payload)))
+        elif op == "restart":
+            logger.info("worker %s: restart requested by the scheduler", self.address)
+            self.restart_requested = True
+            self._spawn(self.close(abort=True))
         elif op == "remove-worker":
             gone = h.get("address")
             for addr, c in list(self._peers.items()):
@@ -489,6 +542,7 @@ class Worker:
             return
         skipped: list[tuple[Any, ...]] = []
         ready, tasks = self._ready, self.tasks
+        self._grant_rejoins()
         while self._n_executing < self.nthreads and ready:
             entry = heapq.heappop(ready)
             ts = tasks.get(entry[-1])
@@ -518,11 +572,14 @@ class Worker:
         ts.start = time.monotonic()
         self._n_executing += 1
         self._executing.add(ts)
-        fut = self._loop.run_in_executor(self._pool, _execute, ts.spec, args)
+        fut = self._loop.run_in_executor(self._pool, self._run_task, ts, ts.spec, args)
         fut.add_done_callback(partial(self._done, ts))
 
     def _done(self, ts: WorkerTask, fut: asyncio.Future[ExecResult]) -> None:
-        self._n_executing -= 1
+        if ts in self._seceded:
+            self._seceded.discard(ts)  # gave its slot up when it seceded
+        else:
+            self._n_executing -= 1
         self._executing.discard(ts)
         for name, amount in ts.resources:
             self._free_resources[name] += amount
@@ -543,6 +600,53 @@ class Worker:
                 self._erred(ts, value)
         self._ensure_executing()
         self._schedule_flush()
+
+    def _run_task(self, ts: WorkerTask, spec: bytes, args: dict[Key, Any]) -> ExecResult:
+        """In a pool thread: run the task where ``get_worker()``/``secede()`` find it."""
+        context.enter_task(self, ts)
+        try:
+            return _execute(spec, args)
+        finally:
+            context.leave_task()
+
+    # ----- secede / rejoin (called on the loop by squall.context) ---------------------
+
+    def _secede(self, ts: WorkerTask, duration: float) -> None:
+        if ts in self._seceded:
+            return
+        # Runs before _done: the thread scheduled this before its task could finish.
+        self._seceded.add(ts)
+        self._n_executing -= 1
+        if ts.state == EXECUTING:
+            header = {"op": "long-running", "task": ts.id, "run_id": ts.run_id}
+            self._send({**header, "duration": duration})
+        self._ensure_executing()
+
+    def _rejoin(self, ts: WorkerTask, granted: threading.Event) -> None:
+        if ts not in self._seceded:
+            granted.set()
+            return
+        self._rejoining.append((ts, granted))
+        self._ensure_executing()
+
+    def _grant_rejoins(self) -> None:
+        """Rejoining tasks take free slots before queued tasks do, as in Dask."""
+        while self._rejoining and self._n_executing < self.nthreads:
+            ts, granted = self._rejoining.popleft()
+            self._seceded.discard(ts)
+            self._n_executing += 1
+            granted.set()
+
+    def _get_client(self, timeout: float | str | None = None) -> Client:
+        """``get_client()`` inside tasks: one client per worker, made on first use."""
+        from squall.client import Client
+
+        with self._client_lock:
+            if self._client is None or self._client.status == "closed":
+                self._client = Client(
+                    self.scheduler_address, timeout=10 if timeout is None else timeout
+                )
+            return self._client
 
     def _set_memory(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
         ts.state = MEMORY
@@ -742,19 +846,86 @@ class Worker:
         try:
             while True:
                 for h, payload in await c.read_messages():
-                    if h["op"] != "get-data":
-                        raise comm.ProtocolError(f"unknown peer message {h['op']!r}")
-                    sizes, blobs = self._pickle_data(decode_keys(bytes(payload)))
-                    await c.write(
-                        {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
-                    )
+                    op = h["op"]
+                    if op == "get-data":
+                        sizes, blobs = self._pickle_data(decode_keys(bytes(payload)))
+                        await c.write(
+                            {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
+                        )
+                    elif op == "update-data":
+                        await c.write(self._update_data(h, payload))
+                    elif op == "run":
+                        await c.write(*await self._run_function(h, payload))
+                    else:
+                        raise comm.ProtocolError(f"unknown peer message {op!r}")
         except comm.CommError as e:
             if not isinstance(e, comm.CommClosedError):
                 logger.info("worker %s: peer %s: %s", self.address, c.peer, e)
-        except ValueError as e:
-            logger.info("worker %s: bad get-data from %s: %s", self.address, c.peer, e)
+        except (KeyError, TypeError, ValueError) as e:
+            logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
             self._incoming.discard(c)
+
+    def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
+        """Stage scattered values; the reply gives their sizes (``sizeof``)."""
+        n_keys = int(h["keys_bytes"])
+        keys = decode_keys(bytes(payload[:n_keys]))
+        pos, nbytes = n_keys, []
+        try:
+            for key, size in zip(keys, h["sizes"], strict=True):
+                value = pickle.loads(payload[pos : pos + size])
+                pos += size
+                self._staged[key] = (value, _sizeof(value))
+                nbytes.append(self._staged[key][1])
+        except Exception as e:
+            for key in keys:
+                self._staged.pop(key, None)
+            return {"op": "data-updated", "id": h.get("id"), "error": repr(e)}
+        return {"op": "data-updated", "id": h.get("id"), "nbytes": nbytes}
+
+    def _scattered(self, tasks: list[int], keys: list[Key]) -> None:
+        """The scheduler registered staged data as tasks in memory (-1: refused it)."""
+        for tid, key in zip(tasks, keys, strict=True):
+            staged = self._staged.pop(key, None)
+            if tid < 0:
+                continue
+            if staged is not None:
+                self.data[key], self.nbytes[key] = staged
+            elif key not in self.data:  # its staging failed: not held here after all
+                self._send({"op": "release-worker-data", "task": tid})
+                continue
+            ts = self.tasks.get(tid)
+            if ts is not None and ts.key == key and ts.state == MEMORY:
+                continue
+            if ts is not None:
+                self._free(tid)
+            ts = WorkerTask(tid, 0, key, b"", [], [])
+            ts.state = MEMORY
+            self._track(ts)
+
+    async def _run_function(
+        self, h: comm.Header, payload: memoryview
+    ) -> tuple[comm.Header, bytes]:
+        """``Client.run``: call on the event loop (as Dask), awaiting coroutines."""
+        reply: comm.Header = {"op": "run-result", "id": h.get("id")}
+        try:
+            func, args, kwargs = pickle.loads(payload)
+            if _takes_arg(func, "dask_worker"):
+                kwargs = {**kwargs, "dask_worker": self}
+            result = func(*args, **kwargs)
+            if inspect.isawaitable(result):
+                if h.get("wait", True):
+                    result = await result
+                else:
+                    task = asyncio.ensure_future(result)
+                    self._bg.add(task)
+                    task.add_done_callback(self._bg.discard)
+                    result = None
+            return {**reply, "status": "OK"}, cloudpickle.dumps(result)
+        except Exception as e:
+            exc_text, tb_text, exc_blob, tb_blob = _pack_error(e)
+            reply.update(status="error", exception_text=exc_text, traceback_text=tb_text)
+            return {**reply, "n_exception": len(exc_blob)}, exc_blob + tb_blob
 
     def _pickle_data(self, keys: list[Key]) -> tuple[list[int], list[bytes]]:
         sizes: list[int] = []
@@ -772,8 +943,9 @@ class Worker:
 # ----- process entry point ----------------------------------------------------------------
 
 
-async def run_worker(scheduler_address: str, **kwargs: Any) -> None:
-    """Run a worker until it closes (lost scheduler, SIGINT or SIGTERM)."""
+async def run_worker(scheduler_address: str, **kwargs: Any) -> bool:
+    """Run a worker until it closes (lost scheduler, SIGINT, SIGTERM or a restart);
+    returns whether the scheduler asked it to restart."""
     worker = Worker(scheduler_address, **kwargs)
     await worker.start()
     loop = asyncio.get_running_loop()
@@ -793,6 +965,7 @@ async def run_worker(scheduler_address: str, **kwargs: Any) -> None:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         await worker.close()
+    return worker.restart_requested
 
 
 def _parse_resources(text: str) -> dict[str, float]:
@@ -809,7 +982,10 @@ def _parse_resources(text: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m squall.worker", description="a squall worker")
+    """``squall worker``. On a restart from the scheduler the program re-executes
+    itself with the same arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
     p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
     p.add_argument("--nthreads", type=int, default=1)
     p.add_argument("--name", default=None)
@@ -822,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     try:
-        asyncio.run(
+        restart = asyncio.run(
             run_worker(
                 args.scheduler,
                 nthreads=args.nthreads,
@@ -835,6 +1011,12 @@ def main(argv: list[str] | None = None) -> int:
     except (comm.CommError, ValueError) as e:
         logger.error("worker failed: %s", e)
         return 1
+    if restart:
+        # A fresh interpreter in this process: threads of abandoned tasks and anything
+        # they leaked are gone, the pid (and whoever supervises it) stays.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "squall.worker", *argv])
     return 0
 
 
