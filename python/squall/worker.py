@@ -34,7 +34,7 @@ docs/runtime.md. Choices the protocol table leaves open:
 * ``run`` (peer message, ``Client.run``) calls a function on the event loop, as Dask.
 * ``restart`` from the scheduler closes the worker at once; the ``squall worker``
   program then re-executes itself (same pid, fresh interpreter, abandoned task threads
-  gone), so it comes back under any launcher: LocalCluster or by hand.
+  gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
 * Not implemented yet: memory limits/spilling, actors, bandwidth measurement
   (heartbeats report ``bandwidth: null``).
 """
@@ -52,6 +52,7 @@ import os
 import pickle
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -988,12 +989,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
     p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
     p.add_argument("--nthreads", type=int, default=1)
+    p.add_argument("--nworkers", type=int, default=1, help="worker processes to start")
     p.add_argument("--name", default=None)
     p.add_argument("--listen", default="tcp://127.0.0.1:0", help="address to serve peers on")
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
+    if args.nworkers < 1:
+        p.error("--nworkers must be at least 1")
+    if args.nworkers > 1:
+        if comm.parse_address(args.listen)[1] != 0:
+            p.error("--listen with a fixed port needs --nworkers 1")
+        return _run_workers(args)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
@@ -1018,6 +1026,37 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "squall.worker", *argv])
     return 0
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``--nworkers M``: M single-worker processes; SIGINT/SIGTERM are passed on to
+    them, and this process exits once all of them have."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i in range(args.nworkers):
+            cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
+            cmd += ["--nthreads", str(args.nthreads), "--listen", args.listen]
+            cmd += ["--memory-limit", str(args.memory_limit), "--log-level", args.log_level]
+            if args.name is not None:
+                cmd += ["--name", f"{args.name}-{i}"]
+            if args.resources:
+                cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
+            procs.append(subprocess.Popen(cmd))
+        codes = [proc.wait() for proc in procs]
+    except BaseException:
+        forward(signal.SIGTERM, None)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if all(code == 0 for code in codes) else 1
 
 
 if __name__ == "__main__":
