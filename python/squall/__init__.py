@@ -15,8 +15,9 @@ from squall._core import (
     UnknownWorkerError,
     __version__,
 )
-from squall.client import Client, Future, as_completed, wait
+from squall.client import Client, Future, as_completed, fire_and_forget, wait
 from squall.cluster import LocalCluster
+from squall.context import get_client, get_worker, rejoin, secede
 from squall.ordering import order
 
 __all__ = [
@@ -37,7 +38,12 @@ __all__ = [
     "__version__",
     "as_completed",
     "config",
+    "fire_and_forget",
+    "get_client",
+    "get_worker",
     "order",
+    "rejoin",
+    "secede",
     "sim",
     "wait",
 ]

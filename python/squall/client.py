@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import numbers
 import pickle
 import random
 import threading
@@ -67,6 +68,11 @@ logger = logging.getLogger("squall.client")
 Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
 
+#: Scheduler replies to a request, matched to it by ``id``.
+REPLIES = frozenset(
+    {"who-has", "graph-accepted", "request-failed", "scheduler-info", "scattered", "restarted"}
+)
+RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
 ALL_COMPLETED = "ALL_COMPLETED"
 FIRST_COMPLETED = "FIRST_COMPLETED"
 FIRST_EXCEPTION = "FIRST_EXCEPTION"
@@ -83,6 +89,7 @@ __all__ = [
     "PickledFunction",
     "as_completed",
     "default_client",
+    "fire_and_forget",
     "futures_of",
     "wait",
 ]
@@ -204,7 +211,10 @@ class Future(TaskRef):
         self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._cleared = True
         self._client = client if client is not None else default_client()
-        self._state = self._client._inc_ref(key)
+        with self._client._refcount_lock:
+            # A restart forgets every key: futures from before it release nothing after.
+            self._generation = self._client.generation
+            self._state = self._client._inc_ref(key)
         self._cleared = False
 
     @property
@@ -289,7 +299,7 @@ class Future(TaskRef):
     def release(self) -> None:
         if not self._cleared:
             self._cleared = True
-            self._client._call_soon(self._client._dec_ref, self.key)
+            self._client._call_soon(self._client._dec_ref, self.key, self._generation)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -355,10 +365,17 @@ async def _timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
     seconds = _timeout_seconds(timeout)
     if seconds is None:
         return await aw
+    # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not ours.
+    task = asyncio.ensure_future(aw)
     try:
-        return await asyncio.wait_for(aw, seconds)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"timed out after {seconds} s") from None
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        raise TimeoutError(f"timed out after {seconds} s")
+    return task.result()
 
 
 class _WhoHas(NamedTuple):
@@ -402,6 +419,7 @@ class Client:
         self.id = name or f"Client-{uuid.uuid4()}"
         self.status = "newly-created"
         self.futures: dict[Key, FutureState] = {}
+        self.generation = 0  # restarts so far
         self.refcount: dict[Key, int] = {}
         self._refcount_lock = threading.RLock()
         self._timeout = _timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
@@ -629,8 +647,10 @@ class Client:
                 st = self.futures[key] = FutureState(key)
             return st
 
-    def _dec_ref(self, key: Key) -> None:
+    def _dec_ref(self, key: Key, generation: int) -> None:
         with self._refcount_lock:
+            if generation != self.generation:
+                return
             n = self.refcount.get(key, 0) - 1
             if n > 0:
                 self.refcount[key] = n
@@ -702,7 +722,9 @@ class Client:
             for st in self._states(payload):
                 if st.status != "cancelled":
                     st.cancel("cancelled by the scheduler")
-        elif op in ("who-has", "graph-accepted", "request-failed"):
+        elif op == "restart":
+            self._restarted()
+        elif op in REPLIES:
             rid = h.get("id")
             keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
             if op == "request-failed" and keys is not None:
@@ -1210,9 +1232,242 @@ class Client:
 
         return self.sync(run, **kwargs)
 
-    def scatter(self, data: Any, **kwargs: Any) -> Any:
-        """Not available yet: the scheduler has no scatter message."""
-        raise NotImplementedError("squall does not support Client.scatter yet")
+    # ----- scatter -----------------------------------------------------------------------
+
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: float | str | None = None,
+        asynchronous: bool | None = None,
+    ) -> Any:
+        """Put local data on workers; returns futures in the shape of ``data`` (a list,
+        tuple, set or dict of futures, or one future for any other object).
+
+        Keys are ``{type}-{token}`` (``hash=False``: a random token; a dict's keys are
+        kept). Items go round robin to the ``workers`` (addresses, names or hosts;
+        default all), or each to every one of them with ``broadcast=True`` (to that
+        many with an int). Data always goes straight to the workers, whatever
+        ``direct``. ``timeout`` (default the client's) bounds the wait for workers."""
+        seconds = self._timeout if timeout is None else _timeout_seconds(timeout)
+        return self.sync(
+            self._scatter, data, workers, broadcast, hash, seconds, asynchronous=asynchronous
+        )
+
+    async def _scatter(
+        self, data: Any, workers: Any, broadcast: bool | int, hash: bool, timeout: float | None
+    ) -> Any:
+        if isinstance(data, range | Iterator):
+            data = list(data)
+        is_namedtuple = isinstance(data, tuple) and hasattr(data, "_fields")
+        unpack = type(data) not in (dict, list, tuple, set, frozenset) and not is_namedtuple
+        seq: list[Any] = [data] if unpack else list(data)
+        if type(data) is dict:
+            items: dict[Key, Any] = data
+        else:
+            names = [
+                f"{type(x).__name__}-{tokenize(x) if hash else uuid.uuid4().hex}" for x in seq
+            ]
+            items = dict(zip(names, seq, strict=True))
+        blobs = {k: cloudpickle.dumps(v) for k, v in items.items()}
+        targets = await self._running_workers(workers, timeout)
+        keys = list(items)
+        holders = [_place(targets, broadcast) for _ in keys]
+        by_worker: dict[str, list[Key]] = {}
+        for k, hs in zip(keys, holders, strict=True):
+            for a in hs:
+                by_worker.setdefault(a, []).append(k)
+        replies = await asyncio.gather(
+            *(self._update_data(a, ks, blobs) for a, ks in by_worker.items()),
+            return_exceptions=True,
+        )
+        nbytes: dict[Key, int] = {}
+        errors = []
+        for a, r in zip(by_worker, replies, strict=True):
+            if isinstance(r, BaseException):
+                errors.append(f"{a}: {r!r}")
+            else:
+                nbytes.update(r)
+        header = {"op": "scatter", "holders": holders, "nbytes": [nbytes.get(k, -1) for k in keys]}
+        if errors:
+            # Still tell the scheduler: it has the workers drop what they staged.
+            with contextlib.suppress(RuntimeError, comm.CommError):
+                await self._request({**header, "error": "; ".join(errors)}, encode_keys(keys))
+            raise RuntimeError(f"could not scatter to {'; '.join(errors)}")
+        await self._request(header, encode_keys(keys))
+        futures = {k: Future(k, self) for k in keys}
+        for k, f in futures.items():
+            f._state.type = type(items[k])
+            f._state.finish()
+        if unpack:
+            return futures[keys[0]]
+        if type(data) is dict:
+            return futures
+        out = [futures[k] for k in names]
+        return type(data)(*out) if is_namedtuple else type(data)(out)
+
+    async def _update_data(
+        self, address: str, keys: list[Key], blobs: dict[Key, bytes]
+    ) -> dict[Key, int]:
+        """Stage values on a worker (``update-data``); returns their sizes there."""
+        kb = encode_keys(keys)
+        header = {
+            "op": "update-data",
+            "keys_bytes": len(kb),
+            "sizes": [len(blobs[k]) for k in keys],
+        }
+        h, _ = await self._peer_request(address, header, b"".join([kb, *(blobs[k] for k in keys)]))
+        if "error" in h:
+            raise RuntimeError(h["error"])
+        return dict(zip(keys, h["nbytes"], strict=True))
+
+    async def _peer_request(
+        self, address: str, header: comm.Header, payload: bytes = b""
+    ) -> comm.Message:
+        """One request to a worker's peer listener, on the cached connection."""
+        lock, conns = self._peers.setdefault(address, (asyncio.Lock(), []))
+        async with lock:
+            if not conns:
+                conns.append(await comm.connect(address, role="peer", timeout=self._timeout))
+            c = conns[0]
+            rid = next(self._ids)
+            try:
+                await c.write({**header, "id": rid}, payload)
+                while True:
+                    for m in await c.read_messages():
+                        if m[0].get("id") == rid:
+                            return m
+            except comm.CommError:
+                conns.clear()
+                await c.close()
+                raise
+
+    # ----- the cluster ------------------------------------------------------------------
+
+    async def _identity(self) -> comm.Header:
+        h, _ = await self._request({"op": "scheduler-info"})
+        return h
+
+    async def _running_workers(self, workers: Any, timeout: float | None) -> list[str]:
+        """Addresses of the running workers among ``workers`` (default all), sorted;
+        waits up to ``timeout`` for one."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            info = await self._identity()
+            found = [w["address"] for w in _select(info["workers"], workers)]
+            if found:
+                return sorted(found)
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError("No valid workers found")
+            await asyncio.sleep(0.1)
+
+    def scheduler_info(self, n_workers: int = -1, **kwargs: Any) -> Any:
+        """The scheduler and its workers, in ``distributed``'s shape: ``{"type",
+        "id", "address", "services", "started", "n_workers", "total_threads",
+        "total_memory", "workers": {address: {"nthreads", "name", "memory_limit",
+        "resources", …}}}`` (``n_workers`` ≥ 0 limits the workers listed)."""
+
+        async def run() -> dict[str, Any]:
+            h = await self._identity()
+            listed = h["workers"] if n_workers < 0 else h["workers"][:n_workers]
+            return {
+                "type": "Scheduler",
+                "id": h["scheduler_id"],
+                "address": h["address"],
+                "services": {},
+                "started": h["started"],
+                "n_workers": len(h["workers"]),
+                "total_threads": h["total_threads"],
+                "total_memory": h["total_memory"],
+                "workers": {w["address"]: _worker_identity(w) for w in listed},
+            }
+
+        return self.sync(run, **kwargs)
+
+    def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
+        """``{worker address: number of threads}`` (of ``workers``, default all)."""
+
+        async def run() -> dict[str, int]:
+            h = await self._identity()
+            return {w["address"]: int(w["nthreads"]) for w in _select(h["workers"], workers)}
+
+        return self.sync(run, **kwargs)
+
+    ncores = nthreads
+
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: Literal["raise", "return", "ignore"] = "raise",
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``function(*args, **kwargs)`` on every worker (or ``workers``), outside
+        the task system, on the worker's event loop: ``{address: result}``. A
+        ``dask_worker`` parameter receives the worker; coroutine functions are awaited
+        (not with ``wait=False``, which returns None). Failures raise, or with
+        ``on_error="return"``/``"ignore"`` are returned/left out."""
+        if nanny:
+            raise ValueError("squall workers have no nanny")
+        if on_error not in ("raise", "return", "ignore"):
+            raise ValueError(f"on_error must be 'raise', 'return', or 'ignore'; got {on_error!r}")
+        blob = cloudpickle.dumps((function, args, kwargs))
+
+        async def one(address: str) -> Any:
+            h, payload = await self._peer_request(address, {"op": "run", "wait": wait}, blob)
+            if h.get("status") == "OK":
+                return pickle.loads(payload)
+            raise _remote_exception(h, payload, f"run on {address}")
+
+        async def run_all() -> dict[str, Any] | None:
+            info = await self._identity()
+            addresses = [w["address"] for w in _select(info["workers"], workers)]
+            replies = await asyncio.gather(*map(one, addresses), return_exceptions=True)
+            results: dict[str, Any] = {}
+            for address, r in zip(addresses, replies, strict=True):
+                if isinstance(r, BaseException):
+                    if on_error == "raise":
+                        raise r
+                    if on_error == "return":
+                        results[address] = r
+                else:
+                    results[address] = r
+            return results if wait else None
+
+        return self.sync(run_all)
+
+    def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
+        """Restart every worker and forget every task: all futures (of every client)
+        are cancelled. Waits for the workers to come back (unless not
+        ``wait_for_workers``), ``TimeoutError`` after ``timeout`` (default four times
+        the client's timeout)."""
+        seconds = 4 * self._timeout if timeout is None else _timeout_seconds(timeout)
+
+        async def run() -> None:
+            header = {"op": "restart", "timeout": seconds, "wait_for_workers": wait_for_workers}
+            h, _ = await self._request(header)
+            if h.get("error"):
+                raise TimeoutError(h["error"])
+
+        return self.sync(run)
+
+    def _restarted(self) -> None:
+        """On the loop: the scheduler forgot every task."""
+        with self._refcount_lock:
+            states = list(self.futures.values())
+            self.futures.clear()
+            self.refcount.clear()
+            self._to_release.clear()
+            self.generation += 1
+        for st in states:
+            st.cancel("scheduler-restart", RESTART_MESSAGE)
 
     # ----- cancel / retry ---------------------------------------------------------------
 
@@ -1265,6 +1520,90 @@ class Client:
             callback(future)
         else:
             asyncio.get_running_loop().create_task(self._watch_done(future, callback))
+
+
+def _place(targets: list[str], broadcast: bool | int) -> list[str]:
+    """The workers for one scattered item: round robin, as Dask, or a broadcast."""
+    if broadcast is True:
+        return list(targets)
+    n = min(max(int(broadcast), 1), len(targets))
+    start = next(_round_robin)
+    return [targets[(start + i) % len(targets)] for i in range(n)]
+
+
+_round_robin = itertools.count()
+
+
+def _select(infos: list[dict[str, Any]], workers: Any) -> list[dict[str, Any]]:
+    """The running workers named by ``workers``: addresses (``host:port`` too, or
+    ``(host, port)``), names or hosts; None means all."""
+    running = [w for w in infos if w.get("status") == "running"]
+    if workers is None:
+        return running
+    if isinstance(workers, str | numbers.Number) or (
+        isinstance(workers, tuple) and len(workers) == 2 and isinstance(workers[1], int)
+    ):
+        workers = [workers]
+    wanted: set[Any] = set()
+    for w in workers:
+        if isinstance(w, tuple):
+            w = comm.format_address(str(w[0]), int(w[1]))
+        wanted.update((w, f"tcp://{w}") if isinstance(w, str) and "://" not in w else (w,))
+    return [w for w in running if wanted & {w["address"], w.get("name"), w.get("host")}]
+
+
+def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
+    """One worker of ``scheduler_info()``, as ``distributed``'s ``WorkerState.identity``."""
+    return {
+        "type": "Worker",
+        "id": w["name"],
+        "host": w["host"],
+        "name": w["name"],
+        "nthreads": w["nthreads"],
+        "memory_limit": w["memory_limit"],
+        "resources": w["resources"],
+        "status": w["status"],
+        "services": {},
+        "nanny": None,
+        "metrics": {
+            "memory": w["nbytes"],
+            "in_memory": w["has_what"],
+            "processing": w["processing"],
+        },
+    }
+
+
+def _remote_exception(h: comm.Header, payload: memoryview, where: str) -> BaseException:
+    """The exception of an ``erred``-style reply: pickled exception, then traceback."""
+    n_exc = int(h.get("n_exception", 0))
+    try:
+        loaded: Any = pickle.loads(payload[:n_exc])
+    except Exception:
+        loaded = None
+    exc: BaseException = (
+        loaded
+        if isinstance(loaded, BaseException)
+        else RemoteError(str(h.get("exception_text", "")) or f"{where} failed")
+    )
+    with contextlib.suppress(Exception):
+        tb = pickle.loads(payload[n_exc:])
+        if isinstance(tb, types.TracebackType):
+            exc = exc.with_traceback(tb)
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None and h.get("traceback_text"):
+        add_note(f"Remote traceback ({where}):\n{str(h['traceback_text']).rstrip()}")
+    return exc
+
+
+def fire_and_forget(obj: Any) -> None:
+    """Run the futures in ``obj`` to completion even once they are released (their
+    results are not kept): for tasks run for their side effects."""
+    by_client: dict[int, tuple[Client, list[Key]]] = {}
+    for f in futures_of(obj):
+        by_client.setdefault(id(f.client), (f.client, []))[1].append(f.key)
+    for client, keys in by_client.values():
+        # After the graph that made them and before any release of them (loop order).
+        client._send_soon({"op": "fire-and-forget"}, encode_keys(keys))
 
 
 def _to_dep(obj: Any) -> Key | None:

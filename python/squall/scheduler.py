@@ -16,6 +16,7 @@ import signal
 import struct
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,9 @@ logger = logging.getLogger("squall.scheduler")
 def default_address() -> str:
     """``tcp://`` + ``squall.scheduler.host`` and ``.port``."""
     return comm.format_address(str(config.get("scheduler.host")), config.port("scheduler.port"))
+
+
+FIRE_AND_FORGET = "fire-and-forget"  # the core's client that wants fire_and_forget keys
 
 
 @dataclass
@@ -57,6 +61,13 @@ class SchedulerServer:
     _t0: float = field(default_factory=time.monotonic)
     _batch_interval: float = field(init=False)
     _tick_interval: float = field(init=False)
+    id: str = field(init=False, default_factory=lambda: f"Scheduler-{uuid.uuid4()}")
+    started: float = field(init=False, default_factory=time.time)
+    #: Keys given to fire_and_forget, for restart to release (pruned as they grow).
+    fire_and_forget_keys: set[Any] = field(init=False, default_factory=set)
+    _ff_live: int = field(init=False, default=1024)
+    _restart_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
@@ -75,6 +86,8 @@ class SchedulerServer:
         logger.info("scheduler listening at %s", self.address)
 
     async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -231,6 +244,16 @@ class SchedulerServer:
                 return None
             if op == "scheduler-info":
                 return self._scheduler_info(h), b""
+            if op == "scatter":
+                return self._scatter(cid, h, decode_keys(bytes(payload)))
+            if op == "fire-and-forget":
+                self._fire_and_forget(decode_keys(bytes(payload)))
+                return None
+            if op == "restart":
+                task = asyncio.get_running_loop().create_task(self._restart(cid, h))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return None
             raise comm.ProtocolError(f"unknown client message {op!r}")
         except SchedulerError as e:
             return {"op": "request-failed", "id": h.get("id"), "error": str(e)}, b""
@@ -269,13 +292,124 @@ class SchedulerServer:
         return {"op": "graph-accepted", "id": h.get("id")}, b""
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:
-        workers = [self.core.worker_info(w) for _, w in self.core.workers()]
+        workers = []
+        for _, w in self.core.workers():
+            info = self.core.worker_info(w)
+            peer = self.workers.get(w)
+            hello = peer.conn.peer_info if peer is not None else {}
+            info["memory_limit"] = int(hello.get("memory_limit") or 0)
+            info["resources"] = dict(hello.get("resources") or {})
+            workers.append(info)
         return {
             "op": "scheduler-info",
             "id": h.get("id"),
+            "scheduler_id": self.id,
             "address": self.address,
+            "started": self.started,
+            "total_threads": self.core.total_nthreads,
+            "total_memory": sum(w["memory_limit"] for w in workers),
             "workers": workers,
         }
+
+    def _scatter(self, cid: int, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
+        """Register data a client put on workers (``update-data``), then tell each
+        holder to keep it under its task id, or to drop it (-1) if refused."""
+        holders = [[str(a) for a in hs] for hs in h["holders"]]
+        nbytes = [int(n) for n in h["nbytes"]]
+        if not len(keys) == len(holders) == len(nbytes):
+            raise ValueError("scatter needs one holder list and one size per key")
+        ids = dict(self.core.workers())
+        error: str | None = h.get("error")  # the client failed to place some of it
+        for k, hs in zip(keys, holders, strict=True):
+            gone = [a for a in hs if a not in ids]
+            if error is None and gone:
+                error = f"cannot scatter {k!r}: no worker at {', '.join(gone)}"
+            if error is None and self.core.lookup(k) is not None:
+                state = self.core.state(k)
+                if state != "memory":
+                    error = f"cannot scatter {k!r}: the key exists and is {state}"
+        tasks = [-1] * len(keys)
+        if error is None:
+            groups: dict[tuple[str, ...], list[int]] = {}
+            for i, hs in enumerate(holders):
+                groups.setdefault(tuple(hs), []).append(i)
+            for group, idx in groups.items():
+                items = [(keys[i], nbytes[i]) for i in idx]
+                got = self.core.scatter(cid, items, [ids[a] for a in group], now=self.now())
+                for i, t in zip(idx, got, strict=True):
+                    tasks[i] = t
+        per_worker: dict[str, list[int]] = {}
+        for i, hs in enumerate(holders):
+            for a in hs:
+                per_worker.setdefault(a, []).append(i)
+        for a, idx in per_worker.items():
+            peer = self.workers.get(ids.get(a, -1))
+            if peer is not None:
+                with contextlib.suppress(comm.CommClosedError):
+                    peer.stream.send(
+                        {"op": "scattered", "tasks": [tasks[i] for i in idx]},
+                        encode_keys([keys[i] for i in idx]),
+                    )
+        if error is not None:
+            return {"op": "request-failed", "id": h.get("id"), "error": error}, b""
+        return {"op": "scattered", "id": h.get("id")}, b""
+
+    def _fire_and_forget(self, keys: list[Any]) -> None:
+        self.core.fire_and_forget(keys, now=self.now())
+        self.fire_and_forget_keys.update(keys)
+        if len(self.fire_and_forget_keys) > 2 * self._ff_live:
+            live = {k for k in self.fire_and_forget_keys if self.core.lookup(k) is not None}
+            self.fire_and_forget_keys = live
+            self._ff_live = max(len(live), 1024)
+
+    async def _restart(self, cid: int, h: comm.Header) -> None:
+        async with self._restart_lock:
+            try:
+                error = await self._restart_workers(
+                    float(h.get("timeout", 120.0)), bool(h.get("wait_for_workers", True))
+                )
+            except (SchedulerError, TypeError, ValueError) as e:
+                error = f"restart failed: {e}"
+        peer = self.clients.get(cid)
+        if peer is not None:
+            with contextlib.suppress(comm.CommClosedError):
+                peer.stream.send({"op": "restarted", "id": h.get("id"), "error": error})
+
+    async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
+        """Forget every task (clients are told with ``restart``), have every worker
+        restart (``restart``; the process re-executes itself) and wait for the old
+        workers to leave and as many to join. Returns what went wrong, if anything."""
+        now = self.now()
+        for c in self.clients:
+            self.core.remove_client(c, now=now)  # releases all it wants; it stays connected
+        ff = self.core.client(FIRE_AND_FORGET)
+        live = [k for k in self.fire_and_forget_keys if self.core.lookup(k) is not None]
+        self.core.client_releases_keys(ff, live, now=now)
+        self.fire_and_forget_keys.clear()
+        for peer in self.clients.values():
+            with contextlib.suppress(comm.CommClosedError):
+                peer.stream.send({"op": "restart"})
+        old = list(self.workers)
+        for w in old:
+            # No new work for them in the meantime (another client may be submitting).
+            self.core.worker_status_change(w, "closing_gracefully", now=now)
+            with contextlib.suppress(comm.CommClosedError):
+                self.workers[w].stream.send({"op": "restart"})
+        self._dispatch()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(w in self.workers for w in old) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        stuck = [self.workers[w] for w in old if w in self.workers]
+        for peer in stuck:
+            await peer.conn.close()  # its reader ends and removes it
+        if stuck:
+            return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
+        while wait_for_workers and len(self.workers) < len(old):
+            if loop.time() > deadline:
+                return f"{len(self.workers)}/{len(old)} workers came back within {timeout}s"
+            await asyncio.sleep(0.02)
+        return None
 
     def _who_has(self, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
         holders = []

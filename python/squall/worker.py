@@ -24,8 +24,19 @@ docs/runtime.md. Choices the protocol table leaves open:
   freed or re-sent them meanwhile.
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
   dropped, as are any other cached connections that have closed.
-* Not implemented yet: ``secede``/``rejoin`` (``long-running``), memory limits/spilling,
-  actors, bandwidth measurement (heartbeats report ``bandwidth: null``).
+* Tasks run in a thread pool that grows as needed; the worker itself keeps at most
+  ``nthreads`` tasks counted as running. ``secede()`` uncounts the calling task (and
+  sends ``long-running``), ``rejoin()`` waits for a free slot; ``get_worker()`` and
+  ``get_client()`` work inside tasks (``squall.context``).
+* Scattered data (``update-data`` from a client, on the peer listener) is staged until
+  the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
+  then is it served and freed like a task's result.
+* ``run`` (peer message, ``Client.run``) calls a function on the event loop, as Dask.
+* ``restart`` from the scheduler closes the worker at once; the ``squall worker``
+  program then re-executes itself (same pid, fresh interpreter, abandoned task threads
+  gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
+* Not implemented yet: memory limits/spilling, actors, bandwidth measurement
+  (heartbeats report ``bandwidth: null``).
 """
 
 from __future__ import annotations
@@ -35,26 +46,33 @@ import asyncio
 import contextlib
 import copyreg
 import heapq
+import inspect
 import logging
+import os
 import pickle
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from array import array
+from collections import deque
 from collections.abc import Hashable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 from tblib import pickling_support  # type: ignore[import-untyped]
 
-from squall import comm, config
+from squall import comm, config, context
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.spec import run_spec
+
+if TYPE_CHECKING:
+    from squall.client import Client
 
 logger = logging.getLogger("squall.worker")
 
@@ -129,6 +147,20 @@ def _execute(spec: bytes, data: dict[Key, Any]) -> ExecResult:
     except Exception:
         nbytes = sys.getsizeof(value)
     return True, value, nbytes, start, stop
+
+
+def _sizeof(value: Any) -> int:
+    try:
+        return int(sizeof(value))
+    except Exception:
+        return sys.getsizeof(value)
+
+
+def _takes_arg(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
 
 
 def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
@@ -227,6 +259,14 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
 
+        self._seceded: set[WorkerTask] = set()  # running, but not counted in nthreads
+        self._rejoining: deque[tuple[WorkerTask, threading.Event]] = deque()
+        self._staged: dict[Key, tuple[Any, int]] = {}  # scattered, not yet registered
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        #: The scheduler asked for a restart (``squall worker`` re-executes itself).
+        self.restart_requested = False
+
     # ----- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> Worker:
@@ -257,15 +297,15 @@ class Worker:
             )
         self.worker_id = int(reply["worker_id"])
         self._loop_thread = threading.get_ident()
-        for i in range(self.nthreads):
-            t = threading.Thread(target=self._run_tasks, name=f"squall-worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        with self._lock:
+            for _ in range(self.nthreads):
+                self._start_thread()
         self._stream = comm.BatchedSend(self._scheduler, self._batch_interval)
         self._stream.start()
         self._reader = self._loop.create_task(self._read_scheduler())
         self._heartbeat = self._loop.create_task(self._heartbeat_forever())
         self.status = "running"
+        context.register(self)
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
             self.address,
@@ -284,6 +324,7 @@ class Worker:
         with self._lock:
             self.status = "closing"
             self._work.notify_all()
+        context.unregister(self)
         me = asyncio.current_task()
         for t in (self._reader, self._heartbeat, *self._bg):
             if t is not None and t is not me:
@@ -306,6 +347,8 @@ class Worker:
         self._peers.clear()
         if self._listener is not None:
             await self._listener.close()
+        if self._client is not None:  # get_client()'s: its close blocks, not on this loop
+            await asyncio.get_running_loop().run_in_executor(None, self._client.close)
         with self._lock:
             self.status = "closed"
             self._work.notify_all()
@@ -385,6 +428,12 @@ class Worker:
                 self._remove_replica(int(t))
         elif op == "steal-request":
             self._steal(int(h["task"]), h["stimulus"])
+        elif op == "scattered":
+            self._scattered([int(t) for t in h["tasks"]], decode_keys(bytes(payload)))
+        elif op == "restart":
+            logger.info("worker %s: restart requested by the scheduler", self.address)
+            self.restart_requested = True
+            self._spawn(self.close(abort=True))
         elif op == "remove-worker":
             gone = h.get("address")
             for addr, c in list(self._peers.items()):
@@ -511,7 +560,8 @@ class Worker:
 
     def _ensure_executing(self) -> None:
         """Wake idle task threads for the ready tasks (call with the lock held)."""
-        if self._idle_threads and self._ready:
+        self._grant_rejoins()
+        if self._idle_threads and self._ready and self._n_executing < self.nthreads:
             self._work.notify(min(self._idle_threads, len(self._ready)))
 
     def _run_tasks(self) -> None:
@@ -523,6 +573,8 @@ class Worker:
             while self.status not in ("closing", "closed"):
                 job = self._take_ready()
                 if job is None:
+                    if len(self._threads) > self.nthreads + len(self._seceded):
+                        break  # an extra thread started for a seceded task: not needed now
                     self._idle_threads += 1
                     self._work.wait()
                     self._idle_threads -= 1
@@ -530,14 +582,25 @@ class Worker:
                 ts, args = job
                 lock.release()
                 try:
+                    context.enter_task(self, ts)
                     result = _execute(ts.spec, args)
                 finally:
+                    context.leave_task()
                     lock.acquire()
                 self._complete(ts, result)
         finally:
+            self._threads.remove(threading.current_thread())
             lock.release()
 
+    def _start_thread(self) -> None:
+        t = threading.Thread(
+            target=self._run_tasks, name=f"squall-worker-{len(self._threads)}", daemon=True
+        )
+        self._threads.append(t)
+        t.start()
+
     def _take_ready(self) -> tuple[WorkerTask, dict[Key, Any]] | None:
+        self._grant_rejoins()
         if self._n_executing >= self.nthreads or self.status != "running":
             return None
         ready, tasks = self._ready, self.tasks
@@ -573,7 +636,10 @@ class Worker:
 
     def _complete(self, ts: WorkerTask, result: ExecResult) -> None:
         """Record a task's outcome (task thread, lock held)."""
-        self._n_executing -= 1
+        if ts in self._seceded:
+            self._seceded.discard(ts)  # gave its slot up when it seceded
+        else:
+            self._n_executing -= 1
         self._executing.discard(ts)
         for name, amount in ts.resources:
             self._free_resources[name] += amount
@@ -602,6 +668,48 @@ class Worker:
         with self._lock:
             self._wake_pending = False
             self._schedule_flush()
+
+    # ----- secede / rejoin (called on the loop by squall.context) ---------------------
+
+    def _secede(self, ts: WorkerTask, duration: float) -> None:
+        with self._lock:
+            if ts in self._seceded or ts.state not in (EXECUTING, CANCELLED):
+                return  # already seceded, or finished before this call came
+            self._seceded.add(ts)
+            self._n_executing -= 1
+            if ts.state == EXECUTING:
+                header = {"op": "long-running", "task": ts.id, "run_id": ts.run_id}
+                self._send({**header, "duration": duration})
+            if not self._idle_threads:  # the seceded task keeps its thread
+                self._start_thread()
+            self._ensure_executing()
+
+    def _rejoin(self, ts: WorkerTask, granted: threading.Event) -> None:
+        with self._lock:
+            if ts not in self._seceded:
+                granted.set()
+                return
+            self._rejoining.append((ts, granted))
+            self._ensure_executing()
+
+    def _grant_rejoins(self) -> None:
+        """Rejoining tasks take free slots before queued tasks do, as in Dask."""
+        while self._rejoining and self._n_executing < self.nthreads:
+            ts, granted = self._rejoining.popleft()
+            self._seceded.discard(ts)
+            self._n_executing += 1
+            granted.set()
+
+    def _get_client(self, timeout: float | str | None = None) -> Client:
+        """``get_client()`` inside tasks: one client per worker, made on first use."""
+        from squall.client import Client
+
+        with self._client_lock:
+            if self._client is None or self._client.status == "closed":
+                self._client = Client(
+                    self.scheduler_address, timeout=10 if timeout is None else timeout
+                )
+            return self._client
 
     def _set_memory(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
         ts.state = MEMORY
@@ -815,22 +923,89 @@ class Worker:
         try:
             while True:
                 for h, payload in await c.read_messages():
-                    if h["op"] != "get-data":
-                        raise comm.ProtocolError(f"unknown peer message {h['op']!r}")
-                    keys = decode_keys(bytes(payload))
-                    with self._lock:
-                        values = [self.data.get(k, _MISSING) for k in keys]
-                    sizes, blobs = _pickle_values(values)
-                    await c.write(
-                        {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
-                    )
+                    op = h["op"]
+                    if op == "get-data":
+                        keys = decode_keys(bytes(payload))
+                        with self._lock:
+                            values = [self.data.get(k, _MISSING) for k in keys]
+                        sizes, blobs = _pickle_values(values)
+                        await c.write(
+                            {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
+                        )
+                    elif op == "update-data":
+                        await c.write(self._update_data(h, payload))
+                    elif op == "run":
+                        await c.write(*await self._run_function(h, payload))
+                    else:
+                        raise comm.ProtocolError(f"unknown peer message {op!r}")
         except comm.CommError as e:
             if not isinstance(e, comm.CommClosedError):
                 logger.info("worker %s: peer %s: %s", self.address, c.peer, e)
-        except ValueError as e:
-            logger.info("worker %s: bad get-data from %s: %s", self.address, c.peer, e)
+        except (KeyError, TypeError, ValueError) as e:
+            logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
             self._incoming.discard(c)
+
+    def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
+        """Stage scattered values; the reply gives their sizes (``sizeof``)."""
+        n_keys = int(h["keys_bytes"])
+        keys = decode_keys(bytes(payload[:n_keys]))
+        pos, nbytes = n_keys, []
+        try:
+            for key, size in zip(keys, h["sizes"], strict=True):
+                value = pickle.loads(payload[pos : pos + size])
+                pos += size
+                self._staged[key] = (value, _sizeof(value))
+                nbytes.append(self._staged[key][1])
+        except Exception as e:
+            for key in keys:
+                self._staged.pop(key, None)
+            return {"op": "data-updated", "id": h.get("id"), "error": repr(e)}
+        return {"op": "data-updated", "id": h.get("id"), "nbytes": nbytes}
+
+    def _scattered(self, tasks: list[int], keys: list[Key]) -> None:
+        """The scheduler registered staged data as tasks in memory (-1: refused it)."""
+        for tid, key in zip(tasks, keys, strict=True):
+            staged = self._staged.pop(key, None)
+            if tid < 0:
+                continue
+            if staged is not None:
+                self.data[key], self.nbytes[key] = staged
+            elif key not in self.data:  # its staging failed: not held here after all
+                self._send({"op": "release-worker-data", "task": tid})
+                continue
+            ts = self.tasks.get(tid)
+            if ts is not None and ts.key == key and ts.state == MEMORY:
+                continue
+            if ts is not None:
+                self._free(tid)
+            ts = WorkerTask(tid, 0, key, b"", [], [])
+            ts.state = MEMORY
+            self._track(ts)
+
+    async def _run_function(
+        self, h: comm.Header, payload: memoryview
+    ) -> tuple[comm.Header, bytes]:
+        """``Client.run``: call on the event loop (as Dask), awaiting coroutines."""
+        reply: comm.Header = {"op": "run-result", "id": h.get("id")}
+        try:
+            func, args, kwargs = pickle.loads(payload)
+            if _takes_arg(func, "dask_worker"):
+                kwargs = {**kwargs, "dask_worker": self}
+            result = func(*args, **kwargs)
+            if inspect.isawaitable(result):
+                if h.get("wait", True):
+                    result = await result
+                else:
+                    task = asyncio.ensure_future(result)
+                    self._bg.add(task)
+                    task.add_done_callback(self._bg.discard)
+                    result = None
+            return {**reply, "status": "OK"}, cloudpickle.dumps(result)
+        except Exception as e:
+            exc_text, tb_text, exc_blob, tb_blob = _pack_error(e)
+            reply.update(status="error", exception_text=exc_text, traceback_text=tb_text)
+            return {**reply, "n_exception": len(exc_blob)}, exc_blob + tb_blob
 
 
 _MISSING = object()
@@ -853,8 +1028,9 @@ def _pickle_values(values: list[Any]) -> tuple[list[int], list[bytes]]:
 # ----- process entry point ----------------------------------------------------------------
 
 
-async def run_worker(scheduler_address: str, **kwargs: Any) -> None:
-    """Run a worker until it closes (lost scheduler, SIGINT or SIGTERM)."""
+async def run_worker(scheduler_address: str, **kwargs: Any) -> bool:
+    """Run a worker until it closes (lost scheduler, SIGINT, SIGTERM or a restart);
+    returns whether the scheduler asked it to restart."""
     worker = Worker(scheduler_address, **kwargs)
     await worker.start()
     loop = asyncio.get_running_loop()
@@ -874,6 +1050,7 @@ async def run_worker(scheduler_address: str, **kwargs: Any) -> None:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         await worker.close()
+    return worker.restart_requested
 
 
 def default_address() -> str:
@@ -895,9 +1072,13 @@ def _parse_resources(text: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m squall.worker", description="a squall worker")
+    """``squall worker``. On a restart from the scheduler the program re-executes
+    itself with the same arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
     p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
     p.add_argument("--nthreads", type=int, help="default: squall.worker.nthreads")
+    p.add_argument("--nworkers", type=int, default=1, help="worker processes to start")
     p.add_argument("--name", default=None)
     p.add_argument(
         "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
@@ -911,9 +1092,15 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as e:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
+    if args.nworkers < 1:
+        p.error("--nworkers must be at least 1")
+    if args.nworkers > 1:
+        if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
+            p.error("--listen with a fixed port needs --nworkers 1")
+        return _run_workers(args)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(
+        restart = asyncio.run(
             run_worker(
                 args.scheduler,
                 nthreads=args.nthreads,
@@ -926,7 +1113,51 @@ def main(argv: list[str] | None = None) -> int:
     except (comm.CommError, ValueError) as e:
         logger.error("worker failed: %s", e)
         return 1
+    if restart:
+        # A fresh interpreter in this process: threads of abandoned tasks and anything
+        # they leaked are gone, the pid (and whoever supervises it) stays.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "squall.worker", *argv])
     return 0
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``--nworkers M``: M single-worker processes; SIGINT/SIGTERM are passed on to
+    them, and this process exits once all of them have."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i in range(args.nworkers):
+            # Unset options stay unset, so each process reads the same config defaults.
+            cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
+            cmd += ["--memory-limit", str(args.memory_limit)]
+            for flag, value in (
+                ("--nthreads", args.nthreads),
+                ("--listen", args.listen),
+                ("--log-level", args.log_level),
+            ):
+                if value is not None:
+                    cmd += [flag, str(value)]
+            if args.name is not None:
+                cmd += ["--name", f"{args.name}-{i}"]
+            if args.resources:
+                cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
+            procs.append(subprocess.Popen(cmd))
+        codes = [proc.wait() for proc in procs]
+    except BaseException:
+        forward(signal.SIGTERM, None)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if all(code == 0 for code in codes) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""What code running on a worker can ask about: ``get_worker``, ``get_client``,
+``secede`` and ``rejoin`` (as ``distributed``'s).
+
+A worker runs each task in a pool thread with that thread's :data:`_task` naming the
+worker and the task; code on the worker's event loop (``Client.run``) finds the worker
+among the running ones of this process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from squall.client import Client
+    from squall.worker import Worker, WorkerTask
+
+__all__ = ["get_client", "get_worker", "rejoin", "secede"]
+
+_task = threading.local()
+#: Running workers of this process, oldest first.
+_running: list[Worker] = []
+
+
+def enter_task(worker: Worker, ts: WorkerTask) -> None:
+    """Called by the worker in the pool thread about to run ``ts``."""
+    _task.worker = worker
+    _task.task = ts
+
+
+def leave_task() -> None:
+    _task.worker = _task.task = None
+
+
+def _current_task(caller: str) -> tuple[Worker, WorkerTask]:
+    worker, ts = getattr(_task, "worker", None), getattr(_task, "task", None)
+    if worker is None or ts is None:
+        raise ValueError(f"{caller}() must be called from a task running on a squall worker")
+    return worker, ts
+
+
+def get_worker() -> Worker:
+    """The :class:`~squall.worker.Worker` running the current task (or, outside a task,
+    this process's running worker); ``ValueError`` if there is none."""
+    worker: Worker | None = getattr(_task, "worker", None)
+    if worker is not None:
+        return worker
+    for w in _running:
+        if w.status == "running":
+            return w
+    raise ValueError("No worker found")
+
+
+def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:
+    """A client for tasks to submit work: on a worker, one client per worker connected
+    to its scheduler; elsewhere the default client (or a new one for ``address``)."""
+    from squall.client import Client, default_client
+
+    try:
+        worker = get_worker()
+    except ValueError:
+        pass
+    else:
+        if address is None or address == worker.scheduler_address:
+            return worker._get_client(timeout)
+    try:
+        client = default_client()
+    except ValueError:
+        if address is None:
+            raise ValueError("No global client found and no address provided") from None
+    else:
+        if address is None or client.address == address:
+            return client
+    return Client(address, timeout=10 if timeout is None else timeout)
+
+
+def secede() -> None:
+    """Have the current task leave its worker's thread pool: its thread no longer
+    counts against ``nthreads``, so the worker starts another task (for instance one
+    this task waits for). The scheduler is told (``long-running``)."""
+    worker, ts = _current_task("secede")
+    assert worker._loop is not None
+    worker._loop.call_soon_threadsafe(worker._secede, ts, time.monotonic() - ts.start)
+
+
+def rejoin() -> None:
+    """Have a seceded task take a thread slot again; blocks until one is free."""
+    worker, ts = _current_task("rejoin")
+    assert worker._loop is not None
+    granted = threading.Event()
+    worker._loop.call_soon_threadsafe(worker._rejoin, ts, granted)
+    while not granted.wait(0.1):
+        if worker.status != "running":
+            return  # the worker is closing: no slot will come, and none is needed
+
+
+def register(worker: Worker) -> None:
+    _running.append(worker)
+
+
+def unregister(worker: Worker) -> None:
+    if worker in _running:
+        _running.remove(worker)

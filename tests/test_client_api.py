@@ -1,0 +1,320 @@
+"""The rest of the Dask Client API over real processes: scatter, fire_and_forget,
+secede/rejoin, get_worker/get_client, restart, run, nthreads/scheduler_info and
+``squall worker --nworkers``."""
+
+from __future__ import annotations
+
+import gc
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import pytest
+
+import squall
+from squall import fire_and_forget, get_client, get_worker, rejoin, secede
+from squall.client import CancelledError, Client, Future
+from squall.cluster import LocalCluster
+
+# Worker processes cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+Pair = namedtuple("Pair", ["a", "b"])
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster) as c:
+        yield c
+
+
+def held_keys(client: Client) -> dict[str, list[Any]]:
+    """Keys in each worker's data, asked with Client.run."""
+    return client.run(lambda dask_worker: list(dask_worker.data))  # type: ignore[no-any-return]
+
+
+# ----- scatter ----------------------------------------------------------------------------
+
+
+def test_scatter_shapes_and_keys(client: Client) -> None:
+    futures = client.scatter([1, 2, "three"])
+    assert isinstance(futures, list) and len(futures) == 3
+    assert [f.key.split("-")[0] for f in futures] == ["int", "int", "str"]
+    assert all(f.status == "finished" for f in futures) and futures[0].type is int
+    assert client.gather(futures) == [1, 2, "three"]
+    assert [f.key for f in client.scatter([1, 2, "three"])] == [f.key for f in futures]
+    assert client.scatter([1], hash=False)[0].key != futures[0].key
+
+    named = client.scatter({"x": 10, "y": [1, 2]})
+    assert set(named) == {"x", "y"} and named["x"].key == "x"
+    assert client.gather(named) == {"x": 10, "y": [1, 2]}
+
+    ordered = client.scatter(OrderedDict(a=1))  # not exactly a dict: one value, as Dask
+    assert isinstance(ordered, Future) and ordered.result(timeout=10) == OrderedDict(a=1)
+    one = client.scatter(42)
+    assert isinstance(one, Future) and one.result(timeout=10) == 42
+    assert isinstance(client.scatter((1, 2)), tuple)
+    assert isinstance(client.scatter({5, 6}), set)
+    pair = client.scatter(Pair(1, 2))
+    assert isinstance(pair, Pair) and client.gather(list(pair)) == [1, 2]
+
+
+def test_scattered_data_feeds_tasks_and_spreads_round_robin(
+    client: Client, cluster: LocalCluster
+) -> None:
+    futures = client.scatter(list(range(10, 20)), hash=False)
+    holders = client.who_has(futures)
+    assert all(len(h) == 1 for h in holders.values())
+    assert len({h[0] for h in holders.values()}) == 2  # both workers got some
+    # every item used by a task on each worker: half of them are fetched from the other
+    addresses = list(client.nthreads())
+    for address in addresses:
+        total = client.submit(sum, futures, workers=[address])
+        assert total.result(timeout=20) == sum(range(10, 20))
+    assert client.submit(inc, futures[3]).result(timeout=20) == 14
+
+
+def test_scatter_to_chosen_workers_and_broadcast(client: Client) -> None:
+    addresses = sorted(client.nthreads())
+    x = client.scatter(7, workers=[addresses[1]], hash=False)
+    assert client.who_has([x])[x.key] == [addresses[1]]
+    named = client.scatter("abc", workers=client.scheduler_info()["workers"][addresses[0]]["name"])
+    assert client.who_has([named])[named.key] == [addresses[0]]
+    [b] = client.scatter([[1, 2, 3]], broadcast=True)
+    assert sorted(client.who_has([b])[b.key]) == addresses
+    on_all = held_keys(client)
+    assert all(b.key in keys for keys in on_all.values())
+    assert client.submit(len, b).result(timeout=20) == 3
+
+
+def test_releasing_scattered_futures_frees_worker_memory(client: Client) -> None:
+    [big] = client.scatter([b"x" * 1000], broadcast=True, hash=False)
+    small = client.scatter(123, hash=False)
+    key, small_key = big.key, small.key
+    assert sum(key in keys for keys in held_keys(client).values()) == 2
+    del big
+    gc.collect()
+    eventually(lambda: all(key not in keys for keys in held_keys(client).values()))
+    assert any(small_key in keys for keys in held_keys(client).values())
+    assert small.result(timeout=10) == 123
+
+
+def test_scatter_of_unpicklable_data_on_workers_fails_cleanly(client: Client) -> None:
+    class OnlyHere:
+        def __reduce__(self) -> Any:
+            return (_no_such_module_import, ())
+
+    with pytest.raises(RuntimeError, match="could not scatter"):
+        client.scatter(OnlyHere(), hash=False)
+    assert client.submit(inc, 1).result(timeout=10) == 2
+
+
+def _no_such_module_import() -> None:
+    raise ImportError("this value cannot be rebuilt on a worker")
+
+
+# ----- fire_and_forget --------------------------------------------------------------------
+
+
+def write_later(path: str, text: str, delay: float) -> str:
+    time.sleep(delay)
+    Path(path).write_text(text)
+    return text
+
+
+def test_fire_and_forget_runs_released_tasks(client: Client, tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    a = client.submit(write_later, str(first), "a", 0.3, pure=False)
+    b = client.submit(write_later, str(second), a, 0.1, pure=False)
+    fire_and_forget([b])
+    del a, b
+    gc.collect()
+    eventually(lambda: second.exists())
+    assert first.read_text() == "a" and second.read_text() == "a"
+    assert squall.fire_and_forget is fire_and_forget
+
+
+# ----- get_worker / get_client / secede / rejoin -----------------------------------------
+
+
+def describe_worker() -> tuple[str, str, bool, int]:
+    w = get_worker()
+    return w.address, str(w.name), isinstance(w.data, dict), w.nthreads
+
+
+def test_get_worker_inside_a_task(client: Client) -> None:
+    info = client.scheduler_info()["workers"]
+    for address, worker in info.items():
+        got = client.submit(describe_worker, workers=[address], pure=False).result(timeout=10)
+        assert got == (address, worker["name"], True, 1)
+    with pytest.raises(ValueError, match="No worker found"):
+        get_worker()
+
+
+def waits_for_a_child(x: int) -> int:
+    client = get_client()
+    here = get_worker().address
+    secede()
+    # On a one-thread worker the child can run only because this task seceded.
+    child = client.submit(inc, x, workers=[here], pure=False)
+    result: int = child.result(timeout=20)
+    rejoin()
+    return result
+
+
+def test_secede_lets_a_one_thread_worker_run_what_the_task_waits_for(client: Client) -> None:
+    address = next(iter(client.nthreads()))
+    futures = [client.submit(waits_for_a_child, i, workers=[address]) for i in range(3)]
+    assert client.gather(futures) == [1, 2, 3]
+    # the worker counts threads right again: plain tasks still run, one at a time
+    assert client.submit(inc, 10, workers=[address]).result(timeout=10) == 11
+
+
+def waits_too_long() -> None:
+    raise TimeoutError("the task's own timeout")
+
+
+def test_a_tasks_timeout_error_is_not_a_result_timeout(client: Client) -> None:
+    with pytest.raises(TimeoutError, match="the task's own timeout"):
+        client.submit(waits_too_long).result(timeout=10)
+
+
+def test_get_client_outside_a_worker_is_the_default_client(client: Client) -> None:
+    assert get_client() is client
+    with pytest.raises(ValueError, match="secede"):
+        secede()
+
+
+# ----- nthreads / scheduler_info / run ----------------------------------------------------
+
+
+def test_nthreads_and_scheduler_info(client: Client, cluster: LocalCluster) -> None:
+    nthreads = client.nthreads()
+    assert len(nthreads) == 2 and set(nthreads.values()) == {1}
+    assert client.ncores() == nthreads
+    first = sorted(nthreads)[0]
+    assert client.nthreads(workers=[first]) == {first: 1}
+    info = client.scheduler_info()
+    assert info["type"] == "Scheduler" and info["address"] == cluster.scheduler_address
+    assert info["id"].startswith("Scheduler-") and info["services"] == {}
+    assert info["n_workers"] == 2 and info["total_threads"] == 2
+    assert set(info["workers"]) == set(nthreads)
+    w = info["workers"][first]
+    assert w["nthreads"] == 1 and w["name"].startswith("local-")
+    assert w["memory_limit"] == 0 and w["resources"] == {} and w["type"] == "Worker"
+    assert len(client.scheduler_info(n_workers=1)["workers"]) == 1
+
+
+async def async_answer(dask_worker: Any) -> str:
+    return str(dask_worker.name)
+
+
+def fails() -> None:
+    raise ZeroDivisionError("on purpose")
+
+
+def test_run_on_every_worker(client: Client) -> None:
+    names = client.run(async_answer)
+    assert sorted(names.values()) == ["local-0", "local-1"]
+    first = sorted(names)[0]
+    assert client.run(lambda: get_worker().address, workers=[first]) == {first: first}
+    with pytest.raises(ZeroDivisionError, match="on purpose"):
+        client.run(fails)
+    errors = client.run(fails, on_error="return")
+    assert all(isinstance(e, ZeroDivisionError) for e in errors.values())
+    assert client.run(fails, on_error="ignore") == {}
+
+
+# ----- restart ----------------------------------------------------------------------------
+
+
+def test_restart_cancels_everything_and_brings_workers_back() -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+        pids = [p.pid for p in cluster.worker_processes]
+        before = set(c.nthreads())
+        done = c.submit(inc, 1)
+        assert done.result(timeout=10) == 2
+        stuck = c.submit(time.sleep, 60)
+        data = c.scatter([1, 2, 3])
+        with Client(cluster) as other:
+            theirs = other.submit(inc, 5)
+            theirs.result(timeout=10)
+            t0 = time.monotonic()
+            c.restart()
+            assert time.monotonic() - t0 < 20
+            eventually(lambda: theirs.cancelled())
+        for f in [done, stuck, *data]:
+            assert f.cancelled()
+        with pytest.raises(CancelledError, match="scheduler-restart"):
+            stuck.result(timeout=5)
+        after = c.nthreads()
+        assert len(after) == 2 and not (set(after) & before)  # new workers
+        assert [p.pid for p in cluster.worker_processes] == pids  # re-executed in place
+        assert all(p.poll() is None for p in cluster.worker_processes)
+        assert held_keys(c) == {a: [] for a in after}
+        again = c.submit(inc, 1)  # the key of `done`: its release must not touch this
+        del done
+        gc.collect()
+        assert again.result(timeout=20) == 2
+
+
+# ----- squall worker --nworkers -----------------------------------------------------------
+
+
+def test_worker_cli_with_several_processes() -> None:
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sched.stdout is not None
+        address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+        cmd = [sys.executable, "-m", "squall.cli", "worker", address, "--nworkers", "2"]
+        workers = subprocess.Popen([*cmd, "--nthreads", "2", "--name", "w"])
+        try:
+            with Client(address) as c:
+                eventually(lambda: len(c.nthreads()) == 2, timeout=30)
+                assert set(c.nthreads().values()) == {2}
+                names = {w["name"] for w in c.scheduler_info()["workers"].values()}
+                assert names == {"w-0", "w-1"}
+                assert c.gather(c.map(inc, range(10))) == list(range(1, 11))
+                workers.send_signal(signal.SIGTERM)
+                assert workers.wait(timeout=20) == 0
+                eventually(lambda: c.nthreads() == {})
+        finally:
+            if workers.poll() is None:
+                workers.kill()
+    finally:
+        sched.send_signal(signal.SIGTERM)
+        assert sched.wait(timeout=20) == 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "squall.cli", "worker", "tcp://127.0.0.1:1", "--nworkers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode != 0 and "--nworkers must be at least 1" in bad.stderr
