@@ -29,6 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     core.add_argument("--repeat", type=int, default=3, help="runs per row (median reported)")
     core.add_argument("--json", action="store_true", help="one JSON object per line")
     core.add_argument("--no-dask", action="store_true", help="skip the dask.order comparison")
+    e2e = bsub.add_parser("e2e", help="squall against distributed end to end, same machine")
+    e2e.add_argument("--repeat", type=int, default=3, help="runs per row (median reported)")
+    e2e.add_argument("--workers", type=int, default=1, help="worker processes")
+    e2e.add_argument("--threads", type=int, default=1, help="threads per worker")
+    e2e.add_argument("--systems", default="squall,dask", help="comma-separated")
+    e2e.add_argument("--workloads", default="map,submit,delayed-tree,array-x+xT-sum")
+    e2e.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    e2e.add_argument("--full", action="store_true", help="the 1,000,000-task squall map")
+    e2e.add_argument("--json", action="store_true", help="one JSON object per line")
     return p
 
 
@@ -51,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
         from squall import bench
 
         bench.main(args.tasks, args.repeat, args.json, not args.no_dask)
+        return 0
+    if args.command == "bench" and args.suite == "e2e":
+        from squall import bench_e2e
+
+        bench_e2e.main(
+            systems=tuple(args.systems.split(",")),
+            workloads=tuple(args.workloads.split(",")),
+            repeat=args.repeat,
+            workers=args.workers,
+            threads=args.threads,
+            quick=args.quick,
+            full=args.full,
+            as_json=args.json,
+        )
         return 0
     return 2
 

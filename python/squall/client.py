@@ -61,7 +61,7 @@ from squall.graph import (
     pack_data,
     persist_expr,
 )
-from squall.spec import load_function, make_spec
+from squall.spec import PickledFunction, make_spec
 
 logger = logging.getLogger("squall.client")
 
@@ -126,24 +126,6 @@ class RemoteError(Exception):
 
 
 # ----- run specs ------------------------------------------------------------------------
-
-
-class PickledFunction:
-    """A function pickled once; calling it unpickles (cached per process) and calls.
-
-    ``map`` puts this in every per-item spec so the function is pickled once per batch
-    instead of once per item."""
-
-    __slots__ = ("blob",)
-
-    def __init__(self, blob: bytes) -> None:
-        self.blob = blob
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return load_function(self.blob)(*args, **kwargs)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return PickledFunction, (self.blob,)
 
 
 # ----- futures --------------------------------------------------------------------------
@@ -299,7 +281,7 @@ class Future(TaskRef):
     def release(self) -> None:
         if not self._cleared:
             self._cleared = True
-            self._client._call_soon(self._client._dec_ref, self.key, self._generation)
+            self._client._release_soon(self.key, self._generation)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -431,6 +413,8 @@ class Client:
         self._ids = itertools.count(1)
         self._to_release: list[Key] = []
         self._release_scheduled = False
+        # Futures released from any thread, waiting for the loop (one wake-up per batch).
+        self._releasing: list[tuple[Key, int]] = []
         self._peers: dict[str, tuple[asyncio.Lock, list[comm.Comm]]] = {}
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
@@ -613,6 +597,7 @@ class Client:
 
     def _send(self, header: comm.Header, payload: bytes = b"") -> None:
         """On the loop: send one message (pending releases go first)."""
+        self._drain_releasing()
         self._flush_releases()
         if self._stream is None or self.status not in ("running",):
             return
@@ -647,17 +632,31 @@ class Client:
                 st = self.futures[key] = FutureState(key)
             return st
 
-    def _dec_ref(self, key: Key, generation: int) -> None:
+    def _release_soon(self, key: Key, generation: int) -> None:
+        """Any thread: drop one reference to ``key`` on the loop."""
         with self._refcount_lock:
-            if generation != self.generation:
-                return
-            n = self.refcount.get(key, 0) - 1
-            if n > 0:
-                self.refcount[key] = n
-                return
-            self.refcount.pop(key, None)
-            self.futures.pop(key, None)
-        self._to_release.append(key)
+            self._releasing.append((key, generation))
+            if len(self._releasing) > 1:
+                return  # a drain is already scheduled
+        self._call_soon(self._drain_releasing)
+
+    def _drain_releasing(self) -> None:
+        with self._refcount_lock:
+            items, self._releasing = self._releasing, []
+            gone = []
+            for key, generation in items:
+                if generation != self.generation:
+                    continue
+                n = self.refcount.get(key, 0) - 1
+                if n > 0:
+                    self.refcount[key] = n
+                    continue
+                self.refcount.pop(key, None)
+                self.futures.pop(key, None)
+                gone.append(key)
+        if not gone:
+            return
+        self._to_release.extend(gone)
         if not self._release_scheduled:
             self._release_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_releases)
@@ -1383,6 +1382,7 @@ class Client:
                 "n_workers": len(h["workers"]),
                 "total_threads": h["total_threads"],
                 "total_memory": h["total_memory"],
+                "n_tasks": h["n_tasks"],  # squall's addition: tasks the scheduler holds
                 "workers": {w["address"]: _worker_identity(w) for w in listed},
             }
 

@@ -77,6 +77,10 @@ class LocalCluster:
         return subprocess.Popen(cmd, text=True, env=self._env)
 
     @property
+    def scheduler_process(self) -> subprocess.Popen[str] | None:
+        return self._scheduler
+
+    @property
     def worker_processes(self) -> list[subprocess.Popen[str]]:
         return list(self._procs)
 

@@ -307,6 +307,7 @@ class SchedulerServer:
             "address": self.address,
             "started": self.started,
             "total_threads": self.core.total_nthreads,
+            "n_tasks": self.core.n_tasks,
             "total_memory": sum(w["memory_limit"] for w in workers),
             "workers": workers,
         }

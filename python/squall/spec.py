@@ -12,11 +12,15 @@ A spec is opaque bytes to the scheduler, one of two pickles:
 from __future__ import annotations
 
 import functools
+import pickle
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+
+# Argument types pickle can write exactly as cloudpickle would.
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 @functools.lru_cache(maxsize=256)
@@ -31,6 +35,24 @@ class Dep:
     """Stands for the value of task ``key`` inside a spec's arguments."""
 
     key: Hashable
+
+
+class PickledFunction:
+    """A function pickled once; calling it unpickles (cached per process) and calls.
+
+    ``map`` puts this in every per-item spec so the function is pickled once per batch
+    instead of once per item."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return load_function(self.blob)(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PickledFunction, (self.blob,)
 
 
 def _replace(obj: Any, deps: list[Hashable], to_dep: Callable[[Any], Hashable | None]) -> Any:
@@ -54,6 +76,10 @@ def make_spec(
 ) -> tuple[bytes, list[Hashable]]:
     """Pickle a call; ``to_dep(obj)`` names the key an argument stands for (a future)
     or returns None. Returns the spec and the dependency keys, in first-seen order."""
+    if type(func) is PickledFunction and not kwargs and all(type(a) in _PLAIN for a in args):
+        # Plain values (the common map item) need neither futures replaced nor
+        # cloudpickle, which is several times slower than pickle for small calls.
+        return pickle.dumps((func, args, {}), protocol=5), []
     deps: list[Hashable] = []
     call = (func, _replace(args, deps, to_dep), _replace(dict(kwargs), deps, to_dep))
     return cloudpickle.dumps(call), deps

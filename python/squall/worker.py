@@ -142,14 +142,16 @@ def _execute(spec: bytes, data: dict[Key, Any]) -> ExecResult:
         stop = time.monotonic()
         return False, _pack_error(e), 0, start, stop
     stop = time.monotonic()
-    try:
-        nbytes = int(sizeof(value))
-    except Exception:
-        nbytes = sys.getsizeof(value)
-    return True, value, nbytes, start, stop
+    return True, value, _sizeof(value), start, stop
+
+
+# dask's sizeof answers sys.getsizeof for these; skip its dispatch on the hot path.
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def _sizeof(value: Any) -> int:
+    if type(value) in _SCALARS:
+        return sys.getsizeof(value)
     try:
         return int(sizeof(value))
     except Exception:

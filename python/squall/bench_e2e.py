@@ -1,0 +1,298 @@
+"""``squall bench e2e``: squall and ``distributed`` end to end, in one run, on the same
+machine and cluster shape (one scheduler process, worker processes with the same
+threads, no nanny), so the figures are ratios taken under the same noise.
+
+Rows: a no-op ``map``, N ``submit`` calls, a ``dask.delayed`` binary-tree sum and a
+dask.array ``(x + x.T).sum()``: tasks/s (median of ``--repeat`` runs), the squall/dask
+throughput ratio, and scheduler-process CPU µs per task. Two more: scheduler memory per
+task while holding N waiting tasks (no workers), and the time from a 100k-task delayed
+graph leaving the client until the scheduler holds all of it. Sizes differ per system
+(distributed is far slower); throughput, not wall time, is compared.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+
+SYSTEMS = ("squall", "dask")
+
+
+def noop(x: Any) -> Any:
+    return x
+
+
+@dataclass
+class Sizes:
+    """Problem sizes per system (tasks for map/submit, leaves, array side in chunks)."""
+
+    map: int
+    submit: int
+    tree_leaves: int
+    array_side: int
+    hold: int
+    accept_leaves: int
+
+
+SIZES = {
+    "squall": Sizes(200_000, 20_000, 20_000, 100, 1_000_000, 50_000),
+    "dask": Sizes(3_000, 2_000, 1_000, 20, 100_000, 50_000),
+}
+QUICK = {
+    "squall": Sizes(2_000, 500, 500, 10, 20_000, 2_000),
+    "dask": Sizes(300, 200, 100, 6, 5_000, 2_000),
+}
+
+
+@dataclass
+class Row:
+    workload: str
+    system: str
+    tasks: int
+    seconds: float
+    tasks_per_s: float
+    sched_cpu_us_per_task: float
+    ratio: float | None = None
+
+
+# ----- clusters ---------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def cluster(system: str, workers: int, threads: int) -> Iterator[tuple[Any, psutil.Process]]:
+    """A client and the scheduler's process, for ``system`` with no workers if 0."""
+    if system == "squall":
+        from squall.client import Client
+        from squall.cluster import LocalCluster
+
+        with LocalCluster(n_workers=workers, threads_per_worker=threads) as c:
+            assert c.scheduler_process is not None
+            with Client(c) as client:
+                yield client, psutil.Process(c.scheduler_process.pid)
+        return
+    from distributed import Client as DaskClient
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+
+    def spawn(*args: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    procs = [spawn("distributed.cli.dask_scheduler", "--port", str(port), "--no-dashboard")]
+    try:
+        for _ in range(workers):
+            procs.append(
+                spawn(
+                    "distributed.cli.dask_worker",
+                    address,
+                    *("--nthreads", str(threads), "--no-nanny", "--no-dashboard"),
+                )
+            )
+        with DaskClient(address, timeout=30) as client:  # type: ignore[no-untyped-call]
+            if workers:
+                client.wait_for_workers(workers, timeout=60)
+            yield client, psutil.Process(procs[0].pid)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()  # a worker without a nanny may linger in its shutdown
+                p.wait()
+
+
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+# ----- workloads --------------------------------------------------------------------
+
+
+def _wait(client: Any, futures: list[Any]) -> None:
+    if type(client).__module__.startswith("squall"):
+        from squall.client import wait
+    else:
+        from distributed import wait
+    wait(futures)
+
+
+def run_map(client: Any, n: int) -> int:
+    _wait(client, client.map(noop, range(n)))
+    return n
+
+
+def run_submit(client: Any, n: int) -> int:
+    _wait(client, [client.submit(noop, i, pure=False) for i in range(n)])
+    return n
+
+
+def _tree(leaves: int) -> tuple[Any, int]:
+    from dask.delayed import delayed
+
+    level = [delayed(noop)(i) for i in range(leaves)]
+    n = leaves
+    while len(level) > 1:
+        pairs = zip(level[::2], level[1::2], strict=False)
+        nxt = [delayed(operator.add)(a, b) for a, b in pairs]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        n += len(level) // 2
+        level = nxt
+    return level[0], n
+
+
+def run_tree(client: Any, leaves: int) -> int:
+    total, n = _tree(leaves)
+    value = client.compute(total).result()
+    assert value == leaves * (leaves - 1) // 2, value
+    return n
+
+
+def run_array(client: Any, side: int) -> int:
+    import dask.array as da
+    from dask.base import collections_to_expr
+
+    x = da.ones((side * 10, side * 10), chunks=10)
+    y = (x + x.T).sum()
+    n = len(collections_to_expr([y]).optimize().__dask_graph__())  # type: ignore[no-untyped-call]
+    value = client.compute(y).result()
+    assert value == 2 * (side * 10) ** 2, value
+    return n
+
+
+WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
+    "map": (run_map, "map"),
+    "submit": (run_submit, "submit"),
+    "delayed-tree": (run_tree, "tree_leaves"),
+    "array-x+xT-sum": (run_array, "array_side"),
+}
+
+
+def throughput(system: str, name: str, size: int, repeat: int, workers: int, threads: int) -> Row:
+    fn = WORKLOADS[name][0]
+    with cluster(system, workers, threads) as (client, sched):
+        fn(client, max(size // 100, 10))  # warm up: imports, connections, durations
+        runs = []
+        for _ in range(repeat):
+            cpu0, t0 = _cpu(sched), time.perf_counter()
+            n = fn(client, size)
+            dt, cpu = time.perf_counter() - t0, _cpu(sched) - cpu0
+            runs.append((n / dt, dt, cpu / n * 1e6, n))
+    rate, dt, cpu_us, n = sorted(runs)[len(runs) // 2]
+    return Row(name, system, n, dt, rate, cpu_us)
+
+
+def hold_memory(system: str, n: int) -> Row:
+    """Scheduler RSS per task with ``n`` waiting tasks and no workers."""
+    with cluster(system, 0, 1) as (client, sched):
+        time.sleep(0.5)
+        rss0 = sched.memory_info().rss
+        t0 = time.perf_counter()
+        futures = client.map(noop, range(n))
+        _until_held(client, n)
+        dt = time.perf_counter() - t0
+        rss = sched.memory_info().rss - rss0
+        del futures
+    return Row("hold-waiting (bytes/task)", system, n, dt, rss / n, 0.0)
+
+
+def accept_latency(system: str, leaves: int) -> Row:
+    """Seconds from a delayed graph leaving the client until the scheduler holds it."""
+    total, n = _tree(leaves)
+    with cluster(system, 1, 1) as (client, _):
+        t0 = time.perf_counter()
+        future = client.compute(total)
+        sent = time.perf_counter()
+        _until_held(client, n)
+        dt = time.perf_counter() - sent
+        del future
+    return Row(f"accept-delayed (client prep {sent - t0:.2f}s)", system, n, dt, n / dt, 0.0)
+
+
+def _until_held(client: Any, n: int) -> None:
+    def held() -> int:
+        if type(client).__module__.startswith("squall"):
+            return int(client.scheduler_info()["n_tasks"])
+        return int(client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)))
+
+    while held() < n:
+        time.sleep(0.005)
+
+
+# ----- report -----------------------------------------------------------------------
+
+
+def main(
+    *,
+    systems: tuple[str, ...] = SYSTEMS,
+    workloads: tuple[str, ...] = tuple(WORKLOADS),
+    repeat: int = 3,
+    workers: int = 1,
+    threads: int = 1,
+    quick: bool = False,
+    full: bool = False,
+    as_json: bool = False,
+) -> list[Row]:
+    sizes = QUICK if quick else SIZES
+    if full:
+        sizes = {**sizes, "squall": Sizes(**{**asdict(sizes["squall"]), "map": 1_000_000})}
+    rows: list[Row] = []
+    for name in workloads:
+        attr = WORKLOADS[name][1]
+        got = {
+            s: throughput(s, name, getattr(sizes[s], attr), repeat, workers, threads)
+            for s in systems
+        }
+        if "dask" in got and "squall" in got:
+            got["squall"].ratio = got["squall"].tasks_per_s / got["dask"].tasks_per_s
+        rows.extend(got.values())
+        _show(list(got.values()), as_json)
+    for s in systems:
+        rows.append(hold_memory(s, sizes[s].hold))
+        _show(rows[-1:], as_json)
+    for s in systems:
+        rows.append(accept_latency(s, sizes[s].accept_leaves))
+        _show(rows[-1:], as_json)
+    return rows
+
+
+def _show(rows: list[Row], as_json: bool) -> None:
+    for r in rows:
+        if as_json:
+            print(json.dumps(asdict(r)), flush=True)
+            continue
+        ratio = f"{r.ratio:8.1f}x" if r.ratio is not None else " " * 9
+        if r.workload.startswith("hold"):
+            print(
+                f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.tasks_per_s:10,.0f} B/task"
+            )
+        elif r.workload.startswith("accept"):
+            print(f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.seconds:10.3f} s")
+        else:
+            print(
+                f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.tasks_per_s:10,.0f} /s"
+                f" {ratio} sched {r.sched_cpu_us_per_task:8.1f} us/task",
+                flush=True,
+            )
