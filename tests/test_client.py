@@ -77,7 +77,7 @@ class FakeWorker:
                                 self._execute(task, run_id, key, spec, args)
                             )
                     elif h["op"] == "free-keys":
-                        for t in h["tasks"]:
+                        for t in struct.unpack(f"<{len(payload) // 4}I", payload):
                             self.data.pop(self.keys.pop(t, None), None)
         except comm.CommError:
             pass

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import struct
 import sys
 import time
 import uuid
@@ -32,6 +31,10 @@ def default_address() -> str:
 
 
 FIRE_AND_FORGET = "fire-and-forget"  # the core's client that wants fire_and_forget keys
+
+
+# Commands sent one message each; the per-task ones go packed (encode_notices).
+_RARE_OPS = frozenset({"steal-request", "remove-worker", "task-erred"})
 
 
 @dataclass
@@ -427,33 +430,34 @@ class SchedulerServer:
         cmds = self.core.take_commands()
         if not len(cmds):
             return
-        per_worker: dict[tuple[int, str], list[int]] = {}
-        per_client: dict[tuple[int, str], list[int]] = {}
-        for op, target, task, extra in cmds.records():
-            if op in ("free-keys", "remove-replicas"):
-                per_worker.setdefault((target, op), []).append(task)
-            elif op == "steal-request":
-                self._to_worker(target, {"op": op, "task": task, "stimulus": extra})
-            elif op == "remove-worker":
-                gone = self.removed_addresses.get(extra, "")
-                self._to_worker(target, {"op": op, "worker_id": extra, "address": gone})
-            elif op in ("key-in-memory", "lost-data", "task-retried", "cancelled-keys"):
-                per_client.setdefault((target, op), []).append(task)
-            elif op == "task-erred":
-                self._erred_to_client(target, task)
-        # Frees first: a batch that frees an old run and re-dispatches the task must not
-        # reach the worker the other way round (encode_compute skips stale dispatches).
-        for (w, op), tasks in per_worker.items():
-            self._to_worker(w, {"op": op, "tasks": tasks})
-        for w, (addresses, payload, count) in self.core.encode_compute(cmds).items():
+        counts = cmds.counts()
+        if counts.keys() & _RARE_OPS:
+            for op, target, task, extra in cmds.records():
+                if op == "steal-request":
+                    self._to_worker(target, {"op": op, "task": task, "stimulus": extra})
+                elif op == "remove-worker":
+                    gone = self.removed_addresses.get(extra, "")
+                    self._to_worker(target, {"op": op, "worker_id": extra, "address": gone})
+                elif op == "task-erred":
+                    self._erred_to_client(target, task)
+        # Per-task notices travel packed, one payload per peer and op (no Python object
+        # per task). Frees first: a batch that frees an old run and re-dispatches the
+        # task must not reach the worker the other way round.
+        to_workers, to_clients = self.core.encode_notices(cmds)
+        for w, op, tasks in to_workers:
             peer = self.workers.get(w)
             if peer is not None:
-                peer.stream.send({"op": "compute", "addresses": addresses, "n": count}, payload)
-        for (cid, op), tasks in per_client.items():
-            peer = self.clients.get(cid)
-            if peer is not None:
-                keys = self.core.keys_of(struct.pack(f"<{len(tasks)}I", *tasks))
-                peer.stream.send({"op": op}, encode_keys(keys))
+                peer.stream.send({"op": op}, tasks)
+        if "compute-task" in counts:
+            for w, (addresses, payload, count) in self.core.encode_compute(cmds).items():
+                peer = self.workers.get(w)
+                if peer is not None:
+                    header = {"op": "compute", "addresses": addresses, "n": count}
+                    peer.stream.send(header, payload)
+        for cid, op, keys in to_clients:
+            client = self.clients.get(cid)
+            if client is not None:
+                client.stream.send({"op": op}, keys)
 
     def _to_worker(self, w: int, header: comm.Header) -> None:
         peer = self.workers.get(w)

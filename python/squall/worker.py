@@ -423,11 +423,11 @@ class Worker:
         if op == "compute":
             self._compute(bytes(payload), list(h["addresses"]))
         elif op == "free-keys":
-            for t in h["tasks"]:
-                self._free(int(t))
+            for t in array("I", bytes(payload)):  # bytes: array() would iterate a view
+                self._free(t)
         elif op == "remove-replicas":
-            for t in h["tasks"]:
-                self._remove_replica(int(t))
+            for t in array("I", bytes(payload)):
+                self._remove_replica(t)
         elif op == "steal-request":
             self._steal(int(h["task"]), h["stimulus"])
         elif op == "scattered":

@@ -780,6 +780,26 @@ impl Scheduler {
         Ok(out)
     }
 
+    /// The per-task notices of `cmds` as one payload per recipient and op:
+    /// `([(worker, op, packed u32 tasks)], [(client, op, encoded keys)])`.
+    #[allow(clippy::type_complexity)]
+    fn encode_notices<'py>(
+        &self,
+        py: Python<'py>,
+        cmds: &Commands,
+    ) -> (
+        Vec<(u32, &'static str, Bound<'py, PyBytes>)>,
+        Vec<(u32, &'static str, Bound<'py, PyBytes>)>,
+    ) {
+        let n = crate::wire::encode_notices(&self.inner, cmds.commands());
+        let out = |m: std::collections::BTreeMap<(u32, &'static str), Vec<u8>>| {
+            m.into_iter()
+                .map(|((to, op), b)| (to, op, PyBytes::new(py, &b)))
+                .collect()
+        };
+        (out(n.to_workers), out(n.to_clients))
+    }
+
     // ----- queries ------------------------------------------------------------------
 
     fn lookup(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {

@@ -110,6 +110,53 @@ pub fn encode_compute(s: &Scheduler, cmds: &[Command]) -> BTreeMap<WorkerId, Com
     out
 }
 
+/// The per-task notices of a drained batch, grouped per recipient and op:
+/// `free-keys` / `remove-replicas` to workers as packed u32 task ids, and
+/// `key-in-memory` / `lost-data` / `task-retried` / `cancelled-keys` to clients as keys
+/// in `encode_keys` form. Other commands are left to `Commands.records()`.
+#[derive(Default)]
+pub struct Notices {
+    pub to_workers: BTreeMap<(u32, &'static str), Vec<u8>>,
+    pub to_clients: BTreeMap<(u32, &'static str), Vec<u8>>,
+}
+
+pub fn encode_notices(s: &Scheduler, cmds: &[Command]) -> Notices {
+    let mut n = Notices::default();
+    for c in cmds {
+        match *c {
+            Command::FreeKeys { worker, task } => n
+                .to_workers
+                .entry((worker.0, "free-keys"))
+                .or_default()
+                .extend_from_slice(&task.0.to_le_bytes()),
+            Command::RemoveReplicas { worker, task } => n
+                .to_workers
+                .entry((worker.0, "remove-replicas"))
+                .or_default()
+                .extend_from_slice(&task.0.to_le_bytes()),
+            Command::KeyInMemory { client, task }
+            | Command::LostData { client, task }
+            | Command::TaskRetried { client, task }
+            | Command::CancelledKeys { client, task, .. } => {
+                let op = match c {
+                    Command::KeyInMemory { .. } => "key-in-memory",
+                    Command::LostData { .. } => "lost-data",
+                    Command::TaskRetried { .. } => "task-retried",
+                    _ => "cancelled-keys",
+                };
+                if let Some(ts) = s.task_slot(task) {
+                    put_bytes(
+                        n.to_clients.entry((client.0, op)).or_default(),
+                        ts.key.as_bytes(),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
 struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
