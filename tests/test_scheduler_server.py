@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from squall import comm
+from squall import comm, update_graph
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.scheduler import SchedulerServer
 
@@ -50,18 +50,8 @@ def test_graph_runs_through_worker_and_client_hears_back() -> None:
         w = await connect_worker(server.address, "9001")
         c = await comm.connect(server.address, role="client", info={"client": "c1"})
         assert (await c.read())[0]["op"] == "registered"
-        keys = encode_keys(["a", ("b", 0)])
-        await c.write(
-            {
-                "op": "update-graph",
-                "id": 1,
-                "keys_bytes": len(keys),
-                "spec_sizes": [2, 2],
-                "deps": [[], [0]],
-                "wanted": [1],
-            },
-            keys + b"sasb",
-        )
+        header, payload, _ = update_graph.encode(["a", ("b", 0)], [b"sa", b"sb"], [[], ["a"]])
+        await c.write({**header, "id": 1, "wanted": [1]}, payload)
         assert (await next_op(c, "graph-accepted"))[0]["id"] == 1
         for expected in ["a", ("b", 0)]:
             h, payload = await next_op(w, "compute")
@@ -95,11 +85,7 @@ def test_worker_death_reschedules_and_errors_reach_the_client() -> None:
         w1 = await connect_worker(server.address, "9001")
         c = await comm.connect(server.address, role="client", info={"client": "c1"})
         await c.read()
-        keys = encode_keys(["x"])
-        await c.write(
-            {"op": "update-graph", "keys_bytes": len(keys), "spec_sizes": [1], "deps": [[]]},
-            keys + b"s",
-        )
+        await c.write(*update_graph.encode(["x"], [b"s"], [[]])[:2])
         await next_op(w1, "compute")
         w2 = await connect_worker(server.address, "9002")
         await w1.close()  # dies while running x: x moves to w2
@@ -154,9 +140,13 @@ def test_bad_peers_are_refused_without_harm() -> None:
         await c.write({"op": "who-has", "id": 7}, encode_keys(["nope"]))
         h, _ = await next_op(c, "who-has")
         assert h["id"] == 7 and h["holders"] == [[]]
-        await c.write({"op": "update-graph", "id": 8, "keys_bytes": 0, "spec_sizes": "x"})
+        await c.write({"op": "update-graph", "id": 8, "keys_bytes": 0, "n": "x"})
         h, _ = await next_op(c, "request-failed")
         assert h["id"] == 8
+        header, payload, _ = update_graph.encode(["y"], [b"s"], [[]])
+        await c.write({**header, "id": 9}, payload[:-3])  # truncated
+        h, _ = await next_op(c, "request-failed")
+        assert h["id"] == 9 and "malformed" in h["error"]
         await w.close()
         await c.close()
         await server.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import squall
+from squall import update_graph
 from squall._core import decode_compute
 
 
@@ -48,3 +49,24 @@ def test_truncated_compute_payload_is_an_error() -> None:
         decode_compute(payload[:-2], addresses)
     with pytest.raises(ValueError, match="malformed key"):
         decode_compute(payload[:25] + b"\x00" * (len(payload) - 25), addresses)
+
+
+def test_update_graph_payload_is_decoded_in_rust() -> None:
+    s = squall.Scheduler({"validate": True})
+    c = s.client("c")
+    s.submit(c, ["old"], specs=[b"o"], now=0.0)
+    keys, specs = [("a", 0), "b", "d"], [b"spec-a", b"spec-b", None]
+    header, payload, index = update_graph.encode(keys, specs, [[], [("a", 0), "old"], []])
+    ids = s.submit_wire(c, payload, header["n"], header["keys_bytes"], now=0.1, wanted=[1])
+    assert len(ids) == 12 and index == {("a", 0): 0, "b": 1, "d": 2}
+    b = s.lookup("b")
+    assert b is not None
+    assert sorted(map(str, s.task_info(b)["dependencies"])) == sorted(map(str, [("a", 0), "old"]))
+    assert s.state("d") != "forgotten"
+    for bad in (payload[:-1], payload + b"x", payload[: header["keys_bytes"] - 1]):
+        with pytest.raises(ValueError, match=r"malformed|truncated"):
+            s.submit_wire(c, bad, header["n"], header["keys_bytes"], now=0.2)
+    with pytest.raises(squall.UnknownDependencyError):
+        h2, p2, _ = update_graph.encode(["e"], [b"e"], [["nope"]])
+        s.submit_wire(c, p2, h2["n"], h2["keys_bytes"], now=0.3)
+    s.validate()

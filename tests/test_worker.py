@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from squall import comm
+from squall import comm, update_graph
 from squall._core import decode_keys, encode_keys
 from squall.scheduler import SchedulerServer
 from squall.spec import make_spec
@@ -89,35 +89,19 @@ class Client:
         loose: bool = False,
     ) -> None:
         keys = list(tasks)
-        external: list[Key] = []
-        specs: list[bytes] = []
-        deps: list[list[int]] = []
-        for func, args in tasks.values():
-            spec, dkeys = make_spec(func, args, {}, to_dep)
-            specs.append(spec)
-            idx = []
-            for d in dkeys:
-                if d in tasks:
-                    idx.append(keys.index(d))
-                else:
-                    if d not in external:
-                        external.append(d)
-                    idx.append(len(keys) + external.index(d))
-            deps.append(idx)
-        kb = encode_keys(keys + external)
+        made = [make_spec(f, args, {}, to_dep) for f, args in tasks.values()]
+        header, payload, index = update_graph.encode(
+            keys, [s for s, _ in made], [d for _, d in made]
+        )
         self._next_id += 1
-        header = {
-            "op": "update-graph",
+        header |= {
             "id": self._next_id,
-            "keys_bytes": len(kb),
-            "spec_sizes": [len(s) for s in specs],
-            "deps": deps,
             "priority": priority,
             "workers": workers,
             "allow_other_workers": loose,
-            "wanted": [keys.index(k) for k in wanted] if wanted is not None else None,
+            "wanted": [index[k] for k in wanted] if wanted is not None else None,
         }
-        await self.c.write(header, kb + b"".join(specs))
+        await self.c.write(header, payload)
         h, _ = await self.wait_for(
             lambda: (
                 self.replies.get(("graph-accepted", self._next_id))

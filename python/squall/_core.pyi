@@ -138,6 +138,26 @@ class Scheduler:
         task_options: Sequence[tuple[dict[str, Any], Sequence[int]]] | None = None,
         data_producers: Sequence[int] | None = None,
     ) -> bytes: ...
+    def submit_wire(
+        self,
+        client: int,
+        payload: bytes,
+        n: int,
+        keys_bytes: int,
+        *,
+        now: float,
+        wanted: Sequence[int] | None = None,
+        order: str = "compute",
+        priority: int = 0,
+        fifo_timeout: float = 0.0,
+        retries: int | None = None,
+        workers: Sequence[str] | None = None,
+        hosts: Sequence[str] | None = None,
+        resources: Sequence[tuple[str, float]] | None = None,
+        allow_other_workers: bool = False,
+        task_options: Sequence[tuple[dict[str, Any], Sequence[int]]] | None = None,
+        data_producers: Sequence[int] | None = None,
+    ) -> bytes: ...
     def submit_csr(
         self,
         client: int,

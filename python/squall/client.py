@@ -51,7 +51,7 @@ from dask.base import is_dask_collection, tokenize
 from dask.delayed import delayed
 from dask.utils import funcname, parse_timedelta
 
-from squall import comm, config
+from squall import comm, config, update_graph
 from squall._core import decode_keys, encode_keys
 from squall.graph import (
     compute_expr,
@@ -774,27 +774,10 @@ class Client:
             workers = [workers]
         if workers is not None:
             workers = list(workers)
-        n = len(keys)
-        # Dependencies inside the graph by index; others (futures) as external keys.
-        index = {k: i for i, k in enumerate(keys)}
-        external: dict[Key, int] = {}
-        dep_indices = [
-            [
-                i if (i := index.get(k)) is not None else n + external.setdefault(k, len(external))
-                for k in ds
-            ]
-            if ds
-            else []
-            for ds in deps
-        ]
-        keys_bytes = encode_keys([*keys, *external])
+        header, payload, index = update_graph.encode(keys, specs, deps)
         rid = next(self._ids)
-        header = {
-            "op": "update-graph",
+        header |= {
             "id": rid,
-            "keys_bytes": len(keys_bytes),
-            "spec_sizes": [len(s) for s in specs],
-            "deps": dep_indices,
             "order": order,
             # Indices of the keys the client holds futures for (default: all).
             "wanted": None if wanted is None else [index[k] for k in wanted if k in index],
@@ -807,7 +790,6 @@ class Client:
             "resources": [[k, float(v)] for k, v in resources.items()] if resources else None,
             "allow_other_workers": allow_other_workers,
         }
-        payload = b"".join([keys_bytes, *specs])
 
         def send() -> None:
             self._graphs[rid] = keys

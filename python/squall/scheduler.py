@@ -266,21 +266,12 @@ class SchedulerServer:
     def _update_graph(
         self, cid: int, h: comm.Header, payload: memoryview
     ) -> tuple[comm.Header, bytes]:
-        n_keys, n_specs = int(h["keys_bytes"]), list(h["spec_sizes"])
-        keys = decode_keys(bytes(payload[:n_keys]))
-        specs, pos = [], n_keys
-        for size in n_specs:
-            specs.append(bytes(payload[pos : pos + size]) if size >= 0 else None)
-            pos += max(size, 0)
-        external = keys[len(specs) :]
-        keys = keys[: len(specs)]
-        deps = [[d if d < len(keys) else external[d - len(keys)] for d in ds] for ds in h["deps"]]
-        self.core.submit(
+        self.core.submit_wire(
             cid,
-            keys,
-            deps,
+            bytes(payload),
+            int(h["n"]),
+            int(h["keys_bytes"]),
             now=self.now(),
-            specs=specs,
             wanted=h.get("wanted"),
             order=str(h.get("order", "compute")),
             priority=int(h.get("priority", 0)),

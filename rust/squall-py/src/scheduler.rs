@@ -82,6 +82,21 @@ fn task_at(tasks: &mut [NewTask], i: u32) -> PyResult<&mut NewTask> {
         .ok_or_else(|| PyValueError::new_err(format!("task index {i} out of range for {n} keys")))
 }
 
+/// Per-task annotations and data producers (indices into `tasks`).
+fn annotate(
+    tasks: &mut [NewTask],
+    task_options: Option<&Bound<'_, PyAny>>,
+    data_producers: Option<Vec<u32>>,
+) -> PyResult<()> {
+    if let Some(classes) = task_options {
+        apply_task_options(tasks, classes)?;
+    }
+    for i in data_producers.unwrap_or_default() {
+        task_at(tasks, i)?.data_producer = true;
+    }
+    Ok(())
+}
+
 /// Per-task annotations, given as classes `(options, task indices)` so that a layer's
 /// tasks share one decoded set; options use the per-call keyword names.
 fn apply_task_options(tasks: &mut [NewTask], classes: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -324,12 +339,7 @@ impl Scheduler {
                 }
             }
         }
-        if let Some(classes) = task_options {
-            apply_task_options(&mut tasks, classes)?;
-        }
-        for i in data_producers.unwrap_or_default() {
-            task_at(&mut tasks, i)?.data_producer = true;
-        }
+        annotate(&mut tasks, task_options, data_producers)?;
         let order = graph_order(order, order_given)?;
         let opts = defaults(
             priority,
@@ -351,6 +361,59 @@ impl Scheduler {
             opts,
             fifo_timeout,
             parent,
+            now,
+        )
+    }
+
+    /// Submits an `update-graph` payload as it came off the wire (see
+    /// `wire::decode_graph`), so the scheduler makes no Python object per task.
+    /// Options are `submit`'s. Returns packed u32 task ids.
+    #[pyo3(signature = (client, payload, n, keys_bytes, *, now, wanted=None, order="compute",
+        priority=0, fifo_timeout=0.0, retries=None, workers=None, hosts=None, resources=None,
+        allow_other_workers=false, task_options=None, data_producers=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_wire(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        payload: &[u8],
+        n: usize,
+        keys_bytes: usize,
+        now: f64,
+        wanted: Option<Vec<u32>>,
+        order: &str,
+        priority: i64,
+        fifo_timeout: f64,
+        retries: Option<u32>,
+        workers: Option<Vec<String>>,
+        hosts: Option<Vec<String>>,
+        resources: Option<Vec<(String, f64)>>,
+        allow_other_workers: bool,
+        task_options: Option<&Bound<'_, PyAny>>,
+        data_producers: Option<Vec<u32>>,
+    ) -> PyResult<Py<PyBytes>> {
+        let mut tasks = crate::wire::decode_graph(payload, n, keys_bytes)?;
+        annotate(&mut tasks, task_options, data_producers)?;
+        let opts = defaults(
+            priority,
+            retries,
+            workers,
+            hosts,
+            resources,
+            allow_other_workers,
+            false,
+            None,
+        );
+        let order = graph_order(order, None)?;
+        self.submit_inner(
+            py,
+            client,
+            tasks,
+            wanted,
+            order,
+            opts,
+            fifo_timeout,
+            None,
             now,
         )
     }

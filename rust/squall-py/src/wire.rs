@@ -15,8 +15,9 @@ use crate::convert::key_to_py;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use squall_core::{Command, Key, Scheduler, TaskId, WorkerId};
+use squall_core::{Command, DepRef, Key, NewTask, RunSpec, Scheduler, TaskId, WorkerId};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const FLAG_ACTOR: u8 = 1;
 
@@ -157,6 +158,73 @@ pub fn encode_notices(s: &Scheduler, cmds: &[Command]) -> Notices {
     n
 }
 
+/// Decodes an `update-graph` payload into new tasks:
+/// `keys | i64 spec sizes[n] | u32 dep offsets[n + 1] | u32 dep indices | specs`, where
+/// `keys` (`keys_bytes` long, `encode_keys` form) holds the n task keys then the
+/// external keys they depend on; a dependency index `>= n` names external key
+/// `index - n`; a spec size of -1 marks data (no spec).
+pub fn decode_graph(payload: &[u8], n: usize, keys_bytes: usize) -> PyResult<Vec<NewTask>> {
+    let bad = |what: &str| PyValueError::new_err(format!("malformed update-graph: {what}"));
+    let mut r = Reader {
+        b: payload
+            .get(..keys_bytes)
+            .ok_or_else(|| bad("keys truncated"))?,
+        pos: 0,
+    };
+    let mut keys = Vec::with_capacity(n);
+    while r.pos < keys_bytes {
+        keys.push(r.key()?);
+    }
+    if keys.len() < n {
+        return Err(bad("fewer keys than tasks"));
+    }
+    let external = keys.split_off(n);
+    let mut r = Reader {
+        b: payload,
+        pos: keys_bytes,
+    };
+    let mut sizes = Vec::with_capacity(n);
+    for _ in 0..n {
+        sizes.push(i64::from_le_bytes(r.arr()?));
+    }
+    let mut offsets = Vec::with_capacity(n + 1);
+    for _ in 0..=n {
+        offsets.push(r.u32()? as usize);
+    }
+    let n_deps = *offsets.last().unwrap_or(&0);
+    if offsets.windows(2).any(|w| w[0] > w[1]) || offsets[0] != 0 {
+        return Err(bad("dependency offsets not increasing from 0"));
+    }
+    let mut deps = Vec::with_capacity(n_deps);
+    for _ in 0..n_deps {
+        let j = r.u32()? as usize;
+        deps.push(if j < n {
+            DepRef::Local(j as u32)
+        } else {
+            DepRef::Key(
+                external
+                    .get(j - n)
+                    .ok_or_else(|| bad("dependency index"))?
+                    .clone(),
+            )
+        });
+    }
+    let mut tasks = Vec::with_capacity(n);
+    for (i, key) in keys.into_iter().enumerate() {
+        let spec: Option<RunSpec> = match sizes[i] {
+            -1 => None,
+            len if len >= 0 => Some(Arc::from(r.take(len as usize)?)),
+            _ => return Err(bad("negative spec size")),
+        };
+        let ds = deps[offsets[i]..offsets[i + 1]].to_vec();
+        tasks.push(NewTask::new(key, ds, spec));
+    }
+    if r.pos != payload.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(tasks)
+}
+
 struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
@@ -165,7 +233,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> PyResult<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or_else(|| PyValueError::new_err("truncated compute message"))?;
+        let end = end.ok_or_else(|| PyValueError::new_err("truncated message"))?;
         let s = &self.b[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -185,8 +253,7 @@ impl<'a> Reader<'a> {
     }
     fn key(&mut self) -> PyResult<Key> {
         let raw = self.bytes()?;
-        Key::from_encoded(raw)
-            .ok_or_else(|| PyValueError::new_err("malformed key in compute message"))
+        Key::from_encoded(raw).ok_or_else(|| PyValueError::new_err("malformed key in message"))
     }
 }
 
