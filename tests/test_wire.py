@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 
 import squall
@@ -70,3 +72,20 @@ def test_update_graph_payload_is_decoded_in_rust() -> None:
         h2, p2, _ = update_graph.encode(["e"], [b"e"], [["nope"]])
         s.submit_wire(c, p2, h2["n"], h2["keys_bytes"], now=0.3)
     s.validate()
+
+
+def test_compute_carries_more_than_65535_dependencies() -> None:
+    s = squall.Scheduler({"worker-saturation": "inf"})
+    c = s.client("c")
+    w = s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
+    n = 70_000
+    s.submit(c, [f"x-{i}" for i in range(n)], specs=[b""] * n, order="sequential", now=0.0)
+    s.take_commands()
+    ids = bytes(array("I", [s.lookup(f"x-{i}") for i in range(n)]))
+    runs = bytes(array("Q", [s.task_info(t)["run_id"] for t in array("I", ids)]))
+    s.tasks_finished(w, ids, runs, bytes(array("q", [8] * n)), now=0.1)
+    s.take_commands()
+    s.submit(c, ["total"], [[f"x-{i}" for i in range(n)]], specs=[b"sum"], now=0.2)
+    addresses, payload, _ = s.encode_compute(s.take_commands())[w]
+    [(*_, deps)] = decode_compute(payload, addresses)
+    assert len(deps) == n and deps[-1] == (f"x-{n - 1}", 8, ["tcp://127.0.0.1:1"])

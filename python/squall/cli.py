@@ -12,6 +12,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("scheduler", help="run a scheduler", add_help=False)
     sub.add_parser("worker", help="run a worker", add_help=False)
 
+    demo = sub.add_parser("demo", help="run futures and dask collections on a local cluster")
+    demo.add_argument("--tasks", type=int, default=100_000, help="size of the map")
+
     sim = sub.add_parser("sim", help="simulate a cluster running a workload on squall's core")
     sim.add_argument("--workload", default="tree", choices=["map", "tree", "wide", "array"])
     sim.add_argument("--tasks", type=int, default=10_000, help="approximate number of tasks")
@@ -52,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return worker.main(argv[1:])
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from squall import demo
+
+        return demo.main(args.tasks)
     if args.command == "sim":
         from squall import sim
 

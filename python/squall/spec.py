@@ -55,11 +55,12 @@ class PickledFunction:
         return PickledFunction, (self.blob,)
 
 
-def _replace(obj: Any, deps: list[Hashable], to_dep: Callable[[Any], Hashable | None]) -> Any:
+def _replace(
+    obj: Any, deps: dict[Hashable, None], to_dep: Callable[[Any], Hashable | None]
+) -> Any:
     key = to_dep(obj)
     if key is not None:
-        if key not in deps:
-            deps.append(key)
+        deps[key] = None  # a dict: ordered and O(1) for calls on many futures
         return Dep(key)
     if type(obj) in (list, tuple, set, frozenset):
         return type(obj)(_replace(o, deps, to_dep) for o in obj)
@@ -80,9 +81,9 @@ def make_spec(
         # Plain values (the common map item) need neither futures replaced nor
         # cloudpickle, which is several times slower than pickle for small calls.
         return pickle.dumps((func, args, {}), protocol=5), []
-    deps: list[Hashable] = []
+    deps: dict[Hashable, None] = {}
     call = (func, _replace(args, deps, to_dep), _replace(dict(kwargs), deps, to_dep))
-    return cloudpickle.dumps(call), deps
+    return cloudpickle.dumps(call), list(deps)
 
 
 def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:

@@ -5,7 +5,7 @@
 //! ```text
 //! u32 task | u64 run_id | i32 −user priority | f64 generation | u32 order | u8 flags
 //! | bytes key | bytes run spec | u16 n_resources × (str name, f64 amount)
-//! | u16 n_deps × (bytes key, i64 nbytes, u16 n_holders × u16 address index)
+//! | u32 n_deps × (bytes key, i64 nbytes, u16 n_holders × u16 address index)
 //! ```
 //!
 //! where `bytes` = u32 length + bytes (keys in squall-core's canonical key encoding) and
@@ -67,8 +67,9 @@ impl ComputeBatch {
             out.extend_from_slice(&amount.to_le_bytes());
         }
         let deps: Vec<TaskId> = ts.dependencies.iter().collect();
+        // u32: a reduction over a large map (`submit(sum, futures)`) has >65k inputs.
         self.payload
-            .extend_from_slice(&(deps.len() as u16).to_le_bytes());
+            .extend_from_slice(&(deps.len() as u32).to_le_bytes());
         for d in deps {
             let dts = s.task(d);
             put_bytes(&mut self.payload, dts.key.as_bytes());
@@ -284,7 +285,7 @@ pub fn decode_compute<'py>(
             resources.push((name.to_owned(), f64::from_le_bytes(r.arr()?)));
         }
         let mut deps = Vec::new();
-        for _ in 0..r.u16()? {
+        for _ in 0..r.u32()? {
             let dkey = key_to_py(py, &r.key()?)?;
             let nbytes = i64::from_le_bytes(r.arr()?);
             let mut holders = Vec::new();
