@@ -145,33 +145,43 @@ class FutureState:
         self._event: asyncio.Event | None = None
 
     def _get_event(self) -> asyncio.Event:
+        # Made on first wait: most futures of a large map are never awaited one by one.
         if self._event is None:
             self._event = asyncio.Event()
+            if self.done():
+                self._event.set()
         return self._event
+
+    def _signal(self) -> None:
+        if self._event is not None:
+            if self.done():
+                self._event.set()
+            else:
+                self._event.clear()
 
     def finish(self) -> None:
         self.status = "finished"
-        self._get_event().set()
+        self._signal()
 
     def lose(self) -> None:
         self.status = "lost"
-        self._get_event().clear()
+        self._signal()
 
     def retry(self) -> None:
         self.status = "pending"
         self.exception = self.traceback = None
-        self._get_event().clear()
+        self._signal()
 
     def cancel(self, reason: str | None = None, msg: str | None = None) -> None:
         self.status = "cancelled"
         self.exception = FutureCancelledError(self.key, reason, msg)
-        self._get_event().set()
+        self._signal()
 
     def set_error(self, exception: BaseException, tb: types.TracebackType | None) -> None:
         self.status = "error"
         self.exception = exception
         self.traceback = tb
-        self._get_event().set()
+        self._signal()
 
     def done(self) -> bool:
         return self.status in ("finished", "error", "cancelled")

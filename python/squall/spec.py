@@ -101,5 +101,7 @@ def run_spec(spec: bytes, data: Mapping[Hashable, Any]) -> Any:
     obj = cloudpickle.loads(spec)
     if type(obj) is tuple:
         func, args, kwargs = obj
+        if not data:  # no dependencies: nothing to substitute
+            return func(*args, **kwargs)
         return func(*_fill(args, data), **_fill(kwargs, data))
     return obj({k: data[k] for k in obj.dependencies})

@@ -462,7 +462,8 @@ class Worker:
                 old.run_id, old.state = run_id, EXECUTING
                 self._track(old)
                 continue
-            ts = WorkerTask(tid, run_id, key, spec, resources, [d[0] for d in deps])
+            dep_keys = [d[0] for d in deps] if deps else []
+            ts = WorkerTask(tid, run_id, key, spec, resources, dep_keys)
             self._track(ts)
             if key in self.data:  # already held (a private replica): report it
                 self._set_memory(ts, self.nbytes.get(key, 0), 0.0)
