@@ -318,3 +318,19 @@ def test_worker_cli_with_several_processes() -> None:
         timeout=30,
     )
     assert bad.returncode != 0 and "--nworkers must be at least 1" in bad.stderr
+
+
+def test_workers_measure_bandwidth_and_report_it(client: Client, cluster: LocalCluster) -> None:
+    a, b = sorted(w["address"] for w in cluster.scheduler_info()["workers"])
+    big = client.submit(bytes, 4_000_000, workers=[a], pure=False)
+    assert client.submit(len, big, workers=[b]).result(timeout=30) == 4_000_000
+    measured = client.run(lambda dask_worker: dask_worker.bandwidth)
+    assert measured[a] is None or measured[a] > 0  # a may have fetched nothing
+    assert measured[b] is not None and measured[b] > 0
+    deadline = time.monotonic() + 10  # the next heartbeat carries it to the scheduler
+    while time.monotonic() < deadline:
+        seen = {w["address"]: w["bandwidth"] for w in cluster.scheduler_info()["workers"]}
+        if seen[b] == pytest.approx(measured[b]):
+            break
+        time.sleep(0.1)
+    assert seen[b] == pytest.approx(measured[b])

@@ -35,8 +35,10 @@ docs/runtime.md. Choices the protocol table leaves open:
 * ``restart`` from the scheduler closes the worker at once; the ``squall worker``
   program then re-executes itself (same pid, fresh interpreter, abandoned task threads
   gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
-* Not implemented yet: memory limits/spilling, actors, bandwidth measurement
-  (heartbeats report ``bandwidth: null``).
+* Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
+  average over transfers of at least 1 MB (smaller ones measure latency), weighted
+  0.95/0.05 like Dask's; ``null`` until one happened.
+* Not implemented yet: memory limits/spilling, actors.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("squall.worker")
 
 Key = Hashable
+
+# Transfers smaller than this measure latency more than bandwidth.
+BANDWIDTH_MIN_BYTES = 1_000_000
 
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
@@ -260,6 +265,7 @@ class Worker:
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
+        self.bandwidth: float | None = None  # bytes/s, from transfers
 
         self._seceded: set[WorkerTask] = set()  # running, but not counted in nthreads
         self._rejoining: deque[tuple[WorkerTask, threading.Event]] = deque()
@@ -413,7 +419,7 @@ class Worker:
             now = time.monotonic()
             with self._lock:
                 executing = [[ts.id, now - ts.start] for ts in self._executing]
-            self._send({"op": "heartbeat", "executing": executing, "bandwidth": None})
+            self._send({"op": "heartbeat", "executing": executing, "bandwidth": self.bandwidth})
 
     # ----- scheduler messages ---------------------------------------------------------
 
@@ -822,7 +828,9 @@ class Worker:
 
     async def _gather_from(self, holder: str, keys: list[Key]) -> None:
         try:
+            start = time.monotonic()
             sizes, payload = await self._get_data(holder, keys)
+            self._measured(len(payload), time.monotonic() - start)
         except (comm.CommError, asyncio.TimeoutError, OSError) as e:
             logger.info(
                 "worker %s: fetching %d keys from %s failed: %s",
@@ -869,6 +877,12 @@ class Worker:
             self._maybe_drop(key)
         self._fetch_missing()
         self._ensure_executing()
+
+    def _measured(self, nbytes: int, seconds: float) -> None:
+        if nbytes >= BANDWIDTH_MIN_BYTES and seconds > 0:
+            sample = nbytes / seconds
+            prev = self.bandwidth
+            self.bandwidth = sample if prev is None else 0.95 * prev + 0.05 * sample
 
     async def _get_data(self, holder: str, keys: list[Key]) -> tuple[list[int], memoryview]:
         lock = self._peer_locks.setdefault(holder, asyncio.Lock())

@@ -965,6 +965,7 @@ impl Scheduler {
         d.set_item("long_running", ws.long_running.len())?;
         d.set_item("has_what", ws.has_what.len())?;
         d.set_item("nbytes", ws.nbytes)?;
+        d.set_item("bandwidth", ws.bandwidth)?;
         d.set_item(
             "occupancy",
             if ws.status == WorkerStatus::Closed {
