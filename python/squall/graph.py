@@ -18,7 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
-from dask._task_spec import GraphNode, TaskRef, convert_legacy_graph
+from dask._task_spec import (
+    Alias,
+    DataNode,
+    Dict,
+    GraphNode,
+    List,
+    Set,
+    Task,
+    TaskRef,
+    Tuple,
+    convert_legacy_graph,
+)
 
 from squall.spec import load_function
 
@@ -27,6 +38,10 @@ Key = Hashable
 # Functions pickled by value (lambdas, closures, methods) are the costly part of a
 # task's pickle and are shared by every task of a layer.
 _SHARED_TYPES = (types.FunctionType, types.MethodType, functools.partial)
+
+# Task-spec classes pickle by reference; cloudpickle's per-object checks on them are
+# most of a graph's pickling time.
+_NODE_TYPES = frozenset({Task, Alias, DataNode, List, Tuple, Dict, Set})
 
 # Annotation names the core understands, as the scheduler's per-task option names.
 _OPTION_NAMES = {
@@ -44,9 +59,16 @@ class _GraphPickler(cloudpickle.Pickler):  # type: ignore[misc]
         self._shared = shared
 
     def reducer_override(self, obj: Any) -> Any:
+        t = type(obj)
+        if (
+            t in _NODE_TYPES
+            or t is types.BuiltinFunctionType
+            or (t is type and obj in _NODE_TYPES)
+        ):
+            return NotImplemented  # by reference: the C pickler's default path
         if isinstance(obj, TaskRef):
             return TaskRef, (obj.key,)  # a client's future travels as its key
-        if type(obj) in _SHARED_TYPES:
+        if t in _SHARED_TYPES:
             entry = self._shared.get(id(obj))
             if entry is None:
                 # Keep obj alive so its id is not reused while the graph is pickled.
