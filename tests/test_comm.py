@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import Awaitable
 from typing import Any
@@ -149,6 +150,28 @@ def test_batched_send_coalesces_messages_with_payloads() -> None:
         await b.close()
         assert [h["op"] for h, _ in await got.get()] == ["d"]
         await c.close()
+        await listener.close()
+
+    run(main())
+
+
+def test_batched_send_closes_cleanly_after_the_peer_went_away() -> None:
+    async def main() -> None:
+        async def hang_up(c: Comm) -> None:
+            return None  # the listener closes the connection
+
+        listener = await comm.listen("tcp://127.0.0.1:0", hang_up, roles=frozenset({"worker"}))
+        c = await comm.connect(listener.address, role="worker")
+        b = comm.BatchedSend(c, interval=0.001)
+        b.start()
+        assert b._task is not None
+        while not b._task.done():  # writes fail once the peer's reset arrives
+            with contextlib.suppress(comm.CommClosedError):
+                b.send({"op": "ping"}, b"x" * 1000)
+            await asyncio.sleep(0.01)
+        assert isinstance(b._task.exception(), comm.CommClosedError)
+        await b.close()  # its owner (a worker closing, the scheduler forgetting a
+        await c.close()  # worker) must get past this
         await listener.close()
 
     run(main())

@@ -616,8 +616,14 @@ class Client:
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", header["op"])
 
-    def _send_soon(self, header: comm.Header, payload: bytes = b"") -> None:
-        self._call_soon(self._send, header, payload)
+    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
+        """Send from the loop, after everything queued before. ``keep`` (the futures the
+        message names) stays referenced until then, so that their releases follow it
+        (see ``_send_graph``)."""
+        self._call_soon(self._send_keeping, header, payload, keep)
+
+    def _send_keeping(self, header: comm.Header, payload: bytes, _keep: object) -> None:
+        self._send(header, payload)
 
     async def _request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
         rid = next(self._ids)
@@ -775,7 +781,15 @@ class Client:
         wanted: list[Key] | None = None,
         task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
         data_producers: list[int] | None = None,
+        keep: object = None,
     ) -> None:
+        """Queue one ``update-graph``. ``keep`` holds the futures the graph defines and
+        depends on until the message is on the stream: a caller dropping them at once
+        (``del futures``, or never keeping a future) queues their releases, which
+        ``_send`` flushes ahead of the messages it sends; without ``keep`` those could
+        reach the scheduler before this graph, which would then ignore the release of
+        keys it does not know yet (and keep them, wanted, forever) or forget
+        dependencies the graph needs."""
         if allow_other_workers not in (True, False):
             raise TypeError("allow_other_workers= must be True or False")
         if allow_other_workers and workers is None:
@@ -801,11 +815,11 @@ class Client:
             "allow_other_workers": allow_other_workers,
         }
 
-        def send() -> None:
+        def send(_keep: object) -> None:
             self._graphs[rid] = keys
             self._send(header, payload)
 
-        self._call_soon(send)
+        self._call_soon(send, keep)
 
     def _check_running(self) -> None:
         if self.status != "running":
@@ -855,6 +869,7 @@ class Client:
             resources=resources,
             retries=retries,
             allow_other_workers=allow_other_workers,
+            keep=(future, args, kwargs),
         )
         return future
 
@@ -931,6 +946,7 @@ class Client:
                     resources=resources,
                     retries=retries,
                     allow_other_workers=allow_other_workers,
+                    keep=(out, batch, kwargs),
                 )
         return out
 
@@ -978,6 +994,7 @@ class Client:
                 wanted=keys,
                 task_options=g.task_options,
                 data_producers=g.data_producers,
+                keep=(futures, expr),
             )
         return futures
 
@@ -1590,12 +1607,14 @@ def _remote_exception(h: comm.Header, payload: memoryview, where: str) -> BaseEx
 def fire_and_forget(obj: Any) -> None:
     """Run the futures in ``obj`` to completion even once they are released (their
     results are not kept): for tasks run for their side effects."""
-    by_client: dict[int, tuple[Client, list[Key]]] = {}
+    by_client: dict[int, tuple[Client, list[Future]]] = {}
     for f in futures_of(obj):
-        by_client.setdefault(id(f.client), (f.client, []))[1].append(f.key)
-    for client, keys in by_client.values():
-        # After the graph that made them and before any release of them (loop order).
-        client._send_soon({"op": "fire-and-forget"}, encode_keys(keys))
+        by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
+    for client, futures in by_client.values():
+        # After the graph that made them (loop order) and, as the futures are kept until
+        # it is sent, before any release of them.
+        keys = encode_keys([f.key for f in futures])
+        client._send_soon({"op": "fire-and-forget"}, keys, keep=futures)
 
 
 def _to_dep(obj: Any) -> Key | None:

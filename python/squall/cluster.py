@@ -28,7 +28,10 @@ class LocalCluster:
 
     The processes see this process's ``squall`` config (``dask.config.set`` applies to
     them); ``scheduler_kwargs`` override scheduling knobs of ``squall.scheduler``, e.g.
-    ``{"worker_saturation": "inf"}``."""
+    ``{"worker_saturation": "inf"}``. Every worker declares ``resources`` (e.g.
+    ``{"GPU": 1}``, as ``squall worker --resources "GPU=1"``): tasks submitted with
+    ``resources=`` run only on workers declaring enough, and each worker runs at once
+    only as many as its amounts allow."""
 
     def __init__(
         self,
@@ -40,12 +43,14 @@ class LocalCluster:
         timeout: float = 30.0,
         log_level: str = "WARNING",
         scheduler_kwargs: dict[str, Any] | None = None,
+        resources: dict[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
         default_workers, default_threads = default_shape(cores)
         self.n_workers = default_workers if n_workers is None else n_workers
         self.threads_per_worker = threads_per_worker or default_threads
+        self.resources = dict(resources or {})
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
@@ -74,6 +79,8 @@ class LocalCluster:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
         cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
         cmd += ["--log-level", log_level]
+        if self.resources:
+            cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
         return subprocess.Popen(cmd, text=True, env=self._env)
 
     @property

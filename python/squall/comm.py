@@ -298,10 +298,12 @@ class BatchedSend:
         self.frames_sent += 1
 
     async def close(self) -> None:
-        """Send what is pending, then stop."""
+        """Send what is pending, then stop. Never raises for a broken connection: a
+        flush that already failed when the peer went away ended the sending task with
+        that error, and its owner closing the stream must still finish closing."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, CommError):
                 await self._task
         if not self.comm.closed:
             with contextlib.suppress(CommError):

@@ -105,7 +105,26 @@ class SchedulerServer:
         while True:
             await asyncio.sleep(self._tick_interval)
             self.core.tick(now=self.now())
+            self._disconnect_removed_workers()
             self._dispatch()
+
+    def _disconnect_removed_workers(self) -> None:
+        """Close the connections of workers the core removed on its own (silent for
+        longer than the worker TTL), as Dask closes them: a worker that was only stopped
+        or cut off then finds itself disconnected and closes, instead of lingering
+        connected yet unknown to the core. Their addresses go into the remove-worker
+        notices of this tick."""
+        live = self.core.workers()
+        if len(live) == len(self.workers):
+            return
+        ids = {w for _, w in live}
+        for w, peer in self.workers.items():
+            if w not in ids and w not in self.removed_addresses:  # ids are never reused
+                logger.warning("worker %s removed: no heartbeat within the TTL", peer.address)
+                self.removed_addresses[w] = peer.address
+                task = asyncio.get_running_loop().create_task(peer.conn.close())
+                self._tasks.add(task)  # its reader then ends and forgets the peer
+                task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
