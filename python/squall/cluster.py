@@ -102,15 +102,9 @@ class LocalCluster:
             time.sleep(0.05)
 
     def close(self) -> None:
-        for p in [*self._procs, *([self._scheduler] if self._scheduler else [])]:
-            if p.poll() is None:
-                p.terminate()
-        for p in [*self._procs, *([self._scheduler] if self._scheduler else [])]:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        # Workers first, so none of them sees its scheduler vanish and warns about it.
+        _stop(self._procs)
+        _stop([self._scheduler] if self._scheduler else [])
         if self._scheduler is not None and self._scheduler.stdout is not None:
             self._scheduler.stdout.close()
         self._procs.clear()
@@ -146,3 +140,16 @@ async def scheduler_info(address: str) -> dict[str, Any]:
                     return dict(header)
     finally:
         await c.close()
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM, then SIGKILL whatever is still running 10 s later."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
