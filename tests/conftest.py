@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 import squall
@@ -8,3 +14,20 @@ import squall
 @pytest.fixture
 def sched() -> squall.Scheduler:
     return squall.Scheduler({"validate": True})
+
+
+@contextmanager
+def cli_scheduler() -> Iterator[str]:
+    """``squall scheduler --port 0`` in a subprocess; yields its address and checks it
+    exits cleanly on SIGTERM."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0

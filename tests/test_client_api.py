@@ -16,6 +16,7 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
+from conftest import cli_scheduler
 
 import squall
 from squall import fire_and_forget, get_client, get_worker, rejoin, secede
@@ -285,14 +286,7 @@ def test_restart_cancels_everything_and_brings_workers_back() -> None:
 
 
 def test_worker_cli_with_several_processes() -> None:
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert sched.stdout is not None
-        address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+    with cli_scheduler() as address:
         cmd = [sys.executable, "-m", "squall.cli", "worker", address, "--nworkers", "2"]
         workers = subprocess.Popen([*cmd, "--nthreads", "2", "--name", "w"])
         try:
@@ -308,9 +302,6 @@ def test_worker_cli_with_several_processes() -> None:
         finally:
             if workers.poll() is None:
                 workers.kill()
-    finally:
-        sched.send_signal(signal.SIGTERM)
-        assert sched.wait(timeout=20) == 0
     bad = subprocess.run(
         [sys.executable, "-m", "squall.cli", "worker", "tcp://127.0.0.1:1", "--nworkers", "0"],
         capture_output=True,

@@ -12,6 +12,7 @@ import traceback
 
 import cloudpickle
 import pytest
+from conftest import cli_scheduler
 
 import squall
 from squall.client import Client
@@ -80,14 +81,7 @@ def test_worker_killed_mid_graph_results_still_correct() -> None:
 
 
 def test_cli_programs() -> None:
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert sched.stdout is not None
-        address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+    with cli_scheduler() as address:
         worker = subprocess.Popen(
             [sys.executable, "-m", "squall.cli", "worker", address, "--nthreads", "2"]
         )
@@ -97,9 +91,6 @@ def test_cli_programs() -> None:
         finally:
             worker.send_signal(signal.SIGINT)
             assert worker.wait(timeout=20) == 0
-    finally:
-        sched.send_signal(signal.SIGTERM)
-        assert sched.wait(timeout=20) == 0
     bad = subprocess.run(
         [sys.executable, "-m", "squall.cli", "scheduler", "--port", "70000"],
         capture_output=True,

@@ -135,8 +135,6 @@ class Scheduler:
         actor: bool = False,
         annotations: bytes | None = None,
         submitting_task: _Key | None = None,
-        task_options: Sequence[tuple[dict[str, Any], Sequence[int]]] | None = None,
-        data_producers: Sequence[int] | None = None,
     ) -> bytes: ...
     def submit_wire(
         self,

@@ -98,11 +98,12 @@ class Graph:
         def renumber(indices: list[int]) -> list[int]:
             return [new_index[i] for i in indices if i in new_index]
 
+        options = [(o, renumber(ix)) for o, ix in self.task_options]
         return Graph(
             keys=[self.keys[i] for i in keep],
             specs=[self.specs[i] for i in keep],
             deps=[self.deps[i] for i in keep],
-            task_options=[(o, renumber(ix)) for o, ix in self.task_options if renumber(ix)],
+            task_options=[(o, ix) for o, ix in options if ix],
             data_producers=renumber(self.data_producers),
         )
 

@@ -271,8 +271,7 @@ impl Scheduler {
     /// Returns the task ids as packed little-endian u32.
     #[pyo3(signature = (client, keys, deps=None, *, now, specs=None, wanted=None, order="compute",
         order_given=None, priority=0, fifo_timeout=0.0, retries=None, workers=None, hosts=None,
-        resources=None, allow_other_workers=false, actor=false, annotations=None, submitting_task=None,
-        task_options=None, data_producers=None))]
+        resources=None, allow_other_workers=false, actor=false, annotations=None, submitting_task=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &mut self,
@@ -295,8 +294,6 @@ impl Scheduler {
         actor: bool,
         annotations: Option<Vec<u8>>,
         submitting_task: Option<&Bound<'_, PyAny>>,
-        task_options: Option<&Bound<'_, PyAny>>,
-        data_producers: Option<Vec<u32>>,
     ) -> PyResult<Py<PyBytes>> {
         let mut tasks: Vec<NewTask> = Vec::new();
         for k in keys.try_iter()? {
@@ -339,7 +336,6 @@ impl Scheduler {
                 }
             }
         }
-        annotate(&mut tasks, task_options, data_producers)?;
         let order = graph_order(order, order_given)?;
         let opts = defaults(
             priority,
