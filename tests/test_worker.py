@@ -14,12 +14,13 @@ import traceback
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 from squall import comm, update_graph
 from squall._core import decode_keys, encode_keys
 from squall.scheduler import SchedulerServer
-from squall.spec import make_spec
+from squall.spec import call_prefix, make_spec
 from squall.worker import Worker
 
 Key = Hashable
@@ -89,7 +90,10 @@ class Client:
         loose: bool = False,
     ) -> None:
         keys = list(tasks)
-        made = [make_spec(f, args, {}, to_dep) for f, args in tasks.values()]
+        made = [
+            make_spec(call_prefix(cloudpickle.dumps(f)), args, {}, to_dep)
+            for f, args in tasks.values()
+        ]
         header, payload, index = update_graph.encode(
             keys, [s for s, _ in made], [d for _, d in made]
         )

@@ -12,11 +12,10 @@ Protocol choices (see the message table in docs/runtime.md):
   them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
   ``n`` task keys in the keys payload. Keys this client already holds a future for are
   not resubmitted.
-* Run specs follow ``squall.spec`` (``cloudpickle((func, args, kwargs))`` with
-  :class:`~squall.spec.Dep` markers). ``map`` pickles the function once and wraps the
-  bytes in a :class:`PickledFunction`, so each per-item spec is
-  ``cloudpickle((PickledFunction(blob), args_i, kwargs))``: workers run it with the
-  unchanged ``run_spec``; the function is unpickled once per worker process (cached).
+* Run specs are ``squall.spec`` call specs (the pickled function's bytes, then
+  ``pickle((args, kwargs))`` with :class:`~squall.spec.Dep` markers). ``map`` pickles
+  the function once and every per-item spec shares those bytes; workers unpickle the
+  function once per process (cached by content).
 * ``map`` keys are ``{funcname}-{token}-{i}``; the token is one hash over the pickled
   function, kwargs and per-item arguments (pure) or a uuid (``pure=False``).
 * Futures on the same key share one :class:`FutureState`; when the last one is released
@@ -61,7 +60,7 @@ from squall.graph import (
     pack_data,
     persist_expr,
 )
-from squall.spec import PickledFunction, make_spec
+from squall.spec import call_prefix, make_spec
 
 logger = logging.getLogger("squall.client")
 
@@ -86,7 +85,6 @@ __all__ = [
     "Future",
     "FutureCancelledError",
     "KilledWorker",
-    "PickledFunction",
     "as_completed",
     "default_client",
     "fire_and_forget",
@@ -858,7 +856,7 @@ class Client:
             if key in self.futures:
                 return Future(key, self)
             future = Future(key, self)
-        spec, deps = make_spec(func, args, kwargs, _to_dep)
+        spec, deps = make_spec(call_prefix(cloudpickle.dumps(func)), args, kwargs, _to_dep)
         self._send_graph(
             [key],
             [spec],
@@ -908,12 +906,12 @@ class Client:
             raise ValueError("key= list must have one key per item")
         size = batch_size if batch_size and batch_size > 0 else max(len(items), 1)
         blob = cloudpickle.dumps(func)
-        pf = PickledFunction(blob)
+        prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
         for start in range(0, len(items), size):
             batch = items[start : start + size]
-            specs_deps = [make_spec(pf, args, kwargs, _to_dep) for args in batch]
+            specs_deps = [make_spec(prefix_spec, args, kwargs, _to_dep) for args in batch]
             if keys_given is not None:
                 keys = keys_given[start : start + size]
             else:

@@ -1,12 +1,16 @@
 """Run specs: how a client describes a task and a worker runs it.
 
-A spec is opaque bytes to the scheduler, one of two pickles:
+A spec is opaque bytes to the scheduler, one of two kinds:
 
-* ``cloudpickle((func, args, kwargs))`` (``submit``/``map``) where every dependency (a
-  future passed as an argument) has been replaced by a :class:`Dep` marker; the worker
-  substitutes the dependency's value before calling;
-* a dask task-spec node (``dask._task_spec.GraphNode``, from collections), called with
-  the values of its dependencies.
+* a **call spec** (``submit``/``map``): ``b"\\x01"``, the u32 little-endian length of the
+  cloudpickled function, those bytes, then ``pickle((args, kwargs))`` in which every
+  dependency (a future passed as an argument) has been replaced by a :class:`Dep`
+  marker that the worker fills with the dependency's value. The function's bytes are
+  shared by every spec of a ``map`` and unpickled once per worker process (cached by
+  their content), and the worker's compiled loop calls such a spec without going
+  through Python code of its own;
+* a pickled dask task-spec node (``dask._task_spec.GraphNode``, from collections),
+  called with the values of its dependencies (pickles start with ``0x80``).
 """
 
 from __future__ import annotations
@@ -37,22 +41,12 @@ class Dep:
     key: Hashable
 
 
-class PickledFunction:
-    """A function pickled once; calling it unpickles (cached per process) and calls.
+CALL_TAG = 1
 
-    ``map`` puts this in every per-item spec so the function is pickled once per batch
-    instead of once per item."""
 
-    __slots__ = ("blob",)
-
-    def __init__(self, blob: bytes) -> None:
-        self.blob = blob
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return load_function(self.blob)(*args, **kwargs)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return PickledFunction, (self.blob,)
+def call_prefix(func_blob: bytes) -> bytes:
+    """The part of a call spec naming the function (shared by a ``map``'s specs)."""
+    return bytes((CALL_TAG,)) + len(func_blob).to_bytes(4, "little") + func_blob
 
 
 def _replace(
@@ -70,20 +64,21 @@ def _replace(
 
 
 def make_spec(
-    func: Callable[..., Any],
+    prefix: bytes,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     to_dep: Callable[[Any], Hashable | None],
 ) -> tuple[bytes, list[Hashable]]:
-    """Pickle a call; ``to_dep(obj)`` names the key an argument stands for (a future)
-    or returns None. Returns the spec and the dependency keys, in first-seen order."""
-    if type(func) is PickledFunction and not kwargs and all(type(a) in _PLAIN for a in args):
+    """A call spec of the function named by ``prefix`` (:func:`call_prefix`);
+    ``to_dep(obj)`` names the key an argument stands for (a future) or returns None.
+    Returns the spec and the dependency keys, in first-seen order."""
+    if not kwargs and all(type(a) in _PLAIN for a in args):
         # Plain values (the common map item) need neither futures replaced nor
         # cloudpickle, which is several times slower than pickle for small calls.
-        return pickle.dumps((func, args, {}), protocol=5), []
+        return prefix + pickle.dumps((args, {}), protocol=5), []
     deps: dict[Hashable, None] = {}
-    call = (func, _replace(args, deps, to_dep), _replace(dict(kwargs), deps, to_dep))
-    return cloudpickle.dumps(call), list(deps)
+    call = (_replace(args, deps, to_dep), _replace(dict(kwargs), deps, to_dep))
+    return prefix + cloudpickle.dumps(call, protocol=5), list(deps)
 
 
 def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:
@@ -96,12 +91,26 @@ def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:
     return obj
 
 
+def fill_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any], data: Mapping[Hashable, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call spec's arguments with its dependencies' values in place of the markers."""
+    return _fill(args, data), _fill(kwargs, data)
+
+
+def split_call(spec: bytes) -> tuple[bytes, bytes]:
+    """A call spec's function bytes and its pickled ``(args, kwargs)``."""
+    n = int.from_bytes(spec[1:5], "little")
+    return spec[5 : 5 + n], spec[5 + n :]
+
+
 def run_spec(spec: bytes, data: Mapping[Hashable, Any]) -> Any:
     """Run a spec with its dependencies' values taken from ``data``."""
-    obj = cloudpickle.loads(spec)
-    if type(obj) is tuple:
-        func, args, kwargs = obj
-        if not data:  # no dependencies: nothing to substitute
-            return func(*args, **kwargs)
-        return func(*_fill(args, data), **_fill(kwargs, data))
-    return obj({k: data[k] for k in obj.dependencies})
+    if spec[:1] == bytes((CALL_TAG,)):
+        blob, call = split_call(spec)
+        args, kwargs = pickle.loads(call)
+        if data:
+            args, kwargs = fill_call(args, kwargs, data)
+        return load_function(blob)(*args, **kwargs)
+    node = pickle.loads(spec)
+    return node({k: data[k] for k in node.dependencies})
