@@ -1,0 +1,13 @@
+//! squall-worker: the bookkeeping of a squall worker process as a sans-IO state
+//! machine over the scheduler's task ids and interned keys. The process drives it:
+//! decoded messages in, tasks to run and reports out. Values are generic, so the
+//! Python bindings store Python objects and the tests store plain numbers.
+
+pub mod keys;
+pub mod machine;
+
+pub use keys::{Fetch, KeyId, Keys, Slot};
+pub use machine::{DepIn, Finished, Job, Machine, Missing, Outcome, Priority, State, Task, TaskIn};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,785 @@
+//! The worker's task state machine (reference §2.3): what the scheduler sent, what is
+//! ready, running, held or fetched. Events in (compute, free, steal, results, fetched
+//! data), answers and buffered reports out; no IO and no clock of its own (callers
+//! pass `now` in seconds).
+
+use crate::keys::{Fetch, KeyId, Keys};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Waiting,
+    Ready,
+    Constrained,
+    Executing,
+    Memory,
+    Error,
+    /// Freed by the scheduler while executing: its result will be dropped.
+    Cancelled,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Waiting => "waiting",
+            State::Ready => "ready",
+            State::Constrained => "constrained",
+            State::Executing => "executing",
+            State::Memory => "memory",
+            State::Error => "error",
+            State::Cancelled => "cancelled",
+        }
+    }
+
+    fn queued(self) -> bool {
+        matches!(self, State::Waiting | State::Ready | State::Constrained)
+    }
+}
+
+/// The scheduler's priority of a task: `(−user priority, generation, order)`, smallest
+/// first.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Priority {
+    pub neg_user: i32,
+    pub generation: f64,
+    pub order: u32,
+}
+
+pub struct DepIn {
+    pub key: Vec<u8>,
+    pub holders: Vec<String>,
+}
+
+/// One task of a `compute` message.
+pub struct TaskIn {
+    pub id: u32,
+    pub run_id: u64,
+    pub key: Vec<u8>,
+    pub priority: Priority,
+    pub spec: Vec<u8>,
+    pub resources: Vec<(String, f64)>,
+    pub deps: Vec<DepIn>,
+}
+
+pub struct Task {
+    pub id: u32,
+    /// Distinguishes this record from earlier ones of the same task id.
+    pub instance: u64,
+    pub run_id: u64,
+    pub key: KeyId,
+    pub state: State,
+    priority: Priority,
+    spec: Vec<u8>,
+    resources: Vec<(String, f64)>,
+    pub deps: Vec<KeyId>,
+    missing: u32,
+    start: f64,
+}
+
+/// A task taken to run: its spec and the keys whose values it is called with.
+pub struct Job {
+    pub id: u32,
+    pub instance: u64,
+    pub key: KeyId,
+    pub spec: Vec<u8>,
+    pub deps: Vec<KeyId>,
+    resources: Vec<(String, f64)>,
+}
+
+/// What became of a finished job.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Reported in the next `finished` batch.
+    Finished,
+    /// Report it as erred with this run id.
+    Erred { run_id: u64 },
+    /// Freed, stolen or superseded meanwhile: nothing to report.
+    Dropped,
+}
+
+/// A key no peer could provide: after a pause the caller gives these waiters back.
+pub struct Missing {
+    pub key: KeyId,
+    pub waiters: Vec<(u32, u64)>,
+}
+
+#[derive(Default)]
+pub struct Finished {
+    pub tasks: Vec<u32>,
+    pub run_ids: Vec<u64>,
+    pub nbytes: Vec<i64>,
+    pub seconds: Vec<f64>,
+}
+
+impl Finished {
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// The `finished` payload: the four little-endian arrays.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len() * 28);
+        out.extend(self.tasks.iter().flat_map(|x| x.to_le_bytes()));
+        out.extend(self.run_ids.iter().flat_map(|x| x.to_le_bytes()));
+        out.extend(self.nbytes.iter().flat_map(|x| x.to_le_bytes()));
+        out.extend(self.seconds.iter().flat_map(|x| x.to_le_bytes()));
+        out
+    }
+}
+
+struct Entry {
+    priority: Priority,
+    /// Later arrivals first among equal priorities.
+    instance: u64,
+    id: u32,
+}
+
+impl Entry {
+    /// Greater = runs first (BinaryHeap is a max-heap).
+    fn rank(&self, other: &Self) -> Ordering {
+        let (a, b) = (&self.priority, &other.priority);
+        b.neg_user
+            .cmp(&a.neg_user)
+            .then(b.generation.total_cmp(&a.generation))
+            .then(b.order.cmp(&a.order))
+            .then(self.instance.cmp(&other.instance))
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank(other) == Ordering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank(other)
+    }
+}
+
+pub struct Machine<V> {
+    address: String,
+    nthreads: usize,
+    pub keys: Keys<V>,
+    tasks: FxHashMap<u32, Task>,
+    /// Freed while executing, by task id (revived if sent again).
+    cancelled: FxHashMap<u32, Task>,
+    /// Freed while executing and replaced since, by instance: released when done.
+    orphans: FxHashMap<u64, Task>,
+    ready: BinaryHeap<Entry>,
+    instances: u64,
+    n_executing: usize,
+    executing: FxHashSet<u32>,
+    seceded: FxHashSet<u32>,
+    rejoining: VecDeque<u32>,
+    granted: FxHashSet<u32>,
+    free_resources: Vec<(String, f64)>,
+    to_fetch: Vec<KeyId>,
+    pub finished: Finished,
+    rng: u64,
+}
+
+impl<V> Machine<V> {
+    pub fn new(address: &str, nthreads: usize, resources: Vec<(String, f64)>) -> Self {
+        Self {
+            address: address.to_owned(),
+            nthreads,
+            keys: Keys::default(),
+            tasks: FxHashMap::default(),
+            cancelled: FxHashMap::default(),
+            orphans: FxHashMap::default(),
+            ready: BinaryHeap::new(),
+            instances: 0,
+            n_executing: 0,
+            executing: FxHashSet::default(),
+            seceded: FxHashSet::default(),
+            rejoining: VecDeque::new(),
+            granted: FxHashSet::default(),
+            free_resources: resources,
+            to_fetch: Vec::new(),
+            finished: Finished::default(),
+            rng: 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+
+    pub fn set_address(&mut self, address: &str) {
+        self.address = address.to_owned();
+    }
+
+    pub fn task(&self, id: u32) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values()
+    }
+
+    pub fn value(&self, key: &[u8]) -> Option<&V> {
+        self.keys
+            .find(key)
+            .and_then(|k| self.keys.get(k).value.as_ref())
+    }
+
+    pub fn n_executing(&self) -> usize {
+        self.n_executing
+    }
+
+    pub fn n_seceded(&self) -> usize {
+        self.seceded.len()
+    }
+
+    /// Whether a thread asking now could be given a task or a rejoin.
+    pub fn runnable(&self) -> bool {
+        self.n_executing < self.nthreads && (!self.ready.is_empty() || !self.rejoining.is_empty())
+    }
+
+    // ----- scheduler messages -----------------------------------------------------
+
+    pub fn compute(&mut self, t: TaskIn) {
+        let key = self.keys.intern(&t.key);
+        if let Some(ts) = self.tasks.get_mut(&t.id) {
+            if ts.key == key && ts.state != State::Error {
+                // Re-sent (after a failed steal, say): keep its state.
+                ts.run_id = t.run_id;
+                if ts.state == State::Memory {
+                    let nbytes = self.keys.get(key).nbytes;
+                    self.report(t.id, t.run_id, nbytes, 0.0);
+                }
+                return;
+            }
+            // Retried after an error, or the id now names another key.
+            self.free(t.id);
+        }
+        if let Some(mut old) = self.cancelled.remove(&t.id) {
+            if old.key == key {
+                // Freed while executing and wanted again: the running call counts.
+                old.run_id = t.run_id;
+                old.state = State::Executing;
+                self.track(old);
+                return;
+            }
+            self.orphans.insert(old.instance, old);
+        }
+        self.instances += 1;
+        let mut ts = Task {
+            id: t.id,
+            instance: self.instances,
+            run_id: t.run_id,
+            key,
+            state: State::Waiting,
+            priority: t.priority,
+            spec: t.spec,
+            resources: t.resources,
+            deps: Vec::with_capacity(t.deps.len()),
+            missing: 0,
+            start: 0.0,
+        };
+        if self.keys.get(key).value.is_some() {
+            // Already held here (a private replica): it is this task's result.
+            self.track(ts);
+            let nbytes = self.keys.get(key).nbytes;
+            self.set_memory(t.id, nbytes, 0.0);
+            return;
+        }
+        for dep in t.deps {
+            let d = self.keys.intern(&dep.key);
+            ts.deps.push(d);
+            let local = self.keys.get(d).task;
+            let local_pending = local.and_then(|l| self.tasks.get(&l)).is_some_and(|l| {
+                matches!(l.state, State::Waiting | State::Ready | State::Executing)
+            });
+            let slot = self.keys.get_mut(d);
+            slot.users += 1;
+            if slot.value.is_some() {
+                continue;
+            }
+            ts.missing += 1;
+            slot.waiters.push((t.id, ts.instance));
+            if slot.fetch != Fetch::No || local_pending {
+                continue; // on its way, or computed here
+            }
+            slot.holders = dep
+                .holders
+                .into_iter()
+                .filter(|h| *h != self.address)
+                .collect();
+            slot.fetch = Fetch::Queued;
+            self.to_fetch.push(d);
+        }
+        let ready = ts.missing == 0;
+        self.track(ts);
+        if ready {
+            self.make_ready(t.id);
+        }
+    }
+
+    /// `free-keys`: forget the task; a running one finishes but its result is dropped.
+    pub fn free(&mut self, id: u32) {
+        let Some(mut ts) = self.untrack(id) else {
+            if let Some(old) = self.cancelled.remove(&id) {
+                self.orphans.insert(old.instance, old); // released when its call returns
+            }
+            return;
+        };
+        match ts.state {
+            State::Executing => {
+                ts.state = State::Cancelled;
+                self.executing.remove(&id);
+                self.cancelled.insert(id, ts);
+                return;
+            }
+            s if s.queued() => self.release_deps(&ts.deps),
+            _ => {}
+        }
+        self.maybe_drop(ts.key);
+    }
+
+    /// `remove-replicas`: the scheduler no longer counts this copy.
+    pub fn remove_replica(&mut self, id: u32) {
+        if self
+            .tasks
+            .get(&id)
+            .is_some_and(|t| t.state == State::Memory)
+        {
+            let ts = self.untrack(id).expect("tracked");
+            self.maybe_drop(ts.key); // kept (privately) while a local task needs it
+        }
+    }
+
+    /// `steal-request`: give the task up unless it started; returns its state then.
+    pub fn steal(&mut self, id: u32) -> Option<State> {
+        let state = self.tasks.get(&id)?.state;
+        if state.queued() {
+            let ts = self.untrack(id).expect("tracked");
+            self.release_deps(&ts.deps);
+            self.keys.collect(ts.key);
+        }
+        Some(state)
+    }
+
+    /// Scattered data the scheduler registered as task `id`: `value` is the key's value.
+    pub fn put_scattered(&mut self, id: u32, key: &[u8], value: V, nbytes: i64) {
+        let k = self.keys.intern(key);
+        let slot = self.keys.get_mut(k);
+        slot.value = Some(value);
+        slot.nbytes = nbytes;
+        if let Some(ts) = self.tasks.get(&id) {
+            if ts.key == k && ts.state == State::Memory {
+                return;
+            }
+            self.free(id);
+        }
+        self.instances += 1;
+        let ts = Task {
+            id,
+            instance: self.instances,
+            run_id: 0,
+            key: k,
+            state: State::Memory,
+            priority: Priority::default(),
+            spec: Vec::new(),
+            resources: Vec::new(),
+            deps: Vec::new(),
+            missing: 0,
+            start: 0.0,
+        };
+        self.track(ts);
+    }
+
+    // ----- execution --------------------------------------------------------------
+
+    /// The best ready task that fits, now executing; None if no slot or none fits.
+    pub fn take_ready(&mut self, now: f64) -> Option<Job> {
+        self.grant_rejoins();
+        if self.n_executing >= self.nthreads {
+            return None;
+        }
+        let mut skipped = Vec::new();
+        let mut job = None;
+        while let Some(e) = self.ready.pop() {
+            let Some(ts) = self.tasks.get_mut(&e.id) else {
+                continue;
+            };
+            if ts.instance != e.instance || !matches!(ts.state, State::Ready | State::Constrained) {
+                continue; // stale: stolen, freed or superseded
+            }
+            if !ts.resources.is_empty() {
+                let free = &mut self.free_resources;
+                let fits = ts.resources.iter().all(|(name, amount)| {
+                    free.iter().any(|(n, have)| n == name && *have >= *amount)
+                });
+                if !fits {
+                    skipped.push(e);
+                    continue;
+                }
+                for (name, amount) in &ts.resources {
+                    if let Some((_, have)) = free.iter_mut().find(|(n, _)| n == name) {
+                        *have -= amount;
+                    }
+                }
+            }
+            ts.state = State::Executing;
+            ts.start = now;
+            self.n_executing += 1;
+            self.executing.insert(ts.id);
+            job = Some(Job {
+                id: ts.id,
+                instance: ts.instance,
+                key: ts.key,
+                spec: std::mem::take(&mut ts.spec),
+                deps: ts.deps.clone(),
+                resources: ts.resources.clone(),
+            });
+            break;
+        }
+        self.ready.extend(skipped);
+        job
+    }
+
+    /// Records a job's result (`Some((value, nbytes))`) or failure (`None`).
+    pub fn complete(&mut self, job: Job, result: Option<(V, i64)>, seconds: f64) -> Outcome {
+        if !self.seceded.remove(&job.id) {
+            self.n_executing -= 1; // a seceded task gave its slot up already
+        }
+        self.executing.remove(&job.id);
+        for (name, amount) in &job.resources {
+            if let Some((_, have)) = self.free_resources.iter_mut().find(|(n, _)| n == name) {
+                *have += amount;
+            }
+        }
+        let freed = match self.cancelled.get(&job.id) {
+            Some(t) if t.instance == job.instance => self.cancelled.remove(&job.id),
+            _ => self.orphans.remove(&job.instance),
+        };
+        if let Some(ts) = freed {
+            self.orphan(ts);
+            return Outcome::Dropped;
+        }
+        let Some(ts) = self.tasks.get_mut(&job.id) else {
+            return Outcome::Dropped;
+        };
+        if ts.instance != job.instance || ts.state != State::Executing {
+            return Outcome::Dropped;
+        }
+        let run_id = ts.run_id;
+        if result.is_none() {
+            ts.state = State::Error;
+        }
+        self.release_deps(&job.deps);
+        match result {
+            Some((value, nbytes)) => {
+                let slot = self.keys.get_mut(job.key);
+                slot.value = Some(value);
+                slot.nbytes = nbytes;
+                self.set_memory(job.id, nbytes, seconds);
+                Outcome::Finished
+            }
+            None => Outcome::Erred { run_id },
+        }
+    }
+
+    /// Running tasks and their start times (heartbeats).
+    pub fn executing(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+        self.executing
+            .iter()
+            .filter_map(|id| self.tasks.get(id).map(|t| (*id, t.start)))
+    }
+
+    /// The start time of a running task (or one freed while running).
+    pub fn started(&self, id: u32) -> Option<f64> {
+        self.tasks
+            .get(&id)
+            .or_else(|| self.cancelled.get(&id))
+            .map(|t| t.start)
+    }
+
+    /// `secede()`: the task stops counting against `nthreads`. Returns the run id to
+    /// report as long-running, or None if there is nothing to do.
+    pub fn secede(&mut self, id: u32) -> Option<Option<u64>> {
+        let state = self
+            .tasks
+            .get(&id)
+            .filter(|t| t.state == State::Executing)
+            .map(|t| t.run_id);
+        let cancelled = self.cancelled.contains_key(&id);
+        if self.seceded.contains(&id) || (state.is_none() && !cancelled) {
+            return None;
+        }
+        self.seceded.insert(id);
+        self.n_executing -= 1;
+        Some(state)
+    }
+
+    /// `rejoin()`: true if the task may go on now; otherwise it waits until
+    /// `granted(id)` (rejoining tasks take free slots before queued tasks do).
+    pub fn rejoin(&mut self, id: u32) -> bool {
+        if !self.seceded.contains(&id) {
+            return true;
+        }
+        if !self.rejoining.contains(&id) {
+            self.rejoining.push_back(id);
+        }
+        self.grant_rejoins();
+        self.take_granted(id)
+    }
+
+    pub fn take_granted(&mut self, id: u32) -> bool {
+        self.granted.remove(&id)
+    }
+
+    fn grant_rejoins(&mut self) {
+        while self.n_executing < self.nthreads {
+            let Some(id) = self.rejoining.pop_front() else {
+                break;
+            };
+            self.seceded.remove(&id);
+            self.n_executing += 1;
+            self.granted.insert(id);
+        }
+    }
+
+    // ----- dependencies -----------------------------------------------------------
+
+    /// Keys to request, grouped per peer (`prefer` says which peers already have a
+    /// connection), and keys nobody can provide any more.
+    pub fn take_fetches(
+        &mut self,
+        prefer: &dyn Fn(&str) -> bool,
+    ) -> (Vec<(String, Vec<KeyId>)>, Vec<Missing>) {
+        let mut plan: Vec<(String, Vec<KeyId>)> = Vec::new();
+        let mut missing = Vec::new();
+        for k in std::mem::take(&mut self.to_fetch) {
+            // The id may have been forgotten (and even reused) since it was queued.
+            let Some(slot) = self.keys.try_get(k).filter(|s| s.fetch == Fetch::Queued) else {
+                continue;
+            };
+            if slot.users == 0 {
+                self.keys.get_mut(k).fetch = Fetch::No;
+                self.keys.collect(k);
+                continue;
+            }
+            if slot.holders.is_empty() {
+                let waiters = self.live_waiters(k);
+                self.keys.get_mut(k).fetch = Fetch::No;
+                missing.push(Missing { key: k, waiters });
+                continue;
+            }
+            let holder = match slot.holders.iter().find(|h| prefer(h)) {
+                Some(h) => h.clone(),
+                None => {
+                    let n = slot.holders.len() as u64;
+                    let i = self.next_random() % n;
+                    self.keys.get(k).holders[i as usize].clone()
+                }
+            };
+            self.keys.get_mut(k).fetch = Fetch::InFlight;
+            match plan.iter_mut().find(|(h, _)| *h == holder) {
+                Some((_, ks)) => ks.push(k),
+                None => plan.push((holder, vec![k])),
+            }
+        }
+        (plan, missing)
+    }
+
+    /// xorshift: spreads fetches over holders, deterministically.
+    fn next_random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// A fetch from `holder` ended: `Ok(Some((value, nbytes)))` arrived, `Ok(None)`
+    /// the peer lacks it (try another), `Err(())` the bytes would not load; then the
+    /// returned waiters have erred (report them).
+    pub fn fetched(
+        &mut self,
+        holder: &str,
+        k: KeyId,
+        got: Result<Option<(V, i64)>, ()>,
+    ) -> Vec<(u32, u64)> {
+        let slot = self.keys.get_mut(k);
+        if slot.fetch == Fetch::InFlight {
+            slot.fetch = Fetch::No;
+        }
+        let mut erred = Vec::new();
+        match got {
+            Ok(None) => {
+                slot.holders.retain(|h| h != holder);
+                if slot.fetch == Fetch::No {
+                    slot.fetch = Fetch::Queued;
+                    self.to_fetch.push(k);
+                }
+            }
+            Ok(Some((value, nbytes))) => {
+                slot.holders.clear();
+                let waiters = std::mem::take(&mut slot.waiters);
+                if slot.value.is_none() && slot.users > 0 {
+                    slot.value = Some(value);
+                    slot.nbytes = nbytes;
+                    self.deps_arrived(&waiters);
+                }
+            }
+            Err(()) => {
+                slot.holders.clear();
+                for (id, _) in self.live_waiters(k) {
+                    let ts = self.tasks.get_mut(&id).expect("live");
+                    ts.state = State::Error;
+                    let (run_id, deps) = (ts.run_id, std::mem::take(&mut ts.deps));
+                    self.release_deps(&deps);
+                    erred.push((id, run_id));
+                }
+            }
+        }
+        if self.keys.try_get(k).is_some() {
+            self.keys.collect(k);
+        }
+        erred
+    }
+
+    /// Gives back tasks still waiting for a key no peer had (and not re-sent since);
+    /// returns the task ids to report with `reschedule`.
+    pub fn give_back(&mut self, waiters: &[(u32, u64)]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for &(id, run_id) in waiters {
+            let back = self
+                .tasks
+                .get(&id)
+                .is_some_and(|t| t.state == State::Waiting && t.run_id == run_id);
+            if back {
+                let ts = self.untrack(id).expect("tracked");
+                self.release_deps(&ts.deps);
+                self.keys.collect(ts.key);
+                out.push(id);
+            }
+        }
+        out
+    }
+
+    /// Waiting tasks that need `k`, with their run ids; the stale entries go.
+    fn live_waiters(&mut self, k: KeyId) -> Vec<(u32, u64)> {
+        let tasks = &self.tasks;
+        let slot = self.keys.get_mut(k);
+        slot.waiters.retain(|(id, inst)| {
+            tasks
+                .get(id)
+                .is_some_and(|t| t.instance == *inst && t.state == State::Waiting)
+        });
+        slot.waiters
+            .iter()
+            .map(|(id, _)| (*id, tasks[id].run_id))
+            .collect()
+    }
+
+    // ----- bookkeeping ------------------------------------------------------------
+
+    fn track(&mut self, ts: Task) {
+        if ts.state == State::Executing {
+            self.executing.insert(ts.id);
+        }
+        self.keys.get_mut(ts.key).task = Some(ts.id);
+        self.tasks.insert(ts.id, ts);
+    }
+
+    fn untrack(&mut self, id: u32) -> Option<Task> {
+        let ts = self.tasks.remove(&id)?;
+        let slot = self.keys.get_mut(ts.key);
+        if slot.task == Some(id) {
+            slot.task = None;
+        }
+        Some(ts)
+    }
+
+    /// A record freed while running has finished (or was replaced): let go of it.
+    fn orphan(&mut self, ts: Task) {
+        self.release_deps(&ts.deps);
+        self.keys.collect(ts.key);
+    }
+
+    fn make_ready(&mut self, id: u32) {
+        let ts = self.tasks.get_mut(&id).expect("tracked");
+        ts.state = if ts.resources.is_empty() {
+            State::Ready
+        } else {
+            State::Constrained
+        };
+        self.ready.push(Entry {
+            priority: ts.priority,
+            instance: ts.instance,
+            id,
+        });
+    }
+
+    fn set_memory(&mut self, id: u32, nbytes: i64, seconds: f64) {
+        let ts = self.tasks.get_mut(&id).expect("tracked");
+        ts.state = State::Memory;
+        ts.spec = Vec::new();
+        let (run_id, key) = (ts.run_id, ts.key);
+        self.report(id, run_id, nbytes, seconds);
+        let waiters = std::mem::take(&mut self.keys.get_mut(key).waiters);
+        self.deps_arrived(&waiters);
+    }
+
+    fn report(&mut self, id: u32, run_id: u64, nbytes: i64, seconds: f64) {
+        let f = &mut self.finished;
+        f.tasks.push(id);
+        f.run_ids.push(run_id);
+        f.nbytes.push(nbytes);
+        f.seconds.push(seconds);
+    }
+
+    fn deps_arrived(&mut self, waiters: &[(u32, u64)]) {
+        for &(id, instance) in waiters {
+            let Some(ts) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            if ts.instance == instance && ts.state == State::Waiting {
+                ts.missing -= 1;
+                if ts.missing == 0 {
+                    self.make_ready(id);
+                }
+            }
+        }
+    }
+
+    /// The tasks needing `deps` are done with them: private replicas nobody needs go.
+    fn release_deps(&mut self, deps: &[KeyId]) {
+        for &d in deps {
+            let slot = self.keys.get_mut(d);
+            slot.users -= 1;
+            if slot.users == 0 {
+                slot.waiters.clear();
+                self.maybe_drop(d);
+            }
+        }
+    }
+
+    /// Drops `k`'s value unless it is a result the scheduler knows of or a local task
+    /// still needs it.
+    fn maybe_drop(&mut self, k: KeyId) {
+        let slot = self.keys.get(k);
+        let known = slot
+            .task
+            .and_then(|t| self.tasks.get(&t))
+            .is_some_and(|t| t.state == State::Memory);
+        if known || slot.users > 0 {
+            return;
+        }
+        let slot = self.keys.get_mut(k);
+        slot.value = None;
+        slot.nbytes = 0;
+        self.keys.collect(k);
+    }
+}
