@@ -89,8 +89,7 @@ def task_states(client: Client, keys: set[str]) -> list[str]:
     """States of these tasks on the workers (asked with Client.run)."""
 
     def states(dask_worker: Worker) -> list[str]:
-        with dask_worker._lock:
-            return [ts.state for ts in dask_worker.tasks.values() if ts.key in keys]
+        return [ts.state for ts in dask_worker.tasks.values() if ts.key in keys]
 
     return [s for per_worker in client.run(states).values() for s in per_worker]
 

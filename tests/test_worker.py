@@ -282,14 +282,14 @@ def test_priorities_on_one_thread() -> None:
         ORDER.clear()
         server, [w], client = await cluster(1, **{"worker-saturation": "inf"})
         await client.submit({"block": (blocker, ())})
-        await until(lambda: w._executing)
+        await until(lambda: any(t.state == "executing" for t in w.tasks.values()))
         # Queued behind the blocker: low priority first, then high, then low again.
         await client.submit({f"low-{i}": (record, (f"low-{i}",)) for i in range(3)})
         await client.submit({f"high-{i}": (record, (f"high-{i}",)) for i in range(3)}, priority=5)
         await client.submit({f"low2-{i}": (record, (f"low2-{i}",)) for i in range(2)})
         keys = [f"low-{i}" for i in range(3)] + [f"high-{i}" for i in range(3)]
         keys += [f"low2-{i}" for i in range(2)]
-        await until(lambda: len(w._ready) == len(keys))
+        await until(lambda: sum(t.state == "ready" for t in w.tasks.values()) == len(keys))
         GATE.set()
         await client.gather(keys)
         # User priority first; then (same user priority) earlier graphs first.

@@ -1,20 +1,19 @@
 """What code running on a worker can ask about: ``get_worker``, ``get_client``,
 ``secede`` and ``rejoin`` (as ``distributed``'s).
 
-A worker runs each task in a pool thread with that thread's :data:`_task` naming the
-worker and the task; code on the worker's event loop (``Client.run``) finds the worker
-among the running ones of this process.
+A worker runs tasks in pool threads whose :data:`_task` names the worker (the task a
+thread is running is known to the worker's compiled loop); code on the worker's event
+loop (``Client.run``) finds the worker among the running ones of this process.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from squall.client import Client
-    from squall.worker import Worker, WorkerTask
+    from squall.worker import Worker
 
 __all__ = ["get_client", "get_worker", "rejoin", "secede"]
 
@@ -23,21 +22,21 @@ _task = threading.local()
 _running: list[Worker] = []
 
 
-def enter_task(worker: Worker, ts: WorkerTask) -> None:
-    """Called by the worker in the pool thread about to run ``ts``."""
+def enter_thread(worker: Worker) -> None:
+    """Called by each task thread of ``worker`` before it runs tasks."""
     _task.worker = worker
-    _task.task = ts
 
 
-def leave_task() -> None:
-    _task.worker = _task.task = None
+def leave_thread() -> None:
+    _task.worker = None
 
 
-def _current_task(caller: str) -> tuple[Worker, WorkerTask]:
-    worker, ts = getattr(_task, "worker", None), getattr(_task, "task", None)
-    if worker is None or ts is None:
+def _current_task(caller: str) -> tuple[Worker, int]:
+    worker: Worker | None = getattr(_task, "worker", None)
+    tid = None if worker is None else worker._core.current_task()
+    if worker is None or tid is None:
         raise ValueError(f"{caller}() must be called from a task running on a squall worker")
-    return worker, ts
+    return worker, tid
 
 
 def get_worker() -> Worker:
@@ -79,20 +78,15 @@ def secede() -> None:
     """Have the current task leave its worker's thread pool: its thread no longer
     counts against ``nthreads``, so the worker starts another task (for instance one
     this task waits for). The scheduler is told (``long-running``)."""
-    worker, ts = _current_task("secede")
-    assert worker._loop is not None
-    worker._loop.call_soon_threadsafe(worker._secede, ts, time.monotonic() - ts.start)
+    worker, tid = _current_task("secede")
+    worker._secede(tid)
 
 
 def rejoin() -> None:
-    """Have a seceded task take a thread slot again; blocks until one is free."""
-    worker, ts = _current_task("rejoin")
-    assert worker._loop is not None
-    granted = threading.Event()
-    worker._loop.call_soon_threadsafe(worker._rejoin, ts, granted)
-    while not granted.wait(0.1):
-        if worker.status != "running":
-            return  # the worker is closing: no slot will come, and none is needed
+    """Have a seceded task take a thread slot again; blocks until one is free (or the
+    worker closes)."""
+    worker, tid = _current_task("rejoin")
+    worker._core.rejoin(tid)
 
 
 def register(worker: Worker) -> None:

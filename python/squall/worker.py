@@ -24,6 +24,11 @@ docs/runtime.md. Choices the protocol table leaves open:
   freed or re-sent them meanwhile.
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
   dropped, as are any other cached connections that have closed.
+* Task state lives in a compiled machine (``squall._core.WorkerCore``, the
+  ``squall-worker`` crate): ``compute`` payloads go into it whole, and task threads run
+  its loop, which takes the best ready task, calls it and records the result with no
+  Python code of squall's per task. The event loop only moves messages and flushes the
+  buffered reports.
 * Tasks run in a thread pool that grows as needed; the worker itself keeps at most
   ``nthreads`` tasks counted as running. ``secede()`` uncounts the calling task (and
   sends ``long-running``), ``rejoin()`` waits for a free slot; ``get_worker()`` and
@@ -47,31 +52,27 @@ import argparse
 import asyncio
 import contextlib
 import copyreg
-import heapq
 import inspect
 import logging
 import os
 import pickle
-import random
 import signal
 import subprocess
 import sys
 import threading
 import time
 import traceback
-from array import array
-from collections import deque
 from collections.abc import Hashable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 from tblib import pickling_support  # type: ignore[import-untyped]
 
 from squall import comm, config, context
-from squall._core import decode_compute, decode_keys, encode_keys
-from squall.spec import run_spec
+from squall._core import WorkerCore, decode_keys, encode_keys
+from squall.spec import fill_call, load_function, run_spec
 
 if TYPE_CHECKING:
     from squall.client import Client
@@ -86,68 +87,15 @@ BANDWIDTH_MIN_BYTES = 1_000_000
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
 
-# Worker task states (docs/reference §2.3).
-WAITING = "waiting"
-READY = "ready"
-CONSTRAINED = "constrained"
-EXECUTING = "executing"
-MEMORY = "memory"
-ERROR = "error"
-CANCELLED = "cancelled"
-
-if sys.byteorder != "little":  # pragma: no cover
-    raise ImportError("squall.worker packs little-endian arrays with array.array")
+# Threads the compiled loop's answers (``WorkerCore.run``).
+_EXIT, _WAKE = 0, 1
 
 
-class WorkerTask:
-    __slots__ = (
-        "deps",
-        "entry",
-        "id",
-        "key",
-        "missing",
-        "resources",
-        "run_id",
-        "spec",
-        "start",
-        "state",
-    )
+class TaskView(NamedTuple):
+    """A task as ``Worker.tasks`` shows it (a snapshot)."""
 
-    def __init__(
-        self,
-        tid: int,
-        run_id: int,
-        key: Key,
-        spec: bytes,
-        resources: list[tuple[str, float]],
-        deps: list[Key],
-    ) -> None:
-        self.id = tid
-        self.run_id = run_id
-        self.key = key
-        self.spec = spec
-        self.resources = resources
-        self.deps = deps
-        self.missing = 0
-        self.state = WAITING
-        self.entry: tuple[Any, ...] | None = None
-        self.start = 0.0
-
-
-ExecResult = tuple[bool, Any, int, float, float]
-
-
-def _execute(spec: bytes, data: dict[Key, Any]) -> ExecResult:
-    """Runs in a pool thread: (ok, value or (exc, exc_text, tb_text, exc_blob, tb_blob),
-    nbytes, start, stop)."""
-    start = time.monotonic()
-    try:
-        value = run_spec(spec, data)
-    except BaseException as e:
-        stop = time.monotonic()
-        return False, _pack_error(e), 0, start, stop
-    stop = time.monotonic()
-    return True, value, _sizeof(value), start, stop
+    key: Key
+    state: str
 
 
 # dask's sizeof answers sys.getsizeof for these; skip its dispatch on the hot path.
@@ -221,27 +169,16 @@ class Worker:
         self._get_data_timeout = config.seconds("worker.get-data-timeout")
         self.status = "created"
 
-        self.tasks: dict[int, WorkerTask] = {}
-        self.key_to_id: dict[Key, int] = {}
-        self.data: dict[Key, Any] = {}
-        self.nbytes: dict[Key, int] = {}
-
-        self._cancelled: dict[int, WorkerTask] = {}  # freed while executing
-        self._users: dict[Key, int] = {}  # local unfinished tasks needing a dependency
-        self._waiters: dict[Key, list[WorkerTask]] = {}
-        self._holders: dict[Key, list[str]] = {}
-        self._to_fetch: set[Key] = set()
-        self._in_flight: set[Key] = set()
-        self._ready: list[tuple[Any, ...]] = []
-        self._counter = 0
-        self._n_executing = 0
-        self._executing: set[WorkerTask] = set()
-        self._free_resources = dict(self.resources)
-
-        self._fin_tasks = array("I")
-        self._fin_runs = array("Q")
-        self._fin_nbytes = array("q")
-        self._fin_secs = array("d")
+        self._core = WorkerCore(
+            address,
+            nthreads,
+            list(self.resources.items()),
+            run_spec,
+            fill_call,
+            load_function,
+            _pack_error,
+            _sizeof,
+        )
         self._flush_handle: asyncio.Handle | None = None
 
         self._peers: dict[str, comm.Comm] = {}
@@ -255,25 +192,32 @@ class Worker:
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        # Task threads take ready tasks themselves and record results without a trip
-        # through the event loop; one lock guards all task state on both sides.
-        self._lock = threading.RLock()
-        self._work = threading.Condition(self._lock)
-        self._threads: list[threading.Thread] = []
-        self._idle_threads = 0
-        self._wake_pending = False
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
         self.bandwidth: float | None = None  # bytes/s, from transfers
 
-        self._seceded: set[WorkerTask] = set()  # running, but not counted in nthreads
-        self._rejoining: deque[tuple[WorkerTask, threading.Event]] = deque()
         self._staged: dict[Key, tuple[Any, int]] = {}  # scattered, not yet registered
         self._client: Client | None = None
         self._client_lock = threading.Lock()
         #: The scheduler asked for a restart (``squall worker`` re-executes itself).
         self.restart_requested = False
+
+    # ----- what the worker holds (snapshots, for users and tests) -----------------------
+
+    @property
+    def data(self) -> dict[Key, Any]:
+        """The values held, by key."""
+        return self._core.data()
+
+    @property
+    def nbytes(self) -> dict[Key, int]:
+        return self._core.nbytes()
+
+    @property
+    def tasks(self) -> dict[int, TaskView]:
+        """The tasks this worker knows, by the scheduler's task id."""
+        return {t: TaskView(*kv) for t, kv in self._core.tasks().items()}
 
     # ----- lifecycle ------------------------------------------------------------------
 
@@ -283,6 +227,7 @@ class Worker:
             self.address, self._serve_peer, roles=frozenset({"peer"})
         )
         self.address = self._listener.address
+        self._core.set_address(self.address)
         info = {
             "address": self.address,
             "nthreads": self.nthreads,
@@ -305,14 +250,13 @@ class Worker:
             )
         self.worker_id = int(reply["worker_id"])
         self._loop_thread = threading.get_ident()
-        with self._lock:
-            for _ in range(self.nthreads):
-                self._start_thread()
         self._stream = comm.BatchedSend(self._scheduler, self._batch_interval)
         self._stream.start()
+        self.status = "running"
+        for _ in range(self.nthreads):
+            self._start_thread()
         self._reader = self._loop.create_task(self._read_scheduler())
         self._heartbeat = self._loop.create_task(self._heartbeat_forever())
-        self.status = "running"
         context.register(self)
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
@@ -329,9 +273,7 @@ class Worker:
         if self.status in ("closing", "closed"):
             await self._closed.wait()
             return
-        with self._lock:
-            self.status = "closing"
-            self._work.notify_all()
+        self.status = "closing"
         context.unregister(self)
         me = asyncio.current_task()
         for t in (self._reader, self._heartbeat, *self._bg):
@@ -343,7 +285,8 @@ class Worker:
             self._flush_handle.cancel()
             self._flush_handle = None
         if not abort:
-            self._flush_finished()
+            self._flush_buffered()
+        self._core.close()
         if abort and self._scheduler is not None:
             await self._scheduler.close()  # nothing pending is sent
         if self._stream is not None:
@@ -357,9 +300,7 @@ class Worker:
             await self._listener.close()
         if self._client is not None:  # get_client()'s: its close blocks, not on this loop
             await asyncio.get_running_loop().run_in_executor(None, self._client.close)
-        with self._lock:
-            self.status = "closed"
-            self._work.notify_all()
+        self.status = "closed"
         self._closed.set()
         logger.info("worker %s closed", self.address)
 
@@ -393,13 +334,10 @@ class Worker:
         assert self._scheduler is not None
         try:
             while True:
-                msgs = await self._scheduler.read_messages()
-                with self._lock:
-                    for header, payload in msgs:
-                        self._handle(header, payload)
-                    self._fetch_missing()
-                    self._ensure_executing()
-                    self._schedule_flush()
+                for header, payload in await self._scheduler.read_messages():
+                    self._handle(header, payload)
+                self._fetch_missing()
+                self._schedule_flush()
         except comm.CommError as e:
             if self.status == "running":
                 logger.warning("worker %s lost the scheduler: %s; closing", self.address, e)
@@ -416,9 +354,7 @@ class Worker:
     async def _heartbeat_forever(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
-            now = time.monotonic()
-            with self._lock:
-                executing = [[ts.id, now - ts.start] for ts in self._executing]
+            executing = [[t, elapsed] for t, elapsed in self._core.executing()]
             self._send({"op": "heartbeat", "executing": executing, "bandwidth": self.bandwidth})
 
     # ----- scheduler messages ---------------------------------------------------------
@@ -427,15 +363,17 @@ class Worker:
         op = h["op"]
         logger.debug("worker %s: %s %s", self.address, op, h)
         if op == "compute":
-            self._compute(bytes(payload), list(h["addresses"]))
+            self._core.compute(bytes(payload), list(h["addresses"]))
         elif op == "free-keys":
-            for t in array("I", bytes(payload)):  # bytes: array() would iterate a view
-                self._free(t)
+            self._core.free(bytes(payload))
         elif op == "remove-replicas":
-            for t in array("I", bytes(payload)):
-                self._remove_replica(t)
+            self._core.remove_replicas(bytes(payload))
         elif op == "steal-request":
-            self._steal(int(h["task"]), h["stimulus"])
+            tid = int(h["task"])
+            state = self._core.steal(tid)
+            self._send(
+                {"op": "steal-response", "task": tid, "state": state, "stimulus": h["stimulus"]}
+            )
         elif op == "scattered":
             self._scattered([int(t) for t in h["tasks"]], decode_keys(bytes(payload)))
         elif op == "restart":
@@ -450,264 +388,48 @@ class Worker:
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
 
-    def _compute(self, payload: bytes, addresses: list[str]) -> None:
-        for tid, run_id, key, prio, spec, _actor, resources, deps in decode_compute(
-            payload, addresses
-        ):
-            self._counter -= 1
-            ts = self.tasks.get(tid)
-            if ts is not None and ts.key == key and ts.state != ERROR:
-                ts.run_id = run_id  # re-sent (e.g. after a failed steal): keep its state
-                if ts.state == MEMORY:
-                    self._report_finished(ts, self.nbytes.get(key, 0), 0.0)
-                continue
-            if ts is not None:  # retried after an error, or the id now names another key
-                self._free(tid)
-            old = self._cancelled.pop(tid, None)
-            if old is not None and old.key == key:  # freed while executing, now wanted again
-                old.run_id, old.state = run_id, EXECUTING
-                self._track(old)
-                continue
-            dep_keys = [d[0] for d in deps] if deps else []
-            ts = WorkerTask(tid, run_id, key, spec, resources, dep_keys)
-            self._track(ts)
-            if key in self.data:  # already held (a private replica): report it
-                self._set_memory(ts, self.nbytes.get(key, 0), 0.0)
-                continue
-            ts.entry = (*prio, self._counter, tid)
-            for dkey, _nbytes, holders in deps:
-                self._users[dkey] = self._users.get(dkey, 0) + 1
-                if dkey in self.data:
-                    continue
-                ts.missing += 1
-                self._waiters.setdefault(dkey, []).append(ts)
-                if dkey in self._in_flight or dkey in self._to_fetch:
-                    continue
-                local = self.key_to_id.get(dkey)
-                if local is not None and self.tasks[local].state in (WAITING, READY, EXECUTING):
-                    continue  # will be computed here
-                others = [a for a in holders if a != self.address]
-                self._holders[dkey] = others
-                self._to_fetch.add(dkey)
-            if ts.missing == 0:
-                self._make_ready(ts)
-
-    def _track(self, ts: WorkerTask) -> None:
-        self.tasks[ts.id] = ts
-        self.key_to_id[ts.key] = ts.id
-        if ts.state == EXECUTING:
-            self._executing.add(ts)
-
-    def _untrack(self, ts: WorkerTask) -> None:
-        del self.tasks[ts.id]
-        if self.key_to_id.get(ts.key) == ts.id:
-            del self.key_to_id[ts.key]
-
-    def _release_deps(self, ts: WorkerTask) -> None:
-        """``ts`` no longer needs its dependencies: drop private replicas nobody needs."""
-        for dkey in ts.deps:
-            n = self._users.get(dkey, 0) - 1
-            if n > 0:
-                self._users[dkey] = n
-                continue
-            self._users.pop(dkey, None)
-            self._maybe_drop(dkey)
-
-    def _maybe_drop(self, key: Key) -> None:
-        tid = self.key_to_id.get(key)
-        if tid is not None and self.tasks[tid].state == MEMORY:
-            return  # a result the scheduler knows about
-        if self._users.get(key, 0) > 0:
-            return
-        self.data.pop(key, None)
-        self.nbytes.pop(key, None)
-
-    def _free(self, tid: int) -> None:
-        ts = self.tasks.get(tid)
-        if ts is None:
-            self._cancelled.pop(tid, None)
-            return
-        self._untrack(ts)
-        state = ts.state
-        if state == EXECUTING:
-            ts.state = CANCELLED
-            self._cancelled[tid] = ts
-            self._executing.discard(ts)
-            return  # finishes in its thread; the result is discarded then
-        ts.state = "forgotten"
-        if state in (WAITING, READY, CONSTRAINED):
-            self._release_deps(ts)
-        self._maybe_drop(ts.key)
-
-    def _remove_replica(self, tid: int) -> None:
-        ts = self.tasks.get(tid)
-        if ts is None or ts.state != MEMORY:
-            return
-        self._untrack(ts)
-        ts.state = "forgotten"
-        self._maybe_drop(ts.key)  # kept (privately) while a local task still needs it
-
-    def _steal(self, tid: int, stimulus: Any) -> None:
-        ts = self.tasks.get(tid)
-        state: str | None = None if ts is None else ts.state
-        if ts is not None and state in (WAITING, READY, CONSTRAINED):
-            self._untrack(ts)
-            ts.state = "forgotten"
-            self._release_deps(ts)
-        self._send({"op": "steal-response", "task": tid, "state": state, "stimulus": stimulus})
-
     # ----- execution ------------------------------------------------------------------
 
-    def _make_ready(self, ts: WorkerTask) -> None:
-        ts.state = CONSTRAINED if ts.resources else READY
-        assert ts.entry is not None
-        heapq.heappush(self._ready, ts.entry)
-
-    def _fits(self, ts: WorkerTask) -> bool:
-        free = self._free_resources
-        return all(free.get(name, 0.0) >= amount for name, amount in ts.resources)
-
-    def _ensure_executing(self) -> None:
-        """Wake idle task threads for the ready tasks (call with the lock held)."""
-        self._grant_rejoins()
-        if self._idle_threads and self._ready and self._n_executing < self.nthreads:
-            self._work.notify(min(self._idle_threads, len(self._ready)))
+    def _start_thread(self) -> None:
+        self._core.add_thread()
+        threading.Thread(target=self._run_tasks, name="squall-worker-task", daemon=True).start()
 
     def _run_tasks(self) -> None:
-        """A task thread: take the best ready task, run it without the lock, record the
-        result, repeat; sleep while nothing is ready."""
-        lock = self._lock
-        lock.acquire()
+        """A task thread: the compiled loop runs tasks; it comes back to ask for the
+        event loop to be woken when results are waiting, and to leave."""
+        context.enter_thread(self)
+        core, loop = self._core, self._loop
+        assert loop is not None
         try:
-            while self.status not in ("closing", "closed"):
-                job = self._take_ready()
-                if job is None:
-                    if len(self._threads) > self.nthreads + len(self._seceded):
-                        break  # an extra thread started for a seceded task: not needed now
-                    self._idle_threads += 1
-                    self._work.wait()
-                    self._idle_threads -= 1
-                    continue
-                ts, args = job
-                lock.release()
-                try:
-                    context.enter_task(self, ts)
-                    result = _execute(ts.spec, args)
-                finally:
-                    context.leave_task()
-                    lock.acquire()
-                self._complete(ts, result)
+            while True:
+                answer = core.run()
+                if answer == _EXIT:
+                    return
+                if answer == _WAKE:
+                    loop.call_soon_threadsafe(self._results_ready)
+        except RuntimeError:  # the loop closed under us: the worker is gone
+            core.close()
+        except BaseException:
+            logger.exception("worker %s: task thread failed", self.address)
+            raise
         finally:
-            self._threads.remove(threading.current_thread())
-            lock.release()
-
-    def _start_thread(self) -> None:
-        t = threading.Thread(
-            target=self._run_tasks, name=f"squall-worker-{len(self._threads)}", daemon=True
-        )
-        self._threads.append(t)
-        t.start()
-
-    def _take_ready(self) -> tuple[WorkerTask, dict[Key, Any]] | None:
-        self._grant_rejoins()
-        if self._n_executing >= self.nthreads or self.status != "running":
-            return None
-        ready, tasks = self._ready, self.tasks
-        skipped: list[tuple[Any, ...]] = []
-        try:
-            while ready:
-                entry = heapq.heappop(ready)
-                ts = tasks.get(entry[-1])
-                if ts is None or ts.entry is not entry or ts.state not in (READY, CONSTRAINED):
-                    continue  # stale: stolen, freed or superseded
-                if ts.resources:
-                    if not self._fits(ts):
-                        skipped.append(entry)
-                        continue
-                    for name, amount in ts.resources:
-                        self._free_resources[name] -= amount
-                try:
-                    args = {k: self.data[k] for k in ts.deps}
-                except KeyError as e:
-                    exc = KeyError(f"dependency {e.args[0]!r} of {ts.key!r} is no longer held")
-                    self._release_deps(ts)
-                    self._erred(ts, _pack_error(exc))
-                    continue
-                ts.state = EXECUTING
-                ts.start = time.monotonic()
-                self._n_executing += 1
-                self._executing.add(ts)
-                return ts, args
-            return None
-        finally:
-            for entry in skipped:
-                heapq.heappush(ready, entry)
-
-    def _complete(self, ts: WorkerTask, result: ExecResult) -> None:
-        """Record a task's outcome (task thread, lock held)."""
-        if ts in self._seceded:
-            self._seceded.discard(ts)  # gave its slot up when it seceded
-        else:
-            self._n_executing -= 1
-        self._executing.discard(ts)
-        for name, amount in ts.resources:
-            self._free_resources[name] += amount
-        if self.status != "running":
-            return
-        ok, value, nbytes, start, stop = result
-        if self._cancelled.get(ts.id) is ts:
-            del self._cancelled[ts.id]
-            ts.state = "forgotten"
-            self._release_deps(ts)
-        elif self.tasks.get(ts.id) is ts and ts.state == EXECUTING:
-            self._release_deps(ts)
-            if ok:
-                self.data[ts.key] = value
-                self.nbytes[ts.key] = nbytes
-                self._set_memory(ts, nbytes, stop - start)
-            else:
-                self._erred(ts, value)
-        self._ensure_executing()
-        if self._fin_tasks and not self._wake_pending:
-            self._wake_pending = True
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._results_ready)
+            context.leave_thread()
 
     def _results_ready(self) -> None:
-        with self._lock:
-            self._wake_pending = False
-            self._schedule_flush()
+        self._core.woken()
+        self._schedule_flush()
 
-    # ----- secede / rejoin (called on the loop by squall.context) ---------------------
-
-    def _secede(self, ts: WorkerTask, duration: float) -> None:
-        with self._lock:
-            if ts in self._seceded or ts.state not in (EXECUTING, CANCELLED):
-                return  # already seceded, or finished before this call came
-            self._seceded.add(ts)
-            self._n_executing -= 1
-            if ts.state == EXECUTING:
-                header = {"op": "long-running", "task": ts.id, "run_id": ts.run_id}
-                self._send({**header, "duration": duration})
-            if not self._idle_threads:  # the seceded task keeps its thread
-                self._start_thread()
-            self._ensure_executing()
-
-    def _rejoin(self, ts: WorkerTask, granted: threading.Event) -> None:
-        with self._lock:
-            if ts not in self._seceded:
-                granted.set()
-                return
-            self._rejoining.append((ts, granted))
-            self._ensure_executing()
-
-    def _grant_rejoins(self) -> None:
-        """Rejoining tasks take free slots before queued tasks do, as in Dask."""
-        while self._rejoining and self._n_executing < self.nthreads:
-            ts, granted = self._rejoining.popleft()
-            self._seceded.discard(ts)
-            self._n_executing += 1
-            granted.set()
+    def _secede(self, tid: int) -> None:
+        """``secede()`` from the task thread running ``tid``."""
+        answer = self._core.secede(tid)
+        if answer is None:
+            return  # already seceded, or finished meanwhile
+        run_id, need_thread = answer
+        if run_id is not None:
+            duration = self._core.elapsed(tid) or 0.0
+            self._send({"op": "long-running", "task": tid, "run_id": run_id, "duration": duration})
+        if need_thread:  # the seceded task keeps its thread
+            self._start_thread()
 
     def _get_client(self, timeout: float | str | None = None) -> Client:
         """``get_client()`` inside tasks: one client per worker, made on first use."""
@@ -720,113 +442,59 @@ class Worker:
                 )
             return self._client
 
-    def _set_memory(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
-        ts.state = MEMORY
-        ts.spec = b""
-        self._report_finished(ts, nbytes, seconds)
-        waiters = self._waiters.pop(ts.key, None)
-        if waiters:
-            self._deps_arrived(waiters)
+    def _schedule_flush(self) -> None:
+        """Report buffered completions now if nothing else is running, else shortly, so
+        that completions close together share one ``finished`` message."""
+        if self._core.n_executing() == 0:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush_buffered()
+        elif self._flush_handle is None:
+            assert self._loop is not None
+            self._flush_handle = self._loop.call_later(self._finished_delay, self._flush_buffered)
 
-    def _erred(self, ts: WorkerTask, err: tuple[str, str, bytes, bytes]) -> None:
+    def _flush_buffered(self) -> None:
+        self._flush_handle = None
+        finished = self._core.take_finished()
+        if finished is not None:
+            n, payload = finished
+            self._send({"op": "finished", "n": n}, payload)
+        for tid, run_id, err in self._core.take_erred():
+            self._send_erred(tid, run_id, err)
+
+    def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
         exc_text, tb_text, exc_blob, tb_blob = err
-        ts.state = ERROR
-        ts.spec = b""
         header = {
             "op": "erred",
-            "task": ts.id,
-            "run_id": ts.run_id,
+            "task": tid,
+            "run_id": run_id,
             "exception_text": exc_text,
             "traceback_text": tb_text,
             "n_exception": len(exc_blob),
         }
         self._send(header, exc_blob + tb_blob)
 
-    def _report_finished(self, ts: WorkerTask, nbytes: int, seconds: float) -> None:
-        self._fin_tasks.append(ts.id)
-        self._fin_runs.append(ts.run_id)
-        self._fin_nbytes.append(nbytes)
-        self._fin_secs.append(seconds)
-
-    def _schedule_flush(self) -> None:
-        """Report buffered completions now if nothing else is running, else shortly, so
-        that completions close together share one ``finished`` message."""
-        if not self._fin_tasks:
-            return
-        if self._n_executing == 0:
-            if self._flush_handle is not None:
-                self._flush_handle.cancel()
-            self._flush_buffered()
-        elif self._flush_handle is None:
-            assert self._loop is not None
-            self._flush_handle = self._loop.call_later(self._finished_delay, self._flush_finished)
-
-    def _flush_finished(self) -> None:
-        with self._lock:
-            self._flush_buffered()
-
-    def _flush_buffered(self) -> None:
-        self._flush_handle = None
-        n = len(self._fin_tasks)
-        if not n:
-            return
-        payload = b"".join(
-            (
-                self._fin_tasks.tobytes(),
-                self._fin_runs.tobytes(),
-                self._fin_nbytes.tobytes(),
-                self._fin_secs.tobytes(),
-            )
-        )
-        self._fin_tasks = array("I")
-        self._fin_runs = array("Q")
-        self._fin_nbytes = array("q")
-        self._fin_secs = array("d")
-        self._send({"op": "finished", "n": n}, payload)
-
     # ----- dependencies ---------------------------------------------------------------
 
-    def _deps_arrived(self, waiters: list[WorkerTask]) -> None:
-        for ts in waiters:
-            if self.tasks.get(ts.id) is ts and ts.state == WAITING:
-                ts.missing -= 1
-                if ts.missing == 0:
-                    self._make_ready(ts)
-
-    def _live_waiters(self, key: Key) -> list[WorkerTask]:
-        """Local tasks still waiting for ``key`` (freed ones are pruned lazily)."""
-        waiters = self._waiters.get(key)
-        if not waiters:
-            return []
-        live = [w for w in waiters if self.tasks.get(w.id) is w and w.state == WAITING]
-        if live:
-            self._waiters[key] = live
-        else:
-            del self._waiters[key]
-        return live
-
     def _fetch_missing(self) -> None:
-        """Start transfers for the dependencies queued in ``_to_fetch``, batched per holder."""
-        if not self._to_fetch or self.status != "running":
+        """Start the transfers the core asks for, one request per holder, and give
+        back (after ``missing-data-retry``) tasks whose dependency nobody has."""
+        if self.status != "running":
             return
-        by_holder: dict[str, list[Key]] = {}
-        for key in self._to_fetch:
-            if not self._live_waiters(key):
-                self._holders.pop(key, None)
-                continue
-            holders = self._holders.get(key) or []
-            if not holders:
-                self._missing(key)
-                continue
-            cached = [h for h in holders if h in self._peers]
-            holder = cached[0] if cached else random.choice(holders)
-            by_holder.setdefault(holder, []).append(key)
-        self._to_fetch.clear()
-        for holder, keys in by_holder.items():
-            self._in_flight.update(keys)
-            self._spawn(self._gather_from(holder, keys))
+        fetches, missing = self._core.take_fetches(list(self._peers))
+        assert self._loop is not None
+        for key, waiters in missing:
+            logger.info(
+                "worker %s: no holder has %r; rescheduling %d tasks",
+                self.address,
+                key,
+                len(waiters),
+            )
+            self._loop.call_later(self._missing_retry, self._give_back, waiters)
+        for holder, keys, ids in fetches:
+            self._spawn(self._gather_from(holder, keys, ids))
 
-    async def _gather_from(self, holder: str, keys: list[Key]) -> None:
+    async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
         try:
             start = time.monotonic()
             sizes, payload = await self._get_data(holder, keys)
@@ -841,42 +509,22 @@ class Worker:
             )
             self._drop_peer(holder)
             sizes, payload = [-1] * len(keys), memoryview(b"")
-        with self._lock:
-            self._got_data(holder, keys, sizes, payload)
-
-    def _got_data(
-        self, holder: str, keys: list[Key], sizes: list[int], payload: memoryview
-    ) -> None:
         pos = 0
-        for key, size in zip(keys, sizes, strict=True):
-            self._in_flight.discard(key)
+        for kid, size in zip(ids, sizes, strict=True):
             if size < 0:
-                holders = self._holders.get(key, [])
-                if holder in holders:
-                    holders.remove(holder)
-                self._to_fetch.add(key)
+                self._core.not_fetched(holder, kid)
                 continue
             blob = payload[pos : pos + size]
             pos += size
-            self._holders.pop(key, None)
-            waiters = self._waiters.pop(key, None)
-            if not waiters or key in self.data:
-                continue
             try:
                 value = pickle.loads(blob)
             except Exception as e:
                 err = _pack_error(e)
-                for ts in waiters:
-                    if self.tasks.get(ts.id) is ts and ts.state == WAITING:
-                        self._release_deps(ts)
-                        self._erred(ts, err)
+                for tid, run_id in self._core.fetch_failed(holder, kid):
+                    self._send_erred(tid, run_id, err)
                 continue
-            self.data[key] = value
-            self.nbytes[key] = size
-            self._deps_arrived(waiters)
-            self._maybe_drop(key)
+            self._core.fetched(holder, kid, value, size)
         self._fetch_missing()
-        self._ensure_executing()
 
     def _measured(self, nbytes: int, seconds: float) -> None:
         if nbytes >= BANDWIDTH_MIN_BYTES and seconds > 0:
@@ -907,31 +555,13 @@ class Worker:
         if c is not None:
             self._spawn(c.close())
 
-    def _missing(self, key: Key) -> None:
-        """No holder could provide ``key``: give its dependents back to the scheduler
-        soon, unless it frees or re-sends them first."""
-        assert self._loop is not None
-        self._holders.pop(key, None)
-        waiters = [(ts, ts.run_id) for ts in self._waiters.get(key, [])]
-        logger.info(
-            "worker %s: no holder has %r; rescheduling %d tasks", self.address, key, len(waiters)
-        )
-        self._loop.call_later(self._missing_retry, self._give_back, key, waiters)
-
-    def _give_back(self, key: Key, waiters: list[tuple[WorkerTask, int]]) -> None:
-        with self._lock:
-            self._give_back_locked(key, waiters)
-
-    def _give_back_locked(self, key: Key, waiters: list[tuple[WorkerTask, int]]) -> None:
+    def _give_back(self, waiters: list[tuple[int, int]]) -> None:
+        """Tasks still waiting for a dependency nobody had go back to the scheduler,
+        unless it freed or re-sent them meanwhile."""
         if self.status != "running":
             return
-        for ts, run_id in waiters:
-            if self.tasks.get(ts.id) is ts and ts.state == WAITING and ts.run_id == run_id:
-                self._untrack(ts)
-                ts.state = "forgotten"
-                self._release_deps(ts)
-                self._send({"op": "reschedule", "task": ts.id})
-        self._live_waiters(key)
+        for tid in self._core.give_back(waiters):
+            self._send({"op": "reschedule", "task": tid})
 
     # ----- serving data ---------------------------------------------------------------
 
@@ -942,9 +572,7 @@ class Worker:
                 for h, payload in await c.read_messages():
                     op = h["op"]
                     if op == "get-data":
-                        keys = decode_keys(bytes(payload))
-                        with self._lock:
-                            values = [self.data.get(k, _MISSING) for k in keys]
+                        values = self._core.get_data(bytes(payload), _MISSING)
                         sizes, blobs = _pickle_values(values)
                         await c.write(
                             {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
@@ -986,19 +614,13 @@ class Worker:
             staged = self._staged.pop(key, None)
             if tid < 0:
                 continue
-            if staged is not None:
-                self.data[key], self.nbytes[key] = staged
-            elif key not in self.data:  # its staging failed: not held here after all
-                self._send({"op": "release-worker-data", "task": tid})
-                continue
-            ts = self.tasks.get(tid)
-            if ts is not None and ts.key == key and ts.state == MEMORY:
-                continue
-            if ts is not None:
-                self._free(tid)
-            ts = WorkerTask(tid, 0, key, b"", [], [])
-            ts.state = MEMORY
-            self._track(ts)
+            if staged is None:  # its staging failed; unless held already, it is not here
+                [held] = self._core.get_data(encode_keys([key]), _MISSING)
+                if held is _MISSING:
+                    self._send({"op": "release-worker-data", "task": tid})
+                    continue
+                staged = (held, self.nbytes.get(key, 0))
+            self._core.put_scattered(tid, key, *staged)
 
     async def _run_function(
         self, h: comm.Header, payload: memoryview

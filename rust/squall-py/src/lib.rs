@@ -11,6 +11,7 @@ mod order;
 mod scheduler;
 mod sim;
 mod wire;
+mod worker;
 
 use pyo3::prelude::*;
 
@@ -37,6 +38,8 @@ mod _core {
     use super::sim::simulate;
     #[pymodule_export]
     use super::wire::{decode_compute, decode_keys, encode_keys};
+    #[pymodule_export]
+    use super::worker::WorkerCore;
     use pyo3::prelude::*;
 
     #[pymodule_init]

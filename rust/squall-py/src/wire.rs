@@ -226,12 +226,18 @@ pub fn decode_graph(payload: &[u8], n: usize, keys_bytes: usize) -> PyResult<Vec
     Ok(tasks)
 }
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Self {
+        Self { b, pos: 0 }
+    }
+    pub(crate) fn done(&self) -> bool {
+        self.pos >= self.b.len()
+    }
     fn take(&mut self, n: usize) -> PyResult<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
         let end = end.ok_or_else(|| PyValueError::new_err("truncated message"))?;
@@ -239,20 +245,20 @@ impl<'a> Reader<'a> {
         self.pos = end;
         Ok(s)
     }
-    fn arr<const N: usize>(&mut self) -> PyResult<[u8; N]> {
+    pub(crate) fn arr<const N: usize>(&mut self) -> PyResult<[u8; N]> {
         Ok(self.take(N)?.try_into().expect("exact length"))
     }
-    fn u16(&mut self) -> PyResult<u16> {
+    pub(crate) fn u16(&mut self) -> PyResult<u16> {
         Ok(u16::from_le_bytes(self.arr()?))
     }
-    fn u32(&mut self) -> PyResult<u32> {
+    pub(crate) fn u32(&mut self) -> PyResult<u32> {
         Ok(u32::from_le_bytes(self.arr()?))
     }
-    fn bytes(&mut self) -> PyResult<&'a [u8]> {
+    pub(crate) fn bytes(&mut self) -> PyResult<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }
-    fn key(&mut self) -> PyResult<Key> {
+    pub(crate) fn key(&mut self) -> PyResult<Key> {
         let raw = self.bytes()?;
         Key::from_encoded(raw).ok_or_else(|| PyValueError::new_err("malformed key in message"))
     }

@@ -109,7 +109,9 @@ impl<V> Keys<V> {
 
     /// Forgets `k` if nothing refers to it any more.
     pub fn collect(&mut self, k: KeyId) {
-        let slot = self.get_mut(k);
+        let Some(slot) = self.slots.get_mut(k.0 as usize).and_then(Option::as_mut) else {
+            return; // forgotten already
+        };
         if !slot.unused() {
             return;
         }

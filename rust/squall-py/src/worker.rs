@@ -1,0 +1,620 @@
+//! `WorkerCore`: a worker process's task state (the `squall-worker` machine holding
+//! Python values) and its compiled task loop. Python keeps the IO: it hands whole
+//! messages in and flushes buffered reports; task threads call `run`, which takes ready
+//! tasks, calls them and records their results without a Python frame of squall's own
+//! per task.
+//!
+//! Locking: one mutex guards the machine. It is taken only while holding the GIL and
+//! never held across a call into Python, so it is never contended while blocking the
+//! GIL; threads wait for work on a condition variable with the GIL released.
+
+use crate::convert::{key_from_py, key_to_py};
+use crate::wire::Reader;
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+use rustc_hash::FxHashMap;
+use squall_core::Key;
+use squall_worker::{DepIn, Job, KeyId, Machine, Outcome, Priority, TaskIn};
+use std::cell::Cell;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// First byte of a call spec (`squall.spec.CALL_TAG`).
+const CALL_TAG: u8 = 1;
+/// Functions kept unpickled per process; beyond this the cache starts over.
+const MAX_FUNCTIONS: usize = 256;
+/// `run` returns to Python at least this often, so that the event loop thread gets the
+/// GIL even when tasks are C functions that never offer it.
+const SLICE: Duration = Duration::from_millis(5);
+
+/// `run` results.
+const EXIT: u8 = 0;
+const WAKE: u8 = 1;
+const AGAIN: u8 = 2;
+
+thread_local! {
+    /// The task this thread is running (for `secede`, `rejoin`, `get_worker`).
+    static CURRENT: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+struct Inner {
+    m: Machine<Py<PyAny>>,
+    closing: bool,
+    threads: usize,
+    wake_pending: bool,
+    /// Failed tasks to report: (task, run id, packed error).
+    erred: Vec<(u32, u64, Py<PyAny>)>,
+    functions: FxHashMap<Box<[u8]>, Py<PyAny>>,
+}
+
+/// Python helpers the loop calls: `(run_spec, fill_call, load_function, pack_error,
+/// sizeof)`, as in `squall.worker`.
+struct Hooks {
+    run_spec: Py<PyAny>,
+    fill_call: Py<PyAny>,
+    load_function: Py<PyAny>,
+    pack_error: Py<PyAny>,
+    sizeof: Py<PyAny>,
+    loads: Py<PyAny>,
+}
+
+#[pyclass(module = "squall._core", frozen)]
+pub struct WorkerCore {
+    inner: Mutex<Inner>,
+    work: Condvar,
+    nthreads: usize,
+    epoch: Instant,
+    hooks: Hooks,
+}
+
+impl WorkerCore {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the machine as it was at the panic;
+        // keep serving rather than poison every later call.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    fn wake_threads(&self, g: &Inner) {
+        if g.m.runnable() || g.closing {
+            self.work.notify_all();
+        }
+    }
+
+    /// Blocks (GIL released) until a task or rejoin may be runnable, or closing.
+    fn wait_for_work(&self, py: Python<'_>) {
+        py.detach(|| {
+            let mut g = self.lock();
+            while !g.closing && !g.m.runnable() && !self.surplus(&g) {
+                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        });
+    }
+
+    /// More threads than slots plus seceded tasks: the extra one may leave.
+    fn surplus(&self, g: &Inner) -> bool {
+        g.threads > self.nthreads + g.m.n_seceded()
+    }
+
+    /// The function of a call spec, unpickled once per process.
+    fn function(&self, py: Python<'_>, blob: &[u8]) -> PyResult<Py<PyAny>> {
+        if let Some(f) = self.lock().functions.get(blob) {
+            return Ok(f.clone_ref(py));
+        }
+        let f = self
+            .hooks
+            .load_function
+            .call1(py, (PyBytes::new(py, blob),))?;
+        let mut g = self.lock();
+        if g.functions.len() >= MAX_FUNCTIONS {
+            g.functions.clear();
+        }
+        g.functions.insert(blob.into(), f.clone_ref(py));
+        Ok(f)
+    }
+
+    /// Calls a job; Ok((value, nbytes)) or the packed error.
+    fn call(
+        &self,
+        py: Python<'_>,
+        job: &Job,
+        deps: &[(Key, Py<PyAny>)],
+    ) -> Result<(Py<PyAny>, i64), Py<PyAny>> {
+        let value = self.call_spec(py, &job.spec, deps);
+        let value = value.and_then(|v| {
+            let n = self
+                .hooks
+                .sizeof
+                .call1(py, (v.bind(py),))?
+                .extract::<i64>(py)?;
+            Ok((v, n))
+        });
+        value.map_err(|e| {
+            let exc = e.into_value(py);
+            match self.hooks.pack_error.call1(py, (exc,)) {
+                Ok(packed) => packed,
+                Err(e) => e.into_value(py).into_any(),
+            }
+        })
+    }
+
+    fn call_spec(
+        &self,
+        py: Python<'_>,
+        spec: &[u8],
+        deps: &[(Key, Py<PyAny>)],
+    ) -> PyResult<Py<PyAny>> {
+        let data = || -> PyResult<Bound<'_, PyDict>> {
+            let d = PyDict::new(py);
+            for (k, v) in deps {
+                d.set_item(key_to_py(py, k)?, v.bind(py))?;
+            }
+            Ok(d)
+        };
+        if spec.first() != Some(&CALL_TAG) {
+            return self
+                .hooks
+                .run_spec
+                .call1(py, (PyBytes::new(py, spec), data()?));
+        }
+        let n = spec
+            .get(1..5)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .filter(|n| 5 + n <= spec.len())
+            .ok_or_else(|| PyValueError::new_err("malformed call spec"))?;
+        let func = self.function(py, &spec[5..5 + n])?;
+        let call = self
+            .hooks
+            .loads
+            .call1(py, (PyBytes::new(py, &spec[5 + n..]),))?;
+        let mut call = call.bind(py).clone();
+        if !deps.is_empty() {
+            let (args, kwargs) = call.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+            call = self
+                .hooks
+                .fill_call
+                .bind(py)
+                .call1((args, kwargs, data()?))?;
+        }
+        let (args, kwargs) = call.extract::<(Bound<'_, PyTuple>, Bound<'_, PyDict>)>()?;
+        let kwargs = if kwargs.is_empty() {
+            None
+        } else {
+            Some(&kwargs)
+        };
+        Ok(func.bind(py).call(args, kwargs)?.unbind())
+    }
+}
+
+fn decode_compute(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>> {
+    let mut r = Reader::new(payload);
+    let mut out = Vec::new();
+    while !r.done() {
+        let id = r.u32()?;
+        let run_id = u64::from_le_bytes(r.arr()?);
+        let priority = Priority {
+            neg_user: i32::from_le_bytes(r.arr()?),
+            generation: f64::from_le_bytes(r.arr()?),
+            order: r.u32()?,
+        };
+        let _flags = r.arr::<1>()?;
+        let key = r.key()?.as_bytes().to_vec();
+        let spec = r.bytes()?.to_vec();
+        let mut resources = Vec::new();
+        for _ in 0..r.u16()? {
+            let name = std::str::from_utf8(r.bytes()?)
+                .map_err(|_| PyValueError::new_err("resource name is not utf-8"))?;
+            resources.push((name.to_owned(), f64::from_le_bytes(r.arr()?)));
+        }
+        let mut deps = Vec::new();
+        for _ in 0..r.u32()? {
+            let key = r.key()?.as_bytes().to_vec();
+            let _nbytes = r.arr::<8>()?;
+            let mut holders = Vec::new();
+            for _ in 0..r.u16()? {
+                let a = addresses
+                    .get(r.u16()? as usize)
+                    .ok_or_else(|| PyValueError::new_err("holder index out of range"))?;
+                holders.push(a.clone());
+            }
+            deps.push(DepIn { key, holders });
+        }
+        out.push(TaskIn {
+            id,
+            run_id,
+            key,
+            priority,
+            spec,
+            resources,
+            deps,
+        });
+    }
+    Ok(out)
+}
+
+fn task_ids(payload: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    payload
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+}
+
+fn key_of<V>(m: &Machine<V>, k: KeyId) -> Key {
+    Key::from_encoded(&m.keys.get(k).bytes).expect("interned keys are valid")
+}
+
+#[pymethods]
+impl WorkerCore {
+    #[new]
+    #[pyo3(signature = (address, nthreads, resources, run_spec, fill_call, load_function, pack_error, sizeof))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        address: &str,
+        nthreads: usize,
+        resources: Vec<(String, f64)>,
+        run_spec: Py<PyAny>,
+        fill_call: Py<PyAny>,
+        load_function: Py<PyAny>,
+        pack_error: Py<PyAny>,
+        sizeof: Py<PyAny>,
+    ) -> PyResult<Self> {
+        if nthreads == 0 {
+            return Err(PyValueError::new_err("nthreads must be at least 1"));
+        }
+        let loads = py.import("pickle")?.getattr("loads")?.unbind();
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                m: Machine::new(address, nthreads, resources),
+                closing: false,
+                threads: 0,
+                wake_pending: false,
+                erred: Vec::new(),
+                functions: FxHashMap::default(),
+            }),
+            work: Condvar::new(),
+            nthreads,
+            epoch: Instant::now(),
+            hooks: Hooks {
+                run_spec,
+                fill_call,
+                load_function,
+                pack_error,
+                sizeof,
+                loads,
+            },
+        })
+    }
+
+    fn set_address(&self, address: &str) {
+        self.lock().m.set_address(address);
+    }
+
+    /// Takes a `compute` payload; returns how many tasks it held.
+    fn compute(&self, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
+        let tasks = decode_compute(payload, &addresses)?;
+        let n = tasks.len();
+        let mut g = self.lock();
+        for t in tasks {
+            g.m.compute(t);
+        }
+        self.wake_threads(&g);
+        Ok(n)
+    }
+
+    /// `free-keys`: packed u32 task ids.
+    fn free(&self, payload: &[u8]) {
+        let mut g = self.lock();
+        for id in task_ids(payload) {
+            g.m.free(id);
+        }
+    }
+
+    /// `remove-replicas`: packed u32 task ids.
+    fn remove_replicas(&self, payload: &[u8]) {
+        let mut g = self.lock();
+        for id in task_ids(payload) {
+            g.m.remove_replica(id);
+        }
+    }
+
+    /// `steal-request`: the task's state when asked (None if unknown); queued tasks go.
+    fn steal(&self, task: u32) -> Option<&'static str> {
+        self.lock().m.steal(task).map(|s| s.name())
+    }
+
+    /// A task thread's body: run ready tasks until told otherwise. Returns 0 (leave:
+    /// closing, or a surplus thread), 1 (results are waiting: wake the event loop, then
+    /// call again) or 2 (a time slice ended: call again).
+    fn run(&self, py: Python<'_>) -> PyResult<u8> {
+        let entered = Instant::now();
+        loop {
+            let mut g = self.lock();
+            if g.closing {
+                g.threads -= 1;
+                return Ok(EXIT);
+            }
+            let pending = !g.m.finished.is_empty() || !g.erred.is_empty();
+            if pending && !g.wake_pending {
+                g.wake_pending = true;
+                return Ok(WAKE);
+            }
+            if entered.elapsed() >= SLICE {
+                return Ok(AGAIN);
+            }
+            let Some(job) = g.m.take_ready(self.now()) else {
+                if self.surplus(&g) {
+                    g.threads -= 1;
+                    return Ok(EXIT);
+                }
+                drop(g);
+                self.wait_for_work(py);
+                continue;
+            };
+            let mut deps = Vec::with_capacity(job.deps.len());
+            let mut lost = None;
+            for &d in &job.deps {
+                let key = key_of(&g.m, d);
+                match &g.m.keys.get(d).value {
+                    Some(v) => deps.push((key, v.clone_ref(py))),
+                    None => lost = Some(key),
+                }
+            }
+            drop(g);
+            let start = Instant::now();
+            let result = match lost {
+                Some(key) => Err(self.lost_dependency(py, &key, &job)?),
+                None => {
+                    CURRENT.with(|c| c.set(Some(job.id)));
+                    let r = self.call(py, &job, &deps);
+                    CURRENT.with(|c| c.set(None));
+                    r
+                }
+            };
+            let seconds = start.elapsed().as_secs_f64();
+            drop(deps);
+            let mut g = self.lock();
+            let id = job.id;
+            match result {
+                Ok(value) => {
+                    g.m.complete(job, Some(value), seconds);
+                }
+                Err(packed) => {
+                    if let Outcome::Erred { run_id } = g.m.complete(job, None, seconds) {
+                        g.erred.push((id, run_id, packed));
+                    }
+                }
+            }
+            self.wake_threads(&g);
+        }
+    }
+
+    /// A new task thread is about to call `run`.
+    fn add_thread(&self) {
+        self.lock().threads += 1;
+    }
+
+    /// Threads that would wait for work now, and whether a seceded task needs one more.
+    fn threads(&self) -> usize {
+        self.lock().threads
+    }
+
+    /// The event loop took the wake-up `run` asked for.
+    fn woken(&self) {
+        self.lock().wake_pending = false;
+    }
+
+    /// Stop: waiting threads leave, running ones leave after their task.
+    fn close(&self) {
+        let mut g = self.lock();
+        g.closing = true;
+        self.work.notify_all();
+    }
+
+    /// The buffered `finished` reports as `(n, payload)`, or None.
+    fn take_finished<'py>(&self, py: Python<'py>) -> Option<(usize, Bound<'py, PyBytes>)> {
+        let mut g = self.lock();
+        if g.m.finished.is_empty() {
+            return None;
+        }
+        let f = std::mem::take(&mut g.m.finished);
+        drop(g);
+        Some((f.len(), PyBytes::new(py, &f.encode())))
+    }
+
+    /// Failed tasks to report: `[(task, run_id, packed error)]`.
+    fn take_erred(&self) -> Vec<(u32, u64, Py<PyAny>)> {
+        std::mem::take(&mut self.lock().erred)
+    }
+
+    fn n_executing(&self) -> usize {
+        self.lock().m.n_executing()
+    }
+
+    /// Running tasks and seconds since they started (heartbeats).
+    fn executing(&self) -> Vec<(u32, f64)> {
+        let now = self.now();
+        let g = self.lock();
+        g.m.executing()
+            .map(|(id, start)| (id, now - start))
+            .collect()
+    }
+
+    /// The task the calling thread runs, if any.
+    #[staticmethod]
+    fn current_task() -> Option<u32> {
+        CURRENT.with(Cell::get)
+    }
+
+    /// Seconds since `task` started.
+    fn elapsed(&self, task: u32) -> Option<f64> {
+        let now = self.now();
+        self.lock().m.started(task).map(|s| now - s)
+    }
+
+    /// `secede()`: `None` if nothing changed, else `(run_id to report as long-running
+    /// or None, whether another thread is needed)`.
+    fn secede(&self, task: u32) -> Option<(Option<u64>, bool)> {
+        let mut g = self.lock();
+        let report = g.m.secede(task)?;
+        let need_thread = g.threads < self.nthreads + g.m.n_seceded();
+        self.wake_threads(&g);
+        Some((report, need_thread))
+    }
+
+    /// `rejoin()`: blocks (GIL released) until the task has a slot again or the
+    /// worker closes.
+    fn rejoin(&self, py: Python<'_>, task: u32) {
+        if self.lock().m.rejoin(task) {
+            return;
+        }
+        py.detach(|| {
+            let mut g = self.lock();
+            while !g.closing && !g.m.take_granted(task) {
+                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        });
+    }
+
+    /// Fetches to start, `[(holder, [key], [key id])]`, and keys nobody can provide,
+    /// `[(key, [(task, run_id)])]`. `connected` peers are preferred.
+    #[allow(clippy::type_complexity)]
+    fn take_fetches<'py>(
+        &self,
+        py: Python<'py>,
+        connected: Vec<String>,
+    ) -> PyResult<(
+        Vec<(String, Vec<Bound<'py, PyAny>>, Vec<u32>)>,
+        Vec<(Bound<'py, PyAny>, Vec<(u32, u64)>)>,
+    )> {
+        let mut g = self.lock();
+        let (plan, missing) = g.m.take_fetches(&|h| connected.iter().any(|c| c == h));
+        let mut fetches = Vec::with_capacity(plan.len());
+        for (holder, ks) in plan {
+            let keys = ks
+                .iter()
+                .map(|&k| key_to_py(py, &key_of(&g.m, k)))
+                .collect::<PyResult<_>>()?;
+            fetches.push((holder, keys, ks.iter().map(|k| k.0).collect()));
+        }
+        let mut gone = Vec::with_capacity(missing.len());
+        for m in missing {
+            gone.push((key_to_py(py, &key_of(&g.m, m.key))?, m.waiters));
+        }
+        Ok((fetches, gone))
+    }
+
+    /// A fetched value arrived.
+    fn fetched(&self, holder: &str, key_id: u32, value: Py<PyAny>, nbytes: i64) {
+        let mut g = self.lock();
+        g.m.fetched(holder, KeyId(key_id), Ok(Some((value, nbytes))));
+        self.wake_threads(&g);
+    }
+
+    /// `holder` does not have the key (or could not be reached).
+    fn not_fetched(&self, holder: &str, key_id: u32) {
+        self.lock().m.fetched(holder, KeyId(key_id), Ok(None));
+    }
+
+    /// The key's bytes would not load: its waiters erred, `[(task, run_id)]`.
+    fn fetch_failed(&self, holder: &str, key_id: u32) -> Vec<(u32, u64)> {
+        self.lock().m.fetched(holder, KeyId(key_id), Err(()))
+    }
+
+    /// Tasks still waiting on a missing key go back: the ids to `reschedule`.
+    fn give_back(&self, waiters: Vec<(u32, u64)>) -> Vec<u32> {
+        self.lock().m.give_back(&waiters)
+    }
+
+    /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held.
+    fn get_data(
+        &self,
+        py: Python<'_>,
+        keys: &[u8],
+        missing: Py<PyAny>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let mut r = Reader::new(keys);
+        let g = self.lock();
+        let mut out = Vec::new();
+        while !r.done() {
+            let key = r.key()?;
+            out.push(match g.m.value(key.as_bytes()) {
+                Some(v) => v.clone_ref(py),
+                None => missing.clone_ref(py),
+            });
+        }
+        Ok(out)
+    }
+
+    fn holds(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = key_from_py(key)?;
+        Ok(self.lock().m.value(key.as_bytes()).is_some())
+    }
+
+    /// Scattered data registered by the scheduler as task `task`.
+    fn put_scattered(
+        &self,
+        task: u32,
+        key: &Bound<'_, PyAny>,
+        value: Py<PyAny>,
+        nbytes: i64,
+    ) -> PyResult<()> {
+        let key = key_from_py(key)?;
+        let mut g = self.lock();
+        g.m.put_scattered(task, key.as_bytes(), value, nbytes);
+        self.wake_threads(&g);
+        Ok(())
+    }
+
+    /// The values held: `{key: value}` (a snapshot).
+    fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let g = self.lock();
+        for (k, slot) in g.m.keys.iter() {
+            if let Some(v) = &slot.value {
+                d.set_item(key_to_py(py, &key_of(&g.m, k))?, v.bind(py))?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// Sizes of the values held: `{key: nbytes}` (a snapshot).
+    fn nbytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let g = self.lock();
+        for (k, slot) in g.m.keys.iter() {
+            if slot.value.is_some() {
+                d.set_item(key_to_py(py, &key_of(&g.m, k))?, slot.nbytes)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// The tasks known: `{task: (key, state)}` (a snapshot).
+    fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let g = self.lock();
+        for t in g.m.tasks() {
+            let key = key_to_py(py, &key_of(&g.m, t.key))?;
+            d.set_item(t.id, (key, t.state.name()))?;
+        }
+        Ok(d)
+    }
+}
+
+impl WorkerCore {
+    /// The error of a job whose dependency's value went away before it ran.
+    fn lost_dependency(&self, py: Python<'_>, dep: &Key, job: &Job) -> PyResult<Py<PyAny>> {
+        let key = key_of(&self.lock().m, job.key);
+        let msg = format!(
+            "dependency {} of {} is no longer held",
+            key_to_py(py, dep)?.repr()?,
+            key_to_py(py, &key)?.repr()?
+        );
+        let exc = PyKeyError::new_err(msg).into_value(py);
+        self.hooks.pack_error.call1(py, (exc,))
+    }
+}
