@@ -397,11 +397,6 @@ impl WorkerCore {
         self.lock().threads += 1;
     }
 
-    /// Threads that would wait for work now, and whether a seceded task needs one more.
-    fn threads(&self) -> usize {
-        self.lock().threads
-    }
-
     /// The event loop took the wake-up `run` asked for.
     fn woken(&self) {
         self.lock().wake_pending = false;
@@ -547,11 +542,6 @@ impl WorkerCore {
             });
         }
         Ok(out)
-    }
-
-    fn holds(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let key = key_from_py(key)?;
-        Ok(self.lock().m.value(key.as_bytes()).is_some())
     }
 
     /// Scattered data registered by the scheduler as task `task`.
