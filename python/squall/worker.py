@@ -173,13 +173,13 @@ class Worker:
             address,
             nthreads,
             list(self.resources.items()),
+            self._finished_delay,
             run_spec,
             fill_call,
             load_function,
             _pack_error,
             _sizeof,
         )
-        self._flush_handle: asyncio.Handle | None = None
 
         self._peers: dict[str, comm.Comm] = {}
         self._peer_locks: dict[str, asyncio.Lock] = {}
@@ -281,9 +281,6 @@ class Worker:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
         if not abort:
             self._flush_buffered()
         self._core.close()
@@ -337,7 +334,7 @@ class Worker:
                 for header, payload in await self._scheduler.read_messages():
                     self._handle(header, payload)
                 self._fetch_missing()
-                self._schedule_flush()
+                self._flush_buffered()  # e.g. re-sent tasks already in memory
         except comm.CommError as e:
             if self.status == "running":
                 logger.warning("worker %s lost the scheduler: %s; closing", self.address, e)
@@ -406,7 +403,7 @@ class Worker:
                 if answer == _EXIT:
                     return
                 if answer == _WAKE:
-                    loop.call_soon_threadsafe(self._results_ready)
+                    loop.call_soon_threadsafe(self._flush_buffered)
         except RuntimeError:  # the loop closed under us: the worker is gone
             core.close()
         except BaseException:
@@ -414,10 +411,6 @@ class Worker:
             raise
         finally:
             context.leave_thread()
-
-    def _results_ready(self) -> None:
-        self._core.woken()
-        self._schedule_flush()
 
     def _secede(self, tid: int) -> None:
         """``secede()`` from the task thread running ``tid``."""
@@ -442,24 +435,15 @@ class Worker:
                 )
             return self._client
 
-    def _schedule_flush(self) -> None:
-        """Report buffered completions now if nothing else is running, else shortly, so
-        that completions close together share one ``finished`` message."""
-        if self._core.n_executing() == 0:
-            if self._flush_handle is not None:
-                self._flush_handle.cancel()
-            self._flush_buffered()
-        elif self._flush_handle is None:
-            assert self._loop is not None
-            self._flush_handle = self._loop.call_later(self._finished_delay, self._flush_buffered)
-
     def _flush_buffered(self) -> None:
-        self._flush_handle = None
-        finished = self._core.take_finished()
+        """Send the reports the core buffered. Task threads ask for this (``_WAKE``)
+        once nothing else is ready or results have waited ``finished-delay``, so that
+        completions close together share one ``finished`` message."""
+        finished, erred = self._core.take_reports()
         if finished is not None:
             n, payload = finished
             self._send({"op": "finished", "n": n}, payload)
-        for tid, run_id, err in self._core.take_erred():
+        for tid, run_id, err in erred:
             self._send_erred(tid, run_id, err)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:

@@ -43,6 +43,8 @@ struct Inner {
     closing: bool,
     threads: usize,
     wake_pending: bool,
+    /// When the oldest result not yet taken by the event loop was recorded.
+    reports_since: Option<Instant>,
     /// Failed tasks to report: (task, run id, packed error).
     erred: Vec<(u32, u64, Py<PyAny>)>,
     functions: FxHashMap<Box<[u8]>, Py<PyAny>>,
@@ -64,6 +66,7 @@ pub struct WorkerCore {
     inner: Mutex<Inner>,
     work: Condvar,
     nthreads: usize,
+    report_delay: Duration,
     epoch: Instant,
     hooks: Hooks,
 }
@@ -249,13 +252,14 @@ fn key_of<V>(m: &Machine<V>, k: KeyId) -> Key {
 #[pymethods]
 impl WorkerCore {
     #[new]
-    #[pyo3(signature = (address, nthreads, resources, run_spec, fill_call, load_function, pack_error, sizeof))]
+    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, load_function, pack_error, sizeof))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         address: &str,
         nthreads: usize,
         resources: Vec<(String, f64)>,
+        report_delay: f64,
         run_spec: Py<PyAny>,
         fill_call: Py<PyAny>,
         load_function: Py<PyAny>,
@@ -272,11 +276,13 @@ impl WorkerCore {
                 closing: false,
                 threads: 0,
                 wake_pending: false,
+                reports_since: None,
                 erred: Vec::new(),
                 functions: FxHashMap::default(),
             }),
             work: Condvar::new(),
             nthreads,
+            report_delay: Duration::from_secs_f64(report_delay.max(0.0)),
             epoch: Instant::now(),
             hooks: Hooks {
                 run_spec,
@@ -337,8 +343,11 @@ impl WorkerCore {
                 g.threads -= 1;
                 return Ok(EXIT);
             }
-            let pending = !g.m.finished.is_empty() || !g.erred.is_empty();
-            if pending && !g.wake_pending {
+            // Results wait up to `report_delay` for more to share their message.
+            let due = g
+                .reports_since
+                .is_some_and(|t| t.elapsed() >= self.report_delay);
+            if due && !g.wake_pending {
                 g.wake_pending = true;
                 return Ok(WAKE);
             }
@@ -346,6 +355,10 @@ impl WorkerCore {
                 return Ok(AGAIN);
             }
             let Some(job) = g.m.take_ready(self.now()) else {
+                if g.reports_since.is_some() && !g.wake_pending {
+                    g.wake_pending = true; // nothing else to run here: report now
+                    return Ok(WAKE);
+                }
                 if self.surplus(&g) {
                     g.threads -= 1;
                     return Ok(EXIT);
@@ -378,15 +391,18 @@ impl WorkerCore {
             drop(deps);
             let mut g = self.lock();
             let id = job.id;
-            match result {
-                Ok(value) => {
-                    g.m.complete(job, Some(value), seconds);
-                }
-                Err(packed) => {
-                    if let Outcome::Erred { run_id } = g.m.complete(job, None, seconds) {
+            let reported = match result {
+                Ok(value) => g.m.complete(job, Some(value), seconds) == Outcome::Finished,
+                Err(packed) => match g.m.complete(job, None, seconds) {
+                    Outcome::Erred { run_id } => {
                         g.erred.push((id, run_id, packed));
+                        true
                     }
-                }
+                    _ => false,
+                },
+            };
+            if reported && g.reports_since.is_none() {
+                g.reports_since = Some(Instant::now());
             }
             self.wake_threads(&g);
         }
@@ -397,11 +413,6 @@ impl WorkerCore {
         self.lock().threads += 1;
     }
 
-    /// The event loop took the wake-up `run` asked for.
-    fn woken(&self) {
-        self.lock().wake_pending = false;
-    }
-
     /// Stop: waiting threads leave, running ones leave after their task.
     fn close(&self) {
         let mut g = self.lock();
@@ -409,20 +420,25 @@ impl WorkerCore {
         self.work.notify_all();
     }
 
-    /// The buffered `finished` reports as `(n, payload)`, or None.
-    fn take_finished<'py>(&self, py: Python<'py>) -> Option<(usize, Bound<'py, PyBytes>)> {
+    /// The buffered reports: `finished` as `(n, payload)` or None, and failed tasks as
+    /// `[(task, run_id, packed error)]`. The event loop's wake-up is taken too.
+    #[allow(clippy::type_complexity)]
+    fn take_reports<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> (
+        Option<(usize, Bound<'py, PyBytes>)>,
+        Vec<(u32, u64, Py<PyAny>)>,
+    ) {
         let mut g = self.lock();
-        if g.m.finished.is_empty() {
-            return None;
-        }
-        let f = std::mem::take(&mut g.m.finished);
+        g.wake_pending = false;
+        g.reports_since = None;
+        let finished = std::mem::take(&mut g.m.finished);
+        let erred = std::mem::take(&mut g.erred);
         drop(g);
-        Some((f.len(), PyBytes::new(py, &f.encode())))
-    }
-
-    /// Failed tasks to report: `[(task, run_id, packed error)]`.
-    fn take_erred(&self) -> Vec<(u32, u64, Py<PyAny>)> {
-        std::mem::take(&mut self.lock().erred)
+        let finished =
+            (!finished.is_empty()).then(|| (finished.len(), PyBytes::new(py, &finished.encode())));
+        (finished, erred)
     }
 
     fn n_executing(&self) -> usize {
