@@ -46,7 +46,7 @@ impl<V> Slot<V> {
         }
     }
 
-    fn unused(&self) -> bool {
+    pub(crate) fn unused(&self) -> bool {
         self.task.is_none()
             && self.value.is_none()
             && self.users == 0

@@ -245,6 +245,102 @@ impl<V> Machine<V> {
         self.n_executing < self.nthreads && (!self.ready.is_empty() || !self.rejoining.is_empty())
     }
 
+    /// How many dependencies a waiting task still lacks (None if not tracked).
+    pub fn missing(&self, id: u32) -> Option<u32> {
+        self.tasks.get(&id).map(|t| t.missing)
+    }
+
+    /// Checks the bookkeeping's invariants (tests and debugging): dependency counts,
+    /// users, held values and resources agree with the task records.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut users: FxHashMap<KeyId, u32> = FxHashMap::default();
+        let running = self
+            .tasks
+            .values()
+            .filter(|t| t.state == State::Executing)
+            .chain(self.cancelled.values())
+            .chain(self.orphans.values());
+        let queued = self.tasks.values().filter(|t| t.state.queued());
+        for t in running.chain(queued) {
+            for &d in &t.deps {
+                *users.entry(d).or_default() += 1;
+            }
+        }
+        for (k, slot) in self.keys.iter() {
+            let want = users.get(&k).copied().unwrap_or(0);
+            if slot.users != want {
+                return Err(format!("key {k:?}: users {} != {want}", slot.users));
+            }
+            if let Some(id) = slot.task {
+                if self.tasks.get(&id).is_none_or(|t| t.key != k) {
+                    return Err(format!("key {k:?}: task {id} does not compute it"));
+                }
+            }
+            let known = slot
+                .task
+                .and_then(|t| self.tasks.get(&t))
+                .is_some_and(|t| t.state == State::Memory);
+            if slot.value.is_some() && !known && slot.users == 0 {
+                return Err(format!("key {k:?}: a private replica nobody needs"));
+            }
+            let running = |t: &Task| t.key == k;
+            let running =
+                self.cancelled.values().any(running) || self.orphans.values().any(running);
+            if slot.unused() && !running {
+                return Err(format!("key {k:?}: live but unused"));
+            }
+        }
+        for t in self.tasks.values() {
+            if self.keys.try_get(t.key).is_none() {
+                return Err(format!("task {}: key {:?} forgotten", t.id, t.key));
+            }
+            let lacking = t
+                .deps
+                .iter()
+                .filter(|&&d| self.keys.try_get(d).is_none_or(|s| s.value.is_none()))
+                .count() as u32;
+            match t.state {
+                State::Waiting if t.missing != lacking || lacking == 0 => {
+                    return Err(format!(
+                        "task {}: waiting, missing {} but {lacking} lacking",
+                        t.id, t.missing
+                    ));
+                }
+                State::Ready | State::Constrained | State::Executing if lacking > 0 => {
+                    return Err(format!(
+                        "task {}: {:?} lacking {lacking} deps",
+                        t.id, t.state
+                    ));
+                }
+                State::Memory if self.keys.get(t.key).value.is_none() => {
+                    return Err(format!("task {}: in memory without a value", t.id));
+                }
+                State::Ready | State::Constrained
+                    if !self
+                        .ready
+                        .iter()
+                        .any(|e| e.id == t.id && e.instance == t.instance) =>
+                {
+                    return Err(format!("task {}: ready but not queued", t.id));
+                }
+                State::Cancelled => return Err(format!("task {}: tracked cancelled", t.id)),
+                _ => {}
+            }
+            if (t.state == State::Executing) != self.executing.contains(&t.id) {
+                return Err(format!("task {}: executing set disagrees", t.id));
+            }
+        }
+        let running = self.executing.len() + self.cancelled.len() + self.orphans.len();
+        if self.n_executing + self.seceded.len() != running {
+            return Err(format!(
+                "n_executing {} + seceded {} != running {running}",
+                self.n_executing,
+                self.seceded.len()
+            ));
+        }
+        Ok(())
+    }
+
     // ----- scheduler messages -----------------------------------------------------
 
     pub fn compute(&mut self, t: TaskIn) {
@@ -262,6 +358,8 @@ impl<V> Machine<V> {
             // Retried after an error, or the id now names another key.
             self.free(t.id);
         }
+        // The free may have forgotten the key (its slot may even be reused): intern again.
+        let key = self.keys.intern(&t.key);
         if let Some(mut old) = self.cancelled.remove(&t.id) {
             if old.key == key {
                 // Freed while executing and wanted again: the running call counts.
@@ -298,7 +396,10 @@ impl<V> Machine<V> {
             ts.deps.push(d);
             let local = self.keys.get(d).task;
             let local_pending = local.and_then(|l| self.tasks.get(&l)).is_some_and(|l| {
-                matches!(l.state, State::Waiting | State::Ready | State::Executing)
+                matches!(
+                    l.state,
+                    State::Waiting | State::Ready | State::Constrained | State::Executing
+                )
             });
             let slot = self.keys.get_mut(d);
             slot.users += 1;
@@ -371,15 +472,20 @@ impl<V> Machine<V> {
 
     /// Scattered data the scheduler registered as task `id`: `value` is the key's value.
     pub fn put_scattered(&mut self, id: u32, key: &[u8], value: V, nbytes: i64) {
+        let same = self
+            .tasks
+            .get(&id)
+            .map(|ts| ts.state == State::Memory && self.keys.find(key) == Some(ts.key));
+        if same == Some(false) {
+            // Free the old record first: it would drop the value stored below.
+            self.free(id);
+        }
         let k = self.keys.intern(key);
         let slot = self.keys.get_mut(k);
         slot.value = Some(value);
         slot.nbytes = nbytes;
-        if let Some(ts) = self.tasks.get(&id) {
-            if ts.key == k && ts.state == State::Memory {
-                return;
-            }
-            self.free(id);
+        if same == Some(true) {
+            return;
         }
         self.instances += 1;
         let ts = Task {
@@ -453,7 +559,13 @@ impl<V> Machine<V> {
         if !self.seceded.remove(&job.id) {
             self.n_executing -= 1; // a seceded task gave its slot up already
         }
-        self.executing.remove(&job.id);
+        if self
+            .tasks
+            .get(&job.id)
+            .is_some_and(|t| t.instance == job.instance)
+        {
+            self.executing.remove(&job.id); // not a newer task of the same id
+        }
         for (name, amount) in &job.resources {
             if let Some((_, have)) = self.free_resources.iter_mut().find(|(n, _)| n == name) {
                 *have += amount;
