@@ -283,11 +283,18 @@ impl<V> Machine<V> {
             if slot.value.is_some() && !known && slot.users == 0 {
                 return Err(format!("key {k:?}: a private replica nobody needs"));
             }
-            let running = |t: &Task| t.key == k;
-            let running =
-                self.cancelled.values().any(running) || self.orphans.values().any(running);
-            if slot.unused() && !running {
+            let freed = self.cancelled.values().chain(self.orphans.values());
+            let running = freed.filter(|t| t.key == k).count() as u32;
+            if slot.running != running {
+                return Err(format!("key {k:?}: running {} != {running}", slot.running));
+            }
+            if slot.unused() {
                 return Err(format!("key {k:?}: live but unused"));
+            }
+        }
+        for t in self.cancelled.values().chain(self.orphans.values()) {
+            if self.keys.try_get(t.key).is_none() {
+                return Err(format!("freed running task {}: key forgotten", t.id));
             }
         }
         for t in self.tasks.values() {
@@ -365,6 +372,7 @@ impl<V> Machine<V> {
                 // Freed while executing and wanted again: the running call counts.
                 old.run_id = t.run_id;
                 old.state = State::Executing;
+                self.keys.get_mut(key).running -= 1;
                 self.track(old);
                 return;
             }
@@ -437,6 +445,7 @@ impl<V> Machine<V> {
         match ts.state {
             State::Executing => {
                 ts.state = State::Cancelled;
+                self.keys.get_mut(ts.key).running += 1;
                 self.executing.remove(&id);
                 self.cancelled.insert(id, ts);
                 return;
@@ -484,6 +493,9 @@ impl<V> Machine<V> {
         let slot = self.keys.get_mut(k);
         slot.value = Some(value);
         slot.nbytes = nbytes;
+        // Local tasks waiting for this key have it now.
+        let waiters = std::mem::take(&mut slot.waiters);
+        self.deps_arrived(&waiters);
         if same == Some(true) {
             return;
         }
@@ -677,7 +689,8 @@ impl<V> Machine<V> {
             let Some(slot) = self.keys.try_get(k).filter(|s| s.fetch == Fetch::Queued) else {
                 continue;
             };
-            if slot.users == 0 {
+            if slot.users == 0 || slot.value.is_some() {
+                // Not needed, or held since (computed here, scattered, fetched).
                 self.keys.get_mut(k).fetch = Fetch::No;
                 self.keys.collect(k);
                 continue;
@@ -816,6 +829,7 @@ impl<V> Machine<V> {
 
     /// A record freed while running has finished (or was replaced): let go of it.
     fn orphan(&mut self, ts: Task) {
+        self.keys.get_mut(ts.key).running -= 1;
         self.release_deps(&ts.deps);
         self.keys.collect(ts.key);
     }

@@ -3,6 +3,8 @@
 
 use crate::*;
 
+mod prop;
+
 type M = Machine<i64>;
 
 const ME: &str = "tcp://me:1";
