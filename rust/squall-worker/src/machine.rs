@@ -182,8 +182,9 @@ pub struct Machine<V> {
     instances: u64,
     n_executing: usize,
     executing: FxHashSet<u32>,
-    seceded: FxHashSet<u32>,
-    rejoining: VecDeque<u32>,
+    /// Seceded calls, by task instance (an id may name a newer record meanwhile).
+    seceded: FxHashSet<u64>,
+    rejoining: VecDeque<(u32, u64)>,
     granted: FxHashSet<u32>,
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
@@ -251,7 +252,7 @@ impl<V> Machine<V> {
     }
 
     /// Checks the bookkeeping's invariants (tests and debugging): dependency counts,
-    /// users, held values and resources agree with the task records.
+    /// users, held values, the ready heap and the slot count agree with the records.
     pub fn validate(&self) -> Result<(), String> {
         let mut users: FxHashMap<KeyId, u32> = FxHashMap::default();
         let running = self
@@ -568,7 +569,7 @@ impl<V> Machine<V> {
 
     /// Records a job's result (`Some((value, nbytes))`) or failure (`None`).
     pub fn complete(&mut self, job: Job, result: Option<(V, i64)>, seconds: f64) -> Outcome {
-        if !self.seceded.remove(&job.id) {
+        if !self.seceded.remove(&job.instance) {
             self.n_executing -= 1; // a seceded task gave its slot up already
         }
         if self
@@ -632,28 +633,29 @@ impl<V> Machine<V> {
     /// `secede()`: the task stops counting against `nthreads`. Returns the run id to
     /// report as long-running, or None if there is nothing to do.
     pub fn secede(&mut self, id: u32) -> Option<Option<u64>> {
-        let state = self
-            .tasks
-            .get(&id)
-            .filter(|t| t.state == State::Executing)
-            .map(|t| t.run_id);
-        let cancelled = self.cancelled.contains_key(&id);
-        if self.seceded.contains(&id) || (state.is_none() && !cancelled) {
+        let (instance, run_id) = match self.tasks.get(&id) {
+            Some(t) if t.state == State::Executing => (t.instance, Some(t.run_id)),
+            _ => (self.cancelled.get(&id)?.instance, None),
+        };
+        if !self.seceded.insert(instance) {
             return None;
         }
-        self.seceded.insert(id);
         self.n_executing -= 1;
-        Some(state)
+        Some(run_id)
     }
 
     /// `rejoin()`: true if the task may go on now; otherwise it waits until
     /// `granted(id)` (rejoining tasks take free slots before queued tasks do).
     pub fn rejoin(&mut self, id: u32) -> bool {
-        if !self.seceded.contains(&id) {
+        let seceded = |t: &Task| t.id == id && self.seceded.contains(&t.instance);
+        let found = self.tasks.get(&id).filter(|t| seceded(t));
+        let found = found.or_else(|| self.cancelled.get(&id).filter(|t| seceded(t)));
+        let found = found.or_else(|| self.orphans.values().find(|t| seceded(t)));
+        let Some(instance) = found.map(|t| t.instance) else {
             return true;
-        }
-        if !self.rejoining.contains(&id) {
-            self.rejoining.push_back(id);
+        };
+        if !self.rejoining.contains(&(id, instance)) {
+            self.rejoining.push_back((id, instance));
         }
         self.grant_rejoins();
         self.take_granted(id)
@@ -665,10 +667,10 @@ impl<V> Machine<V> {
 
     fn grant_rejoins(&mut self) {
         while self.n_executing < self.nthreads {
-            let Some(id) = self.rejoining.pop_front() else {
+            let Some((id, instance)) = self.rejoining.pop_front() else {
                 break;
             };
-            self.seceded.remove(&id);
+            self.seceded.remove(&instance);
             self.n_executing += 1;
             self.granted.insert(id);
         }

@@ -851,3 +851,25 @@ fn keys_are_forgotten_after_a_full_run() {
     let ids: Vec<u32> = (1..=6).map(|i| m.keys.intern(&key(i)).0).collect();
     assert!(ids.iter().all(|&i| i < 6), "{ids:?}");
 }
+
+#[test]
+fn a_seceded_call_freed_and_replaced_keeps_its_own_slot_accounting() {
+    let mut m = machine(1);
+    m.compute(task(1));
+    let old = take(&mut m, 1);
+    assert_eq!(m.secede(1), Some(Some(1)));
+    m.free(1); // cancelled
+    m.free(1); // freed again: orphaned
+    m.compute(task(1).run(2)); // a new record (and call) for id 1
+    let new = take(&mut m, 1);
+    assert_eq!(m.n_executing(), 1);
+    ok(&m);
+    assert_eq!(m.complete(new, Some((1, 1)), 0.0), Outcome::Finished);
+    assert_eq!(m.n_executing(), 0, "the new call held a slot");
+    assert_eq!(m.n_seceded(), 1, "the old call is still seceded");
+    ok(&m);
+    assert_eq!(m.complete(old, Some((1, 1)), 0.0), Outcome::Dropped);
+    assert_eq!(m.n_executing(), 0);
+    assert_eq!(m.n_seceded(), 0);
+    ok(&m);
+}
