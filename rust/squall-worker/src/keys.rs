@@ -27,6 +27,9 @@ pub struct Slot<V> {
     pub users: u32,
     /// Tasks waiting for this key, as (task id, task instance); stale ones are skipped.
     pub waiters: Vec<(u32, u64)>,
+    /// Calls still running for local tasks freed meanwhile that compute this key: the
+    /// key stays (its id must not be reused) until they return.
+    pub running: u32,
     pub fetch: Fetch,
     /// Peers that hold the key (fetches), this worker excluded.
     pub holders: Vec<String>,
@@ -41,15 +44,17 @@ impl<V> Slot<V> {
             nbytes: 0,
             users: 0,
             waiters: Vec::new(),
+            running: 0,
             fetch: Fetch::No,
             holders: Vec::new(),
         }
     }
 
-    fn unused(&self) -> bool {
+    pub(crate) fn unused(&self) -> bool {
         self.task.is_none()
             && self.value.is_none()
             && self.users == 0
+            && self.running == 0
             && self.fetch != Fetch::InFlight
     }
 }

@@ -182,8 +182,9 @@ pub struct Machine<V> {
     instances: u64,
     n_executing: usize,
     executing: FxHashSet<u32>,
-    seceded: FxHashSet<u32>,
-    rejoining: VecDeque<u32>,
+    /// Seceded calls, by task instance (an id may name a newer record meanwhile).
+    seceded: FxHashSet<u64>,
+    rejoining: VecDeque<(u32, u64)>,
     granted: FxHashSet<u32>,
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
@@ -245,6 +246,109 @@ impl<V> Machine<V> {
         self.n_executing < self.nthreads && (!self.ready.is_empty() || !self.rejoining.is_empty())
     }
 
+    /// How many dependencies a waiting task still lacks (None if not tracked).
+    pub fn missing(&self, id: u32) -> Option<u32> {
+        self.tasks.get(&id).map(|t| t.missing)
+    }
+
+    /// Checks the bookkeeping's invariants (tests and debugging): dependency counts,
+    /// users, held values, the ready heap and the slot count agree with the records.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut users: FxHashMap<KeyId, u32> = FxHashMap::default();
+        let running = self
+            .tasks
+            .values()
+            .filter(|t| t.state == State::Executing)
+            .chain(self.cancelled.values())
+            .chain(self.orphans.values());
+        let queued = self.tasks.values().filter(|t| t.state.queued());
+        for t in running.chain(queued) {
+            for &d in &t.deps {
+                *users.entry(d).or_default() += 1;
+            }
+        }
+        for (k, slot) in self.keys.iter() {
+            let want = users.get(&k).copied().unwrap_or(0);
+            if slot.users != want {
+                return Err(format!("key {k:?}: users {} != {want}", slot.users));
+            }
+            if let Some(id) = slot.task {
+                if self.tasks.get(&id).is_none_or(|t| t.key != k) {
+                    return Err(format!("key {k:?}: task {id} does not compute it"));
+                }
+            }
+            let known = slot
+                .task
+                .and_then(|t| self.tasks.get(&t))
+                .is_some_and(|t| t.state == State::Memory);
+            if slot.value.is_some() && !known && slot.users == 0 {
+                return Err(format!("key {k:?}: a private replica nobody needs"));
+            }
+            let freed = self.cancelled.values().chain(self.orphans.values());
+            let running = freed.filter(|t| t.key == k).count() as u32;
+            if slot.running != running {
+                return Err(format!("key {k:?}: running {} != {running}", slot.running));
+            }
+            if slot.unused() {
+                return Err(format!("key {k:?}: live but unused"));
+            }
+        }
+        for t in self.cancelled.values().chain(self.orphans.values()) {
+            if self.keys.try_get(t.key).is_none() {
+                return Err(format!("freed running task {}: key forgotten", t.id));
+            }
+        }
+        for t in self.tasks.values() {
+            if self.keys.try_get(t.key).is_none() {
+                return Err(format!("task {}: key {:?} forgotten", t.id, t.key));
+            }
+            let lacking = t
+                .deps
+                .iter()
+                .filter(|&&d| self.keys.try_get(d).is_none_or(|s| s.value.is_none()))
+                .count() as u32;
+            match t.state {
+                State::Waiting if t.missing != lacking || lacking == 0 => {
+                    return Err(format!(
+                        "task {}: waiting, missing {} but {lacking} lacking",
+                        t.id, t.missing
+                    ));
+                }
+                State::Ready | State::Constrained | State::Executing if lacking > 0 => {
+                    return Err(format!(
+                        "task {}: {:?} lacking {lacking} deps",
+                        t.id, t.state
+                    ));
+                }
+                State::Memory if self.keys.get(t.key).value.is_none() => {
+                    return Err(format!("task {}: in memory without a value", t.id));
+                }
+                State::Ready | State::Constrained
+                    if !self
+                        .ready
+                        .iter()
+                        .any(|e| e.id == t.id && e.instance == t.instance) =>
+                {
+                    return Err(format!("task {}: ready but not queued", t.id));
+                }
+                State::Cancelled => return Err(format!("task {}: tracked cancelled", t.id)),
+                _ => {}
+            }
+            if (t.state == State::Executing) != self.executing.contains(&t.id) {
+                return Err(format!("task {}: executing set disagrees", t.id));
+            }
+        }
+        let running = self.executing.len() + self.cancelled.len() + self.orphans.len();
+        if self.n_executing + self.seceded.len() != running {
+            return Err(format!(
+                "n_executing {} + seceded {} != running {running}",
+                self.n_executing,
+                self.seceded.len()
+            ));
+        }
+        Ok(())
+    }
+
     // ----- scheduler messages -----------------------------------------------------
 
     pub fn compute(&mut self, t: TaskIn) {
@@ -262,11 +366,14 @@ impl<V> Machine<V> {
             // Retried after an error, or the id now names another key.
             self.free(t.id);
         }
+        // The free may have forgotten the key (its slot may even be reused): intern again.
+        let key = self.keys.intern(&t.key);
         if let Some(mut old) = self.cancelled.remove(&t.id) {
             if old.key == key {
                 // Freed while executing and wanted again: the running call counts.
                 old.run_id = t.run_id;
                 old.state = State::Executing;
+                self.keys.get_mut(key).running -= 1;
                 self.track(old);
                 return;
             }
@@ -298,7 +405,10 @@ impl<V> Machine<V> {
             ts.deps.push(d);
             let local = self.keys.get(d).task;
             let local_pending = local.and_then(|l| self.tasks.get(&l)).is_some_and(|l| {
-                matches!(l.state, State::Waiting | State::Ready | State::Executing)
+                matches!(
+                    l.state,
+                    State::Waiting | State::Ready | State::Constrained | State::Executing
+                )
             });
             let slot = self.keys.get_mut(d);
             slot.users += 1;
@@ -336,6 +446,7 @@ impl<V> Machine<V> {
         match ts.state {
             State::Executing => {
                 ts.state = State::Cancelled;
+                self.keys.get_mut(ts.key).running += 1;
                 self.executing.remove(&id);
                 self.cancelled.insert(id, ts);
                 return;
@@ -371,15 +482,23 @@ impl<V> Machine<V> {
 
     /// Scattered data the scheduler registered as task `id`: `value` is the key's value.
     pub fn put_scattered(&mut self, id: u32, key: &[u8], value: V, nbytes: i64) {
+        let same = self
+            .tasks
+            .get(&id)
+            .map(|ts| ts.state == State::Memory && self.keys.find(key) == Some(ts.key));
+        if same == Some(false) {
+            // Free the old record first: it would drop the value stored below.
+            self.free(id);
+        }
         let k = self.keys.intern(key);
         let slot = self.keys.get_mut(k);
         slot.value = Some(value);
         slot.nbytes = nbytes;
-        if let Some(ts) = self.tasks.get(&id) {
-            if ts.key == k && ts.state == State::Memory {
-                return;
-            }
-            self.free(id);
+        // Local tasks waiting for this key have it now.
+        let waiters = std::mem::take(&mut slot.waiters);
+        self.deps_arrived(&waiters);
+        if same == Some(true) {
+            return;
         }
         self.instances += 1;
         let ts = Task {
@@ -450,10 +569,16 @@ impl<V> Machine<V> {
 
     /// Records a job's result (`Some((value, nbytes))`) or failure (`None`).
     pub fn complete(&mut self, job: Job, result: Option<(V, i64)>, seconds: f64) -> Outcome {
-        if !self.seceded.remove(&job.id) {
+        if !self.seceded.remove(&job.instance) {
             self.n_executing -= 1; // a seceded task gave its slot up already
         }
-        self.executing.remove(&job.id);
+        if self
+            .tasks
+            .get(&job.id)
+            .is_some_and(|t| t.instance == job.instance)
+        {
+            self.executing.remove(&job.id); // not a newer task of the same id
+        }
         for (name, amount) in &job.resources {
             if let Some((_, have)) = self.free_resources.iter_mut().find(|(n, _)| n == name) {
                 *have += amount;
@@ -508,28 +633,29 @@ impl<V> Machine<V> {
     /// `secede()`: the task stops counting against `nthreads`. Returns the run id to
     /// report as long-running, or None if there is nothing to do.
     pub fn secede(&mut self, id: u32) -> Option<Option<u64>> {
-        let state = self
-            .tasks
-            .get(&id)
-            .filter(|t| t.state == State::Executing)
-            .map(|t| t.run_id);
-        let cancelled = self.cancelled.contains_key(&id);
-        if self.seceded.contains(&id) || (state.is_none() && !cancelled) {
+        let (instance, run_id) = match self.tasks.get(&id) {
+            Some(t) if t.state == State::Executing => (t.instance, Some(t.run_id)),
+            _ => (self.cancelled.get(&id)?.instance, None),
+        };
+        if !self.seceded.insert(instance) {
             return None;
         }
-        self.seceded.insert(id);
         self.n_executing -= 1;
-        Some(state)
+        Some(run_id)
     }
 
     /// `rejoin()`: true if the task may go on now; otherwise it waits until
     /// `granted(id)` (rejoining tasks take free slots before queued tasks do).
     pub fn rejoin(&mut self, id: u32) -> bool {
-        if !self.seceded.contains(&id) {
+        let seceded = |t: &Task| t.id == id && self.seceded.contains(&t.instance);
+        let found = self.tasks.get(&id).filter(|t| seceded(t));
+        let found = found.or_else(|| self.cancelled.get(&id).filter(|t| seceded(t)));
+        let found = found.or_else(|| self.orphans.values().find(|t| seceded(t)));
+        let Some(instance) = found.map(|t| t.instance) else {
             return true;
-        }
-        if !self.rejoining.contains(&id) {
-            self.rejoining.push_back(id);
+        };
+        if !self.rejoining.contains(&(id, instance)) {
+            self.rejoining.push_back((id, instance));
         }
         self.grant_rejoins();
         self.take_granted(id)
@@ -541,10 +667,10 @@ impl<V> Machine<V> {
 
     fn grant_rejoins(&mut self) {
         while self.n_executing < self.nthreads {
-            let Some(id) = self.rejoining.pop_front() else {
+            let Some((id, instance)) = self.rejoining.pop_front() else {
                 break;
             };
-            self.seceded.remove(&id);
+            self.seceded.remove(&instance);
             self.n_executing += 1;
             self.granted.insert(id);
         }
@@ -565,7 +691,8 @@ impl<V> Machine<V> {
             let Some(slot) = self.keys.try_get(k).filter(|s| s.fetch == Fetch::Queued) else {
                 continue;
             };
-            if slot.users == 0 {
+            if slot.users == 0 || slot.value.is_some() {
+                // Not needed, or held since (computed here, scattered, fetched).
                 self.keys.get_mut(k).fetch = Fetch::No;
                 self.keys.collect(k);
                 continue;
@@ -704,6 +831,7 @@ impl<V> Machine<V> {
 
     /// A record freed while running has finished (or was replaced): let go of it.
     fn orphan(&mut self, ts: Task) {
+        self.keys.get_mut(ts.key).running -= 1;
         self.release_deps(&ts.deps);
         self.keys.collect(ts.key);
     }
