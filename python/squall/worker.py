@@ -736,13 +736,17 @@ def main(argv: list[str] | None = None) -> int:
     except (comm.CommError, ValueError) as e:
         logger.error("worker failed: %s", e)
         return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
     if restart:
         # A fresh interpreter in this process: threads of abandoned tasks and anything
         # they leaked are gone, the pid (and whoever supervises it) stays.
-        sys.stdout.flush()
-        sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "squall.worker", *argv])
-    return 0
+    # Leave without finalising the interpreter: a task still running in a thread would
+    # be killed inside the compiled task loop when it next takes the GIL, which aborts
+    # the process instead of exiting cleanly.
+    logging.shutdown()
+    os._exit(0)
 
 
 def _run_workers(args: argparse.Namespace) -> int:

@@ -355,11 +355,23 @@ impl<V> Machine<V> {
         let key = self.keys.intern(&t.key);
         if let Some(ts) = self.tasks.get_mut(&t.id) {
             if ts.key == key && ts.state != State::Error {
-                // Re-sent (after a failed steal, say): keep its state.
+                // Re-sent (after a failed steal or a give-back, say): keep its state,
+                // but look again for dependencies nobody is fetching, at the holders
+                // the scheduler names now.
                 ts.run_id = t.run_id;
-                if ts.state == State::Memory {
-                    let nbytes = self.keys.get(key).nbytes;
-                    self.report(t.id, t.run_id, nbytes, 0.0);
+                match ts.state {
+                    State::Memory => {
+                        let nbytes = self.keys.get(key).nbytes;
+                        self.report(t.id, t.run_id, nbytes, 0.0);
+                    }
+                    State::Waiting => {
+                        for dep in t.deps {
+                            if let Some(d) = self.keys.find(&dep.key) {
+                                self.fetch_if_needed(d, dep.holders);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 return;
             }
@@ -403,13 +415,6 @@ impl<V> Machine<V> {
         for dep in t.deps {
             let d = self.keys.intern(&dep.key);
             ts.deps.push(d);
-            let local = self.keys.get(d).task;
-            let local_pending = local.and_then(|l| self.tasks.get(&l)).is_some_and(|l| {
-                matches!(
-                    l.state,
-                    State::Waiting | State::Ready | State::Constrained | State::Executing
-                )
-            });
             let slot = self.keys.get_mut(d);
             slot.users += 1;
             if slot.value.is_some() {
@@ -417,22 +422,36 @@ impl<V> Machine<V> {
             }
             ts.missing += 1;
             slot.waiters.push((t.id, ts.instance));
-            if slot.fetch != Fetch::No || local_pending {
-                continue; // on its way, or computed here
-            }
-            slot.holders = dep
-                .holders
-                .into_iter()
-                .filter(|h| *h != self.address)
-                .collect();
-            slot.fetch = Fetch::Queued;
-            self.to_fetch.push(d);
+            self.fetch_if_needed(d, dep.holders);
         }
         let ready = ts.missing == 0;
         self.track(ts);
         if ready {
             self.make_ready(t.id);
         }
+    }
+
+    /// Queues a fetch of dependency `d` from `holders` unless it is held, already on
+    /// its way, or computed here.
+    fn fetch_if_needed(&mut self, d: KeyId, holders: Vec<String>) {
+        let local_pending = self
+            .keys
+            .get(d)
+            .task
+            .and_then(|l| self.tasks.get(&l))
+            .is_some_and(|l| {
+                matches!(
+                    l.state,
+                    State::Waiting | State::Ready | State::Constrained | State::Executing
+                )
+            });
+        let slot = self.keys.get_mut(d);
+        if slot.value.is_some() || slot.fetch != Fetch::No || local_pending {
+            return;
+        }
+        slot.holders = holders.into_iter().filter(|h| *h != self.address).collect();
+        slot.fetch = Fetch::Queued;
+        self.to_fetch.push(d);
     }
 
     /// `free-keys`: forget the task; a running one finishes but its result is dropped.

@@ -873,3 +873,22 @@ fn a_seceded_call_freed_and_replaced_keeps_its_own_slot_accounting() {
     assert_eq!(m.n_seceded(), 0);
     ok(&m);
 }
+
+#[test]
+fn a_waiting_task_sent_again_fetches_from_the_new_holders() {
+    let mut m = machine(1);
+    m.compute(task(10).run(5).dep(1, &["p1"]));
+    m.take_fetches(&never);
+    let k = kid(&m, 1);
+    m.fetched("p1", k, Ok(None));
+    let (_, missing) = m.take_fetches(&never);
+    assert_eq!(missing.len(), 1, "no holder left");
+    // The scheduler re-sends the task (a new run id) naming where the key is now.
+    m.compute(task(10).run(6).dep(1, &["p2"]));
+    let (plan, missing) = m.take_fetches(&never);
+    assert!(missing.is_empty());
+    assert_eq!(plan, vec![("p2".to_owned(), vec![k])]);
+    m.fetched("p2", k, Ok(Some((3, 8))));
+    assert_eq!(state(&m, 10), Some(State::Ready));
+    ok(&m);
+}
