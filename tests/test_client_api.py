@@ -194,6 +194,32 @@ def test_secede_lets_a_one_thread_worker_run_what_the_task_waits_for(client: Cli
     assert client.submit(inc, 10, workers=[address]).result(timeout=10) == 11
 
 
+def stamp_after(started: str, seconds: float) -> float:
+    Path(started).touch()
+    time.sleep(seconds)
+    return time.time()
+
+
+def rejoins_while_the_slot_is_busy(started: str) -> float:
+    client = get_client()
+    here = get_worker().address
+    secede()
+    busy = client.submit(stamp_after, started, 0.5, workers=[here], pure=False)
+    while not Path(started).exists():
+        time.sleep(0.01)
+    rejoin()  # the only slot is busy's until it ends
+    back = time.time()
+    assert busy.result(timeout=20) <= back
+    return back
+
+
+def test_rejoin_waits_for_a_free_slot(client: Client, tmp_path: Path) -> None:
+    address = next(iter(client.nthreads()))
+    started = str(tmp_path / "started")
+    back = client.submit(rejoins_while_the_slot_is_busy, started, workers=[address])
+    assert back.result(timeout=30) > 0
+
+
 def waits_too_long() -> None:
     raise TimeoutError("the task's own timeout")
 

@@ -484,7 +484,7 @@ impl WorkerCore {
         }
         py.detach(|| {
             let mut g = self.lock();
-            while !g.closing && !g.m.take_granted(task) {
+            while !g.closing && !g.m.poll_rejoin(task) {
                 g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
             }
         });

@@ -684,6 +684,12 @@ impl<V> Machine<V> {
         self.granted.remove(&id)
     }
 
+    /// A waiting `rejoin()` asks again (a slot may have freed): true once granted.
+    pub fn poll_rejoin(&mut self, id: u32) -> bool {
+        self.grant_rejoins();
+        self.take_granted(id)
+    }
+
     fn grant_rejoins(&mut self) {
         while self.n_executing < self.nthreads {
             let Some((id, instance)) = self.rejoining.pop_front() else {
