@@ -407,8 +407,11 @@ class Worker:
         except RuntimeError:  # the loop closed under us: the worker is gone
             core.close()
         except BaseException:
-            logger.exception("worker %s: task thread failed", self.address)
-            raise
+            # A bug in the compiled loop: leave, so the scheduler reruns this worker's
+            # tasks elsewhere, rather than keep a worker that no longer runs anything.
+            logger.exception("worker %s: task thread failed; closing", self.address)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._loop_close)
         finally:
             context.leave_thread()
 
