@@ -31,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import hashlib
 import itertools
 import logging
 import numbers
+import operator
 import pickle
 import random
 import threading
@@ -63,6 +65,10 @@ from squall.graph import (
 from squall.spec import call_prefix, make_spec
 
 logger = logging.getLogger("squall.client")
+
+#: Items per ``update-graph`` of a ``map`` without ``batch_size``: sent as built, so the
+#: scheduler and workers start early, and large enough that per-message costs vanish.
+MAP_CHUNK = 20_000
 
 Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
@@ -161,6 +167,14 @@ class FutureState:
         self.status = "finished"
         self._signal()
 
+    @staticmethod
+    def finish_all(states: Iterable[FutureState]) -> None:
+        """``finish()`` each of many states (a ``key-in-memory`` notice) in one loop."""
+        for st in states:
+            st.status = "finished"
+            if st._event is not None:
+                st._event.set()
+
     def lose(self) -> None:
         self.status = "lost"
         self._signal()
@@ -195,16 +209,24 @@ class Future(TaskRef):
     """A remotely running computation (``distributed.Future``). Like dask's futures it
     is a ``TaskRef``, so dask collections built on futures depend on their keys."""
 
+    # Slots: a map makes one future per item (faster to build, a third of the memory).
+    __slots__ = ("__weakref__", "_cleared", "_client", "_generation", "_state")
     _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
 
     def __init__(self, key: Key, client: Client | None = None) -> None:
-        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._cleared = True
-        self._client = client if client is not None else default_client()
-        with self._client._refcount_lock:
-            # A restart forgets every key: futures from before it release nothing after.
-            self._generation = self._client.generation
-            self._state = self._client._inc_ref(key)
+        client = client if client is not None else default_client()
+        with client._refcount_lock:
+            self._bind(key, client, client._inc_ref(key))
+
+    def _bind(self, key: Key, client: Client, state: FutureState) -> None:
+        """Set up a future whose reference to ``key`` the caller has counted (holding
+        the refcount lock)."""
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
+        self._client = client
+        # A restart forgets every key: futures from before it release nothing after.
+        self._generation = client.generation
+        self._state = state
         self._cleared = False
 
     @property
@@ -292,8 +314,11 @@ class Future(TaskRef):
             self._client._release_soon(self.key, self._generation)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # try rather than contextlib.suppress: this runs once per future of a map.
+        try:  # noqa: SIM105
             self.release()
+        except Exception:
+            pass
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -422,7 +447,8 @@ class Client:
         self._to_release: list[Key] = []
         self._release_scheduled = False
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
-        self._releasing: list[tuple[Key, int]] = []
+        self._releasing: deque[tuple[Key, int]] = deque()
+        self._drain_scheduled = False
         self._peers: dict[str, tuple[asyncio.Lock, list[comm.Comm]]] = {}
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
@@ -646,27 +672,57 @@ class Client:
                 st = self.futures[key] = FutureState(key)
             return st
 
-    def _release_soon(self, key: Key, generation: int) -> None:
-        """Any thread: drop one reference to ``key`` on the loop."""
+    def _acquire_many(
+        self, keys: list[Key], unique: bool
+    ) -> tuple[list[Future], list[int] | None]:
+        """Futures for ``keys`` (a bulk ``Future(key)``, one lock acquisition) and the
+        indices of the keys this client did not hold before (None: all of them).
+        ``unique``: the caller knows ``keys`` has no duplicates."""
+        futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
         with self._refcount_lock:
-            self._releasing.append((key, generation))
-            if len(self._releasing) > 1:
-                return  # a drain is already scheduled
-        self._call_soon(self._drain_releasing)
+            held = self.futures
+            fresh: list[int] | None = None
+            if held.keys().isdisjoint(keys) and (unique or len(set(keys)) == len(keys)):
+                states = list(map(FutureState, keys))
+                held.update(zip(keys, states, strict=True))
+                self.refcount.update(zip(keys, itertools.repeat(1)))
+            else:
+                states, fresh = [], []
+                for i, k in enumerate(keys):
+                    if k not in held:
+                        fresh.append(i)
+                    states.append(self._inc_ref(k))
+            for f, k, st in zip(futures, keys, states, strict=True):
+                f._bind(k, self, st)
+        return futures, fresh
+
+    def _release_soon(self, key: Key, generation: int) -> None:
+        """Any thread: drop one reference to ``key`` on the loop. Lock-free (a future's
+        ``__del__``): appending to and popping from a deque are atomic, and a drain is
+        scheduled whenever none is pending after the append."""
+        self._releasing.append((key, generation))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._call_soon(self._drain_releasing)
 
     def _drain_releasing(self) -> None:
+        self._drain_scheduled = False
+        releasing = self._releasing
+        items = [releasing.popleft() for _ in range(len(releasing))]
+        if not items:
+            return
         with self._refcount_lock:
-            items, self._releasing = self._releasing, []
+            generation, refcount, futures = self.generation, self.refcount, self.futures
             gone = []
-            for key, generation in items:
-                if generation != self.generation:
+            for key, g in items:
+                if g != generation:
                     continue
-                n = self.refcount.get(key, 0) - 1
+                n = refcount.get(key, 0) - 1
                 if n > 0:
-                    self.refcount[key] = n
+                    refcount[key] = n
                     continue
-                self.refcount.pop(key, None)
-                self.futures.pop(key, None)
+                refcount.pop(key, None)
+                futures.pop(key, None)
                 gone.append(key)
         if not gone:
             return
@@ -712,13 +768,12 @@ class Client:
     def _states(self, payload: memoryview) -> list[FutureState]:
         keys = decode_keys(bytes(payload))
         with self._refcount_lock:
-            return [st for st in map(self.futures.get, keys) if st is not None]
+            return list(filter(None, map(self.futures.get, keys)))
 
     def _handle(self, h: comm.Header, payload: memoryview) -> None:
         op = h["op"]
         if op == "key-in-memory":
-            for st in self._states(payload):
-                st.finish()
+            FutureState.finish_all(self._states(payload))
         elif op == "task-erred":
             key, exc, tb = _parse_erred(h, payload)
             with self._refcount_lock:
@@ -767,7 +822,7 @@ class Client:
         self,
         keys: list[Key],
         specs: list[bytes],
-        deps: list[list[Key]],
+        deps: list[list[Key]] | None,
         *,
         priority: int,
         fifo_timeout: float | str,
@@ -889,7 +944,9 @@ class Client:
         **kwargs: Any,
     ) -> list[Future]:
         """``[submit(func, *items) for items in zip(*iterables)]`` as one graph per
-        batch (``batch_size`` items; all at once by default)."""
+        batch of ``batch_size`` items. Without ``batch_size`` the items are sent in
+        chunks of ``MAP_CHUNK`` as they are built, so the cluster starts on the first
+        ones while the client still builds the rest."""
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
         if actor or actors:
@@ -900,53 +957,58 @@ class Client:
                 "Consider using a normal for loop and Client.submit"
             )
         self._check_running()
-        items = list(zip(*iterables, strict=False))
+        calls: Iterator[tuple[Any, ...]] = zip(*iterables, strict=False)
         keys_given = list(key) if isinstance(key, list) else None
-        if keys_given is not None and len(keys_given) != len(items):
-            raise ValueError("key= list must have one key per item")
-        size = batch_size if batch_size and batch_size > 0 else max(len(items), 1)
+        if keys_given is not None:
+            items = list(calls)
+            if len(keys_given) != len(items):
+                raise ValueError("key= list must have one key per item")
+            calls = iter(items)
+        size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
         blob = cloudpickle.dumps(func)
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
-        for start in range(0, len(items), size):
-            batch = items[start : start + size]
-            specs_deps = [make_spec(prefix_spec, args, kwargs, _to_dep) for args in batch]
-            if keys_given is not None:
-                keys = keys_given[start : start + size]
-            else:
-                if pure:
-                    h = hashlib.sha1(blob, usedforsecurity=False)
-                    for spec, _ in specs_deps:
-                        h.update(spec)
-                    token = h.hexdigest()
+        while True:
+            with _gc_paused():
+                batch = list(itertools.islice(calls, size))
+                if not batch:
+                    return out
+                start = len(out)
+                specs, deps = update_graph.call_specs(prefix_spec, batch, kwargs, _to_dep)
+                if keys_given is not None:
+                    keys = keys_given[start : start + len(batch)]
                 else:
-                    token = uuid.uuid4().hex
-                keys = [f"{prefix}-{token}-{i}" for i in range(len(batch))]
-            new_keys: list[Key] = []
-            new_specs: list[bytes] = []
-            new_deps: list[list[Key]] = []
-            with self._refcount_lock:
-                for k, (spec, deps) in zip(keys, specs_deps, strict=True):
-                    if k not in self.futures:
-                        new_keys.append(k)
-                        new_specs.append(spec)
-                        new_deps.append(deps)
-                    out.append(Future(k, self))
-            if new_keys:
+                    if pure:
+                        # The digest of the function then every spec, in one update.
+                        h = hashlib.sha1(blob, usedforsecurity=False)
+                        h.update(b"".join(specs))
+                        token = h.hexdigest()
+                    else:
+                        token = uuid.uuid4().hex
+                    head = f"{prefix}-{token}-"
+                    keys = list(map(head.__add__, map(str, range(start, start + len(batch)))))
+                futures, fresh = self._acquire_many(keys, unique=keys_given is None)
+                out += futures
+            if fresh is not None:
+                keys = [keys[i] for i in fresh]
+                specs = [specs[i] for i in fresh]
+                deps = None if deps is None else [deps[i] for i in fresh]
+            if keys:
                 self._send_graph(
-                    new_keys,
-                    new_specs,
-                    new_deps,
+                    keys,
+                    specs,
+                    deps,
                     priority=priority,
-                    fifo_timeout=fifo_timeout,
+                    # Chunks of one map run in order: each after the previous one
+                    # (a new FIFO generation), as the tasks of a single graph would.
+                    fifo_timeout=fifo_timeout if batch_size or not start else 0,
                     workers=workers,
                     resources=resources,
                     retries=retries,
                     allow_other_workers=allow_other_workers,
-                    keep=(out, batch, kwargs),
+                    keep=(futures, batch, kwargs),
                 )
-        return out
 
     # ----- dask collections -------------------------------------------------------------
 
@@ -1615,6 +1677,21 @@ def fire_and_forget(obj: Any) -> None:
         client._send_soon({"op": "fire-and-forget"}, keys, keep=futures)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while a map batch makes its futures: with it, every few hundred new
+    objects trigger a collection and ever larger heaps get rescanned (a third of
+    ``map()``). It runs again between batches; a caller's disabled GC stays disabled."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _to_dep(obj: Any) -> Key | None:
     return obj.key if isinstance(obj, Future) else None
 
@@ -1651,6 +1728,11 @@ def _parse_erred(
 def futures_of(obj: Any) -> list[Future]:
     """The futures inside ``obj``: a future, lists/tuples/sets/dicts of them, or a
     persisted dask collection."""
+    if type(obj) in (list, tuple, set, frozenset) and all(
+        map(isinstance, obj, itertools.repeat(Future))
+    ):
+        # A flat collection of futures (a map's): C loops, each future once.
+        return list(dict(zip(map(id, obj), obj, strict=True)).values())
     out: list[Future] = []
     seen: set[int] = set()
 
@@ -1712,11 +1794,28 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
     return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
 
 
+_STATE = operator.attrgetter("_state")
+_STATUS = operator.attrgetter("status")
+_DONE = frozenset({"finished", "error", "cancelled"})
+
+
+def _not_done(states: list[FutureState]) -> list[FutureState]:
+    """The states not done yet (``not st.done()``, in C loops)."""
+    return list(itertools.compress(states, map(operator.not_, _done_flags(states))))
+
+
+def _done_flags(states: list[FutureState]) -> Iterator[bool]:
+    return map(_DONE.__contains__, map(_STATUS, states))
+
+
 async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
     if return_when == ALL_COMPLETED:
-        for f in fs:
-            while not f._state.done():
-                await f._state.wait()
+        pending = _not_done(list(map(_STATE, fs)))  # the states (they never change)
+        while pending:
+            # The last one tends to finish last (tasks run in order): one wake-up, and
+            # one pass over the rest, for most waits.
+            await pending[-1].wait()
+            pending = _not_done(pending)
     elif return_when in (FIRST_COMPLETED, FIRST_EXCEPTION):
         first = return_when == FIRST_COMPLETED
 
@@ -1726,8 +1825,8 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
             return any(f.status == "error" for f in fs) or all(f._state.done() for f in fs)
 
         while fs and not stop():
-            pending = {f._state for f in fs if not f._state.done()}
-            tasks = [asyncio.ensure_future(st.wait()) for st in pending]
+            waiting = {f._state for f in fs if not f._state.done()}
+            tasks = [asyncio.ensure_future(st.wait()) for st in waiting]
             try:
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -1735,13 +1834,18 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
                     t.cancel()
     else:
         raise ValueError(f"unknown return_when {return_when!r}")
-    done = {f for f in fs if f._state.done()}
-    cancelled = [f for f in done if f.cancelled()]
-    if cancelled:
-        exc = cancelled[0]._state.exception
+    states = list(map(_STATE, fs))
+    if "cancelled" in map(_STATUS, states):
+        exc = next(st.exception for st in states if st.status == "cancelled")
         assert exc is not None
         raise exc
-    return DoneAndNotDoneFutures(done, {f for f in fs if not f._state.done()})
+    flags = list(_done_flags(states))
+    if all(flags):
+        return DoneAndNotDoneFutures(set(fs), set())
+    return DoneAndNotDoneFutures(
+        set(itertools.compress(fs, flags)),
+        set(itertools.compress(fs, map(operator.not_, flags))),
+    )
 
 
 class as_completed:
