@@ -289,6 +289,10 @@ def test_map_streams_chunks_that_all_land_in_order(
     # Futures as items and kwargs take the general path, chunked the same way.
     chained = client.map(add, futures[:250], y=1000)
     assert client.gather(chained)[249] == 1250 and cluster.graphs == before + 16
+    # Iterables of several lengths (one an iterator) stop at the shortest, as zip.
+    uneven = client.map(add, range(250), iter(range(10**6)))
+    assert client.gather(uneven) == [2 * i for i in range(250)]
+    assert cluster.graphs == before + 19 and client.map(inc) == []
 
 
 def test_streamed_map_futures_release(

@@ -91,11 +91,12 @@ def test_update_graph_without_dependencies_and_map_call_specs() -> None:
         ([(1,), (2,)], {"k": 3}),  # kwargs
         ([(Marker("a"),), (1,), ({"z": Marker("b")},)], {}),  # dependencies
     ]:
-        specs, deps = update_graph.call_specs(prefix, calls, kwargs, to_dep)
+        columns = list(zip(*calls, strict=True))
+        specs, deps = update_graph.call_specs(prefix, columns, kwargs, to_dep)
         made = [make_spec(prefix, args, kwargs, to_dep) for args in calls]
         assert specs == [s for s, _ in made]
         assert deps == ([d for _, d in made] if any(d for _, d in made) else None)
-    assert update_graph.call_specs(prefix, [], {}, to_dep) == ([], None)
+    assert update_graph.call_specs(prefix, [[]], {}, to_dep) == ([], None)
 
 
 @dataclass(frozen=True)

@@ -957,27 +957,32 @@ class Client:
                 "Consider using a normal for loop and Client.submit"
             )
         self._check_running()
-        calls: Iterator[tuple[Any, ...]] = zip(*iterables, strict=False)
+        # Batches are columns (a list per iterable): no tuple per item to allocate.
+        sources = [iter(it) for it in iterables]
         keys_given = list(key) if isinstance(key, list) else None
         if keys_given is not None:
-            items = list(calls)
-            if len(keys_given) != len(items):
+            lists = [list(it) for it in sources]
+            if len(keys_given) != min(map(len, lists), default=0):
                 raise ValueError("key= list must have one key per item")
-            calls = iter(items)
+            sources = [iter(x) for x in lists]
         size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
         blob = cloudpickle.dumps(func)
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
-        while True:
+        while sources:
             with _gc_paused():
-                batch = list(itertools.islice(calls, size))
-                if not batch:
-                    return out
+                columns = [list(itertools.islice(it, size)) for it in sources]
+                n = min(map(len, columns))
+                if n < size:  # the shortest iterable ends here, as zip's items do
+                    columns = [c[:n] for c in columns]
+                    sources = []
+                if not n:
+                    break
                 start = len(out)
-                specs, deps = update_graph.call_specs(prefix_spec, batch, kwargs, _to_dep)
+                specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, _to_dep)
                 if keys_given is not None:
-                    keys = keys_given[start : start + len(batch)]
+                    keys = keys_given[start : start + n]
                 else:
                     if pure:
                         # The digest of the function then every spec, in one update.
@@ -987,7 +992,7 @@ class Client:
                     else:
                         token = uuid.uuid4().hex
                     head = f"{prefix}-{token}-"
-                    keys = list(map(head.__add__, map(str, range(start, start + len(batch)))))
+                    keys = list(map(head.__add__, map(str, range(start, start + n))))
                 futures, fresh = self._acquire_many(keys, unique=keys_given is None)
                 out += futures
             if fresh is not None:
@@ -1007,8 +1012,9 @@ class Client:
                     resources=resources,
                     retries=retries,
                     allow_other_workers=allow_other_workers,
-                    keep=(futures, batch, kwargs),
+                    keep=(futures, columns, kwargs),
                 )
+        return out
 
     # ----- dask collections -------------------------------------------------------------
 

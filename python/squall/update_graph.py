@@ -62,14 +62,16 @@ def encode(
 
 def call_specs(
     prefix: bytes,
-    calls: Sequence[tuple[Any, ...]],
+    columns: Sequence[Sequence[Any]],
     kwargs: Mapping[str, Any],
     to_dep: Callable[[Any], Key | None],
 ) -> tuple[list[bytes], list[list[Key]] | None]:
-    """``make_spec(prefix, args, kwargs, to_dep)`` for every ``args`` of ``calls``: the
-    specs and their dependencies (None when no call has any). Calls on plain values only
-    (the usual map) are pickled in C loops, the same bytes ``make_spec`` writes."""
-    if not kwargs and all(map(_PLAIN.__contains__, map(type, chain.from_iterable(calls)))):
+    """``make_spec(prefix, args, kwargs, to_dep)`` for every ``args`` of
+    ``zip(*columns)`` (a map batch, one column per iterable): the specs and their
+    dependencies (None when no call has any). Calls on plain values only (the usual map)
+    are pickled in C loops, the same bytes ``make_spec`` writes."""
+    calls = zip(*columns, strict=True)
+    if not kwargs and all(map(_PLAIN.__contains__, map(type, chain.from_iterable(columns)))):
         pickled = map(pickle.dumps, zip(calls, repeat(_NO_KWARGS)), repeat(5))
         return list(map(prefix.__add__, pickled)), None
     made = [make_spec(prefix, args, kwargs, to_dep) for args in calls]
