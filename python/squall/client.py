@@ -136,12 +136,18 @@ class RemoteError(Exception):
 
 
 class FutureState:
-    """State shared by all futures of one key in one client; mutated on the loop."""
+    """State shared by all futures of one key in one client; mutated on the loop.
 
-    __slots__ = ("_event", "exception", "key", "status", "traceback", "type")
+    ``refs`` counts those futures (under the client's refcount lock); ``generation`` is
+    the client's restart count when the state was made: a restart forgets every key, so
+    futures from before it release nothing after."""
 
-    def __init__(self, key: Key) -> None:
+    __slots__ = ("_event", "exception", "generation", "key", "refs", "status", "traceback", "type")
+
+    def __init__(self, key: Key, generation: int) -> None:
         self.key = key
+        self.generation = generation
+        self.refs = 1
         self.status: Status = "pending"
         self.exception: BaseException | None = None
         self.traceback: types.TracebackType | None = None
@@ -210,7 +216,7 @@ class Future(TaskRef):
     is a ``TaskRef``, so dask collections built on futures depend on their keys."""
 
     # Slots: a map makes one future per item (faster to build, a third of the memory).
-    __slots__ = ("__weakref__", "_cleared", "_client", "_generation", "_state")
+    __slots__ = ("__weakref__", "_cleared", "_client", "_state")
     _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
 
     def __init__(self, key: Key, client: Client | None = None) -> None:
@@ -224,8 +230,6 @@ class Future(TaskRef):
         the refcount lock)."""
         self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._client = client
-        # A restart forgets every key: futures from before it release nothing after.
-        self._generation = client.generation
         self._state = state
         self._cleared = False
 
@@ -311,7 +315,7 @@ class Future(TaskRef):
     def release(self) -> None:
         if not self._cleared:
             self._cleared = True
-            self._client._release_soon(self.key, self._generation)
+            self._client._release_soon(self._state)
 
     def __del__(self) -> None:
         # try rather than contextlib.suppress: this runs once per future of a map.
@@ -435,7 +439,6 @@ class Client:
         self.status = "newly-created"
         self.futures: dict[Key, FutureState] = {}
         self.generation = 0  # restarts so far
-        self.refcount: dict[Key, int] = {}
         self._refcount_lock = threading.RLock()
         self._timeout = _timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
         self._comm: comm.Comm | None = None
@@ -447,7 +450,7 @@ class Client:
         self._to_release: list[Key] = []
         self._release_scheduled = False
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
-        self._releasing: deque[tuple[Key, int]] = deque()
+        self._releasing: deque[FutureState] = deque()
         self._drain_scheduled = False
         self._peers: dict[str, tuple[asyncio.Lock, list[comm.Comm]]] = {}
         self._thread: threading.Thread | None = None
@@ -664,43 +667,47 @@ class Client:
 
     # ----- reference counting -----------------------------------------------------------
 
+    @property
+    def refcount(self) -> dict[Key, int]:
+        """How many futures this client holds per key."""
+        with self._refcount_lock:
+            return {k: st.refs for k, st in self.futures.items()}
+
     def _inc_ref(self, key: Key) -> FutureState:
         with self._refcount_lock:
-            self.refcount[key] = self.refcount.get(key, 0) + 1
             st = self.futures.get(key)
             if st is None:
-                st = self.futures[key] = FutureState(key)
+                st = self.futures[key] = FutureState(key, self.generation)
+            else:
+                st.refs += 1
             return st
 
-    def _acquire_many(
-        self, keys: list[Key], unique: bool
-    ) -> tuple[list[Future], list[int] | None]:
+    def _acquire_many(self, keys: list[Key]) -> tuple[list[Future], list[int] | None]:
         """Futures for ``keys`` (a bulk ``Future(key)``, one lock acquisition) and the
-        indices of the keys this client did not hold before (None: all of them).
-        ``unique``: the caller knows ``keys`` has no duplicates."""
+        indices of the keys this client did not hold before (None: all of them)."""
         futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
         with self._refcount_lock:
-            held = self.futures
+            made = list(map(FutureState, keys, itertools.repeat(self.generation)))
+            # One C loop and one lookup per key: a held key (or one earlier in ``keys``)
+            # keeps its state and the state made for it is dropped.
+            states = list(map(self.futures.setdefault, keys, made))
             fresh: list[int] | None = None
-            if held.keys().isdisjoint(keys) and (unique or len(set(keys)) == len(keys)):
-                states = list(map(FutureState, keys))
-                held.update(zip(keys, states, strict=True))
-                self.refcount.update(zip(keys, itertools.repeat(1)))
-            else:
-                states, fresh = [], []
-                for i, k in enumerate(keys):
-                    if k not in held:
+            if not all(map(operator.is_, states, made)):
+                fresh = []
+                for i, (st, new) in enumerate(zip(states, made, strict=True)):
+                    if st is new:
                         fresh.append(i)
-                    states.append(self._inc_ref(k))
+                    else:
+                        st.refs += 1
             for f, k, st in zip(futures, keys, states, strict=True):
                 f._bind(k, self, st)
         return futures, fresh
 
-    def _release_soon(self, key: Key, generation: int) -> None:
-        """Any thread: drop one reference to ``key`` on the loop. Lock-free (a future's
+    def _release_soon(self, state: FutureState) -> None:
+        """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
         ``__del__``): appending to and popping from a deque are atomic, and a drain is
         scheduled whenever none is pending after the append."""
-        self._releasing.append((key, generation))
+        self._releasing.append(state)
         if not self._drain_scheduled:
             self._drain_scheduled = True
             self._call_soon(self._drain_releasing)
@@ -708,22 +715,26 @@ class Client:
     def _drain_releasing(self) -> None:
         self._drain_scheduled = False
         releasing = self._releasing
-        items = [releasing.popleft() for _ in range(len(releasing))]
-        if not items:
+        states = [releasing.popleft() for _ in range(len(releasing))]
+        if not states:
             return
         with self._refcount_lock:
-            generation, refcount, futures = self.generation, self.refcount, self.futures
+            generation, futures = self.generation, self.futures
             gone = []
-            for key, g in items:
-                if g != generation:
+            for st in states:
+                if st.generation != generation:
                     continue
-                n = refcount.get(key, 0) - 1
-                if n > 0:
-                    refcount[key] = n
+                st.refs -= 1
+                if st.refs:
                     continue
-                refcount.pop(key, None)
-                futures.pop(key, None)
-                gone.append(key)
+                # The key is released unless another state holds it (``cancel`` drops a
+                # key's state; a future made after that makes a new one).
+                held = futures.get(st.key)
+                if held is st:
+                    del futures[st.key]
+                elif held is not None:
+                    continue
+                gone.append(st.key)
         if not gone:
             return
         self._to_release.extend(gone)
@@ -993,7 +1004,7 @@ class Client:
                         token = uuid.uuid4().hex
                     head = f"{prefix}-{token}-"
                     keys = list(map(head.__add__, map(str, range(start, start + n))))
-                futures, fresh = self._acquire_many(keys, unique=keys_given is None)
+                futures, fresh = self._acquire_many(keys)
                 out += futures
             if fresh is not None:
                 keys = [keys[i] for i in fresh]
@@ -1538,7 +1549,6 @@ class Client:
         with self._refcount_lock:
             states = list(self.futures.values())
             self.futures.clear()
-            self.refcount.clear()
             self._to_release.clear()
             self.generation += 1
         for st in states:
