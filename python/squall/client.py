@@ -1825,8 +1825,9 @@ def _done_flags(states: list[FutureState]) -> Iterator[bool]:
 
 
 async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
+    states = list(map(_STATE, fs))  # a future's state never changes
     if return_when == ALL_COMPLETED:
-        pending = _not_done(list(map(_STATE, fs)))  # the states (they never change)
+        pending = _not_done(states)
         while pending:
             # The last one tends to finish last (tasks run in order): one wake-up, and
             # one pass over the rest, for most waits.
@@ -1850,14 +1851,13 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
                     t.cancel()
     else:
         raise ValueError(f"unknown return_when {return_when!r}")
-    states = list(map(_STATE, fs))
     if "cancelled" in map(_STATUS, states):
         exc = next(st.exception for st in states if st.status == "cancelled")
         assert exc is not None
         raise exc
-    flags = list(_done_flags(states))
-    if all(flags):
+    if return_when == ALL_COMPLETED:
         return DoneAndNotDoneFutures(set(fs), set())
+    flags = list(_done_flags(states))
     return DoneAndNotDoneFutures(
         set(itertools.compress(fs, flags)),
         set(itertools.compress(fs, map(operator.not_, flags))),
