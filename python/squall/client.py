@@ -1741,13 +1741,18 @@ def _parse_erred(
     return key, exc, tb
 
 
+def _flat_futures(obj: Any) -> bool:
+    """Whether ``obj`` is a list, tuple or set of futures only."""
+    return type(obj) in (list, tuple, set, frozenset) and all(
+        map(isinstance, obj, itertools.repeat(Future))
+    )
+
+
 def futures_of(obj: Any) -> list[Future]:
     """The futures inside ``obj``: a future, lists/tuples/sets/dicts of them, or a
     persisted dask collection."""
-    if type(obj) in (list, tuple, set, frozenset) and all(
-        map(isinstance, obj, itertools.repeat(Future))
-    ):
-        # A flat collection of futures (a map's): C loops, each future once.
+    if _flat_futures(obj):
+        # A map's futures: C loops, each future once.
         return list(dict(zip(map(id, obj), obj, strict=True)).values())
     out: list[Future] = []
     seen: set[int] = set()
@@ -1806,7 +1811,8 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
             "  Bad:  wait(x, y, z)\n"
             "  Good: wait([x, y, z])"
         )
-    futures = futures_of(fs)
+    # A future listed twice is harmless here: no need for futures_of's pass over them.
+    futures = list(fs) if _flat_futures(fs) else futures_of(fs)
     return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
 
 

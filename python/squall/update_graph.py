@@ -52,7 +52,7 @@ def encode(
         sizes = array("q", [-1 if s is None else len(s) for s in specs])
         parts: Sequence[bytes] = [s for s in specs if s is not None]
     else:
-        sizes = array("q", map(len, specs))  # type: ignore[arg-type]  # no None left
+        sizes = array("q", list(map(len, specs)))  # type: ignore[arg-type]  # no None left
         parts = specs  # type: ignore[assignment]
     payload = b"".join(
         chain((keys_bytes, sizes.tobytes(), offsets.tobytes(), indices.tobytes()), parts)
