@@ -363,6 +363,23 @@ def test_cancel_raises_cancelled_error(client: Client) -> None:
     assert f.status == "cancelled" and f.cancelled()
 
 
+def test_a_cancelled_key_made_again_is_held_by_its_new_futures(client: Client) -> None:
+    f = client.submit(slow, "c", 0.3)
+    f.cancel()
+    g = client.submit(slow, "c", 0.3)  # the same key, a new state
+    assert g.key == f.key and g._state is not f._state
+    del f
+    gc.collect()
+    time.sleep(0.05)
+    assert client.futures[g.key] is g._state and client.refcount == {g.key: 1}
+    del g
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while client.futures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.futures == {}
+
+
 def test_result_timeout(client: Client) -> None:
     f = client.submit(slow, 1, 0.5)
     t0 = time.monotonic()

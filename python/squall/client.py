@@ -7,7 +7,9 @@ loop and its coroutine methods (``gather``, ``result``, ``close``, …) return a
 
 Protocol choices (see the message table in docs/runtime.md):
 
-* ``submit`` and every batch of ``map`` send ONE ``update-graph``. Dependencies are the
+* ``submit`` and every batch of ``map`` send ONE ``update-graph`` (a ``map`` without
+  ``batch_size`` sends chunks of ``MAP_CHUNK`` items while it builds the next ones, each
+  chunk a new FIFO generation so they run in order). Dependencies are the
   futures found in the arguments (also nested in lists, tuples, sets and dicts); all of
   them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
   ``n`` task keys in the keys payload. Keys this client already holds a future for are
@@ -16,11 +18,14 @@ Protocol choices (see the message table in docs/runtime.md):
   ``pickle((args, kwargs))`` with :class:`~squall.spec.Dep` markers). ``map`` pickles
   the function once and every per-item spec shares those bytes; workers unpickle the
   function once per process (cached by content).
-* ``map`` keys are ``{funcname}-{token}-{i}``; the token is one hash over the pickled
-  function, kwargs and per-item arguments (pure) or a uuid (``pure=False``).
-* Futures on the same key share one :class:`FutureState`; when the last one is released
-  or garbage collected the key goes into a ``release-keys`` message, batched per event
-  loop iteration and always sent before any later message.
+* ``map`` keys are ``{funcname}-{token}-{i}`` (``i`` the item's index in the map); the
+  token is one hash per batch over the pickled function and the batch's specs (pure) or
+  a uuid (``pure=False``).
+* Futures on the same key share one :class:`FutureState`, which counts them; when the
+  last one is released or garbage collected the key goes into a ``release-keys``
+  message, batched per event loop iteration and always sent before any later message.
+  A ``map`` makes its futures and states in bulk, under one lock acquisition per batch
+  and without cyclic GC runs while it does.
 * Results: ``who-has`` to the scheduler, then ``get-data`` (role ``peer``) to one holder
   per key (connections cached per worker); a size of -1 or a failed worker makes the
   client ask again.
@@ -1833,10 +1838,10 @@ def _done_flags(states: list[FutureState]) -> Iterator[bool]:
 async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
     states = list(map(_STATE, fs))  # a future's state never changes
     if return_when == ALL_COMPLETED:
-        pending = _not_done(states)
+        pending = states
         while pending:
             # The last one tends to finish last (tasks run in order): one wake-up, and
-            # one pass over the rest, for most waits.
+            # one pass over the others, for most waits.
             await pending[-1].wait()
             pending = _not_done(pending)
     elif return_when in (FIRST_COMPLETED, FIRST_EXCEPTION):
