@@ -295,6 +295,21 @@ def test_map_streams_chunks_that_all_land_in_order(
     assert cluster.graphs == before + 19 and client.map(inc) == []
 
 
+def test_map_pauses_the_cyclic_gc_only_while_it_runs(client: Client) -> None:
+    assert gc.isenabled()
+    assert client.gather(client.map(inc, range(10))) == list(range(1, 11))
+    assert gc.isenabled()
+    with pytest.raises(TypeError):
+        client.map(inc, [1, threading.Lock()])  # cannot be pickled
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        client.map(inc, range(5))
+        assert not gc.isenabled()  # the caller's choice stays
+    finally:
+        gc.enable()
+
+
 def test_streamed_map_futures_release(
     client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -986,8 +986,8 @@ class Client:
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
-        while sources:
-            with _gc_paused():
+        with _gc_paused():
+            while sources:
                 columns = [list(itertools.islice(it, size)) for it in sources]
                 n = min(map(len, columns))
                 if n < size:  # the shortest iterable ends here, as zip's items do
@@ -1011,25 +1011,25 @@ class Client:
                     keys = list(map(head.__add__, map(str, range(start, start + n))))
                 futures, fresh = self._acquire_many(keys)
                 out += futures
-            if fresh is not None:
-                keys = [keys[i] for i in fresh]
-                specs = [specs[i] for i in fresh]
-                deps = None if deps is None else [deps[i] for i in fresh]
-            if keys:
-                self._send_graph(
-                    keys,
-                    specs,
-                    deps,
-                    priority=priority,
-                    # Chunks of one map run in order: each after the previous one
-                    # (a new FIFO generation), as the tasks of a single graph would.
-                    fifo_timeout=fifo_timeout if batch_size or not start else 0,
-                    workers=workers,
-                    resources=resources,
-                    retries=retries,
-                    allow_other_workers=allow_other_workers,
-                    keep=(futures, columns, kwargs),
-                )
+                if fresh is not None:
+                    keys = [keys[i] for i in fresh]
+                    specs = [specs[i] for i in fresh]
+                    deps = None if deps is None else [deps[i] for i in fresh]
+                if keys:
+                    self._send_graph(
+                        keys,
+                        specs,
+                        deps,
+                        priority=priority,
+                        # Chunks of one map run in order: each after the previous one
+                        # (a new FIFO generation), as the tasks of a single graph would.
+                        fifo_timeout=fifo_timeout if batch_size or not start else 0,
+                        workers=workers,
+                        resources=resources,
+                        retries=retries,
+                        allow_other_workers=allow_other_workers,
+                        keep=(futures, columns, kwargs),
+                    )
         return out
 
     # ----- dask collections -------------------------------------------------------------
@@ -1700,9 +1700,11 @@ def fire_and_forget(obj: Any) -> None:
 
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
-    """No cyclic GC while a map batch makes its futures: with it, every few hundred new
-    objects trigger a collection and ever larger heaps get rescanned (a third of
-    ``map()``). It runs again between batches; a caller's disabled GC stays disabled."""
+    """No cyclic GC while a map makes its futures (two GC-tracked objects per item):
+    with it, every few hundred new objects trigger a collection, and the heap growing
+    by millions triggers a full one at every quarter of growth, each rescanning it all
+    (a fifth to a third of ``map()``). Paused, the first collection afterwards sees
+    them once. A caller's disabled GC stays disabled."""
     if not gc.isenabled():
         yield
         return
