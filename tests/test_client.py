@@ -283,6 +283,10 @@ def test_map_streams_chunks_that_all_land_in_order(
     mixed = client.map(inc, [1, 2, 3], key=[futures[0].key, "m1", "m2"])
     assert mixed[0]._state is futures[0]._state
     assert client.gather(mixed) == [1, 3, 4] and cluster.graphs == before + 12
+    held = dict(client.futures)
+    with pytest.raises(TypeError, match="unhashable"):
+        client.map(inc, [1, 2], key=["fine", ["not", "hashable"]])
+    assert client.futures == held
     # A user batch_size still means one update-graph per batch, whatever the chunk size.
     batched = client.map(add, range(250), range(250), batch_size=250)
     assert client.gather(batched)[-1] == 498 and cluster.graphs == before + 13

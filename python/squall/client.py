@@ -980,6 +980,7 @@ class Client:
             lists = [list(it) for it in sources]
             if len(keys_given) != min(map(len, lists), default=0):
                 raise ValueError("key= list must have one key per item")
+            set(keys_given)  # an unhashable key raises TypeError before anything is held
             sources = [iter(x) for x in lists]
         size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
         blob = cloudpickle.dumps(func)
