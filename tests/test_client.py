@@ -16,6 +16,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 import tblib  # type: ignore[import-untyped]
 
+import squall.client
 from squall import comm
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.client import (
@@ -39,6 +40,7 @@ class FakeWorker:
         self.nthreads = nthreads
         self.data: dict[Any, Any] = {}
         self.keys: dict[int, Any] = {}
+        self.priorities: dict[Any, tuple[int, float, int]] = {}
         self.address = ""
         self.get_data_requests = 0
 
@@ -68,10 +70,11 @@ class FakeWorker:
             while True:
                 for h, payload in await self.conn.read_messages():
                     if h["op"] == "compute":
-                        for task, run_id, key, _, spec, _, _, deps in decode_compute(
+                        for task, run_id, key, priority, spec, _, _, deps in decode_compute(
                             bytes(payload), h["addresses"]
                         ):
                             self.keys[task] = key
+                            self.priorities[key] = priority
                             args = {k: self.data[k] for k, _, _ in deps}
                             asyncio.get_running_loop().create_task(
                                 self._execute(task, run_id, key, spec, args)
@@ -261,6 +264,80 @@ def test_map_sends_one_graph_per_batch(client: Client, cluster: Cluster) -> None
     assert client.map(inc, [1], pure=False)[0].key != client.map(inc, [1], pure=False)[0].key
 
 
+def test_map_streams_chunks_that_all_land_in_order(
+    client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(squall.client, "MAP_CHUNK", 100)
+    before = cluster.graphs
+    futures = client.map(inc, range(1050))
+    assert len({f.key for f in futures}) == 1050 and futures[1049].key.endswith("-1049")
+    assert client.gather(futures) == list(range(1, 1051))
+    assert cluster.graphs == before + 11  # one update-graph per chunk
+    # Each chunk is a new FIFO generation: the map's tasks are prioritised in item order.
+    priorities = [cluster.worker.priorities[f.key] for f in futures]
+    assert priorities == sorted(priorities)
+    # The same map again holds the same keys and sends nothing; one held key in a chunk
+    # of new ones sends only the new ones.
+    again = client.map(inc, range(1050))
+    assert [f.key for f in again] == [f.key for f in futures] and cluster.graphs == before + 11
+    mixed = client.map(inc, [1, 2, 3], key=[futures[0].key, "m1", "m2"])
+    assert mixed[0]._state is futures[0]._state
+    assert client.gather(mixed) == [1, 3, 4] and cluster.graphs == before + 12
+    held = dict(client.futures)
+    with pytest.raises(TypeError, match="unhashable"):
+        client.map(inc, [1, 2], key=["fine", ["not", "hashable"]])
+    assert client.futures == held
+    # A user batch_size still means one update-graph per batch, whatever the chunk size.
+    batched = client.map(add, range(250), range(250), batch_size=250)
+    assert client.gather(batched)[-1] == 498 and cluster.graphs == before + 13
+    # Futures as items and kwargs take the general path, chunked the same way.
+    chained = client.map(add, futures[:250], y=1000)
+    assert client.gather(chained)[249] == 1250 and cluster.graphs == before + 16
+    # Iterables of several lengths (one an iterator) stop at the shortest, as zip.
+    uneven = client.map(add, range(250), iter(range(10**6)))
+    assert client.gather(uneven) == [2 * i for i in range(250)]
+    assert cluster.graphs == before + 19 and client.map(inc) == []
+
+
+def test_map_pauses_the_cyclic_gc_only_while_it_runs(client: Client) -> None:
+    assert gc.isenabled()
+    assert client.gather(client.map(inc, range(10))) == list(range(1, 11))
+    assert gc.isenabled()
+    with pytest.raises(TypeError):
+        client.map(inc, [1, threading.Lock()])  # cannot be pickled
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        client.map(inc, range(5))
+        assert not gc.isenabled()  # the caller's choice stays
+    finally:
+        gc.enable()
+
+
+def test_streamed_map_futures_release(
+    client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(squall.client, "MAP_CHUNK", 64)
+    futures = client.map(inc, range(500))
+    duplicates = client.map(inc, [7, 7, 8], key=["d", "d", "e"])  # two futures, key "d"
+    assert duplicates[0]._state is duplicates[1]._state
+    done, not_done = wait(futures + duplicates + futures[:10], timeout=5)
+    assert len(done) == 502 and not not_done  # sets of futures: one per key
+    assert cluster.n_tasks() == 502 and client.refcount["d"] == 2
+    del futures, done
+    gc.collect()
+    cluster.wait_for(lambda: cluster.n_tasks() == 2)
+    duplicates.pop(0)
+    gc.collect()
+    time.sleep(0.05)
+    assert cluster.n_tasks() == 2 and client.refcount["d"] == 1
+    del duplicates
+    gc.collect()
+    cluster.wait_for(lambda: cluster.n_tasks() == 0)
+    assert client.futures == {} and client.refcount == {}
+    cluster.wait_for(lambda: cluster.worker.data == {})
+
+
 def test_gather_nested_structures(client: Client) -> None:
     a, b, c = client.map(inc, [1, 2, 3])
     got = client.gather({"x": [a, (b, 7)], "y": {"z": c}, "n": None})
@@ -303,6 +380,23 @@ def test_cancel_raises_cancelled_error(client: Client) -> None:
     with pytest.raises(CancelledError):
         f.result(timeout=5)
     assert f.status == "cancelled" and f.cancelled()
+
+
+def test_a_cancelled_key_made_again_is_held_by_its_new_futures(client: Client) -> None:
+    f = client.submit(slow, "c", 0.3)
+    f.cancel()
+    g = client.submit(slow, "c", 0.3)  # the same key, a new state
+    assert g.key == f.key and g._state is not f._state
+    del f
+    gc.collect()
+    time.sleep(0.05)
+    assert client.futures[g.key] is g._state and client.refcount == {g.key: 1}
+    del g
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while client.futures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.futures == {}
 
 
 def test_result_timeout(client: Client) -> None:

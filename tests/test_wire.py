@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 
+import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 import squall
 from squall import update_graph
 from squall._core import decode_compute
+from squall.spec import call_prefix, make_spec
 
 
 def test_compute_batches_roundtrip_per_worker() -> None:
@@ -72,6 +75,33 @@ def test_update_graph_payload_is_decoded_in_rust() -> None:
         h2, p2, _ = update_graph.encode(["e"], [b"e"], [["nope"]])
         s.submit_wire(c, p2, h2["n"], h2["keys_bytes"], now=0.3)
     s.validate()
+
+
+def test_update_graph_without_dependencies_and_map_call_specs() -> None:
+    # deps=None (no task has any) encodes as empty dependency lists do.
+    keys, specs = ["p", "q"], [b"sp", b"sq"]
+    assert update_graph.encode(keys, specs) == update_graph.encode(keys, specs, [[], []])
+    # A map batch's specs are make_spec's, in the C loops for plain values or not.
+    prefix = call_prefix(cloudpickle.dumps(len))
+    to_dep = lambda o: o.key if isinstance(o, Marker) else None  # noqa: E731
+    for calls, kwargs in [
+        ([(1,), ("x",), (2.5,), (None,), (b"b",), (True,)], {}),
+        ([(1, 2), (3, 4)], {}),
+        ([(1,), ([1, 2],)], {}),  # not all plain
+        ([(1,), (2,)], {"k": 3}),  # kwargs
+        ([(Marker("a"),), (1,), ({"z": Marker("b")},)], {}),  # dependencies
+    ]:
+        columns = list(zip(*calls, strict=True))
+        specs, deps = update_graph.call_specs(prefix, columns, kwargs, to_dep)
+        made = [make_spec(prefix, args, kwargs, to_dep) for args in calls]
+        assert specs == [s for s, _ in made]
+        assert deps == ([d for _, d in made] if any(d for _, d in made) else None)
+    assert update_graph.call_specs(prefix, [[]], {}, to_dep) == ([], None)
+
+
+@dataclass(frozen=True)
+class Marker:
+    key: str
 
 
 def test_compute_carries_more_than_65535_dependencies() -> None:

@@ -7,7 +7,9 @@ loop and its coroutine methods (``gather``, ``result``, ``close``, …) return a
 
 Protocol choices (see the message table in docs/runtime.md):
 
-* ``submit`` and every batch of ``map`` send ONE ``update-graph``. Dependencies are the
+* ``submit`` and every batch of ``map`` send ONE ``update-graph`` (a ``map`` without
+  ``batch_size`` sends chunks of ``MAP_CHUNK`` items while it builds the next ones, each
+  chunk a new FIFO generation so they run in order). Dependencies are the
   futures found in the arguments (also nested in lists, tuples, sets and dicts); all of
   them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
   ``n`` task keys in the keys payload. Keys this client already holds a future for are
@@ -16,11 +18,14 @@ Protocol choices (see the message table in docs/runtime.md):
   ``pickle((args, kwargs))`` with :class:`~squall.spec.Dep` markers). ``map`` pickles
   the function once and every per-item spec shares those bytes; workers unpickle the
   function once per process (cached by content).
-* ``map`` keys are ``{funcname}-{token}-{i}``; the token is one hash over the pickled
-  function, kwargs and per-item arguments (pure) or a uuid (``pure=False``).
-* Futures on the same key share one :class:`FutureState`; when the last one is released
-  or garbage collected the key goes into a ``release-keys`` message, batched per event
-  loop iteration and always sent before any later message.
+* ``map`` keys are ``{funcname}-{token}-{i}`` (``i`` the item's index in the map); the
+  token is one hash per batch over the pickled function and the batch's specs (pure) or
+  a uuid (``pure=False``).
+* Futures on the same key share one :class:`FutureState`, which counts them; when the
+  last one is released or garbage collected the key goes into a ``release-keys``
+  message, batched per event loop iteration and always sent before any later message.
+  A ``map`` makes its futures and states in bulk, under one lock acquisition per batch
+  and without cyclic GC runs while it does.
 * Results: ``who-has`` to the scheduler, then ``get-data`` (role ``peer``) to one holder
   per key (connections cached per worker); a size of -1 or a failed worker makes the
   client ask again.
@@ -31,10 +36,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import hashlib
 import itertools
 import logging
 import numbers
+import operator
 import pickle
 import random
 import threading
@@ -63,6 +70,10 @@ from squall.graph import (
 from squall.spec import call_prefix, make_spec
 
 logger = logging.getLogger("squall.client")
+
+#: Items per ``update-graph`` of a ``map`` without ``batch_size``: sent as built, so the
+#: scheduler and workers start early, and large enough that per-message costs vanish.
+MAP_CHUNK = 20_000
 
 Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
@@ -130,12 +141,18 @@ class RemoteError(Exception):
 
 
 class FutureState:
-    """State shared by all futures of one key in one client; mutated on the loop."""
+    """State shared by all futures of one key in one client; mutated on the loop.
 
-    __slots__ = ("_event", "exception", "key", "status", "traceback", "type")
+    ``refs`` counts those futures (under the client's refcount lock); ``generation`` is
+    the client's restart count when the state was made: a restart forgets every key, so
+    futures from before it release nothing after."""
 
-    def __init__(self, key: Key) -> None:
+    __slots__ = ("_event", "exception", "generation", "key", "refs", "status", "traceback", "type")
+
+    def __init__(self, key: Key, generation: int) -> None:
         self.key = key
+        self.generation = generation
+        self.refs = 1
         self.status: Status = "pending"
         self.exception: BaseException | None = None
         self.traceback: types.TracebackType | None = None
@@ -160,6 +177,14 @@ class FutureState:
     def finish(self) -> None:
         self.status = "finished"
         self._signal()
+
+    @staticmethod
+    def finish_all(states: Iterable[FutureState]) -> None:
+        """``finish()`` each of many states (a ``key-in-memory`` notice) in one loop."""
+        for st in states:
+            st.status = "finished"
+            if st._event is not None:
+                st._event.set()
 
     def lose(self) -> None:
         self.status = "lost"
@@ -195,16 +220,22 @@ class Future(TaskRef):
     """A remotely running computation (``distributed.Future``). Like dask's futures it
     is a ``TaskRef``, so dask collections built on futures depend on their keys."""
 
+    # Slots: a map makes one future per item (faster to build, a third of the memory).
+    __slots__ = ("__weakref__", "_cleared", "_client", "_state")
     _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
 
     def __init__(self, key: Key, client: Client | None = None) -> None:
-        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._cleared = True
-        self._client = client if client is not None else default_client()
-        with self._client._refcount_lock:
-            # A restart forgets every key: futures from before it release nothing after.
-            self._generation = self._client.generation
-            self._state = self._client._inc_ref(key)
+        client = client if client is not None else default_client()
+        with client._refcount_lock:
+            self._bind(key, client, client._inc_ref(key))
+
+    def _bind(self, key: Key, client: Client, state: FutureState) -> None:
+        """Set up a future whose reference to ``key`` the caller has counted (holding
+        the refcount lock)."""
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
+        self._client = client
+        self._state = state
         self._cleared = False
 
     @property
@@ -289,11 +320,14 @@ class Future(TaskRef):
     def release(self) -> None:
         if not self._cleared:
             self._cleared = True
-            self._client._release_soon(self.key, self._generation)
+            self._client._release_soon(self._state)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # try rather than contextlib.suppress: this runs once per future of a map.
+        try:  # noqa: SIM105
             self.release()
+        except Exception:
+            pass
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -410,7 +444,6 @@ class Client:
         self.status = "newly-created"
         self.futures: dict[Key, FutureState] = {}
         self.generation = 0  # restarts so far
-        self.refcount: dict[Key, int] = {}
         self._refcount_lock = threading.RLock()
         self._timeout = _timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
         self._comm: comm.Comm | None = None
@@ -422,7 +455,8 @@ class Client:
         self._to_release: list[Key] = []
         self._release_scheduled = False
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
-        self._releasing: list[tuple[Key, int]] = []
+        self._releasing: deque[FutureState] = deque()
+        self._drain_scheduled = False
         self._peers: dict[str, tuple[asyncio.Lock, list[comm.Comm]]] = {}
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
@@ -638,36 +672,74 @@ class Client:
 
     # ----- reference counting -----------------------------------------------------------
 
+    @property
+    def refcount(self) -> dict[Key, int]:
+        """How many futures this client holds per key."""
+        with self._refcount_lock:
+            return {k: st.refs for k, st in self.futures.items()}
+
     def _inc_ref(self, key: Key) -> FutureState:
         with self._refcount_lock:
-            self.refcount[key] = self.refcount.get(key, 0) + 1
             st = self.futures.get(key)
             if st is None:
-                st = self.futures[key] = FutureState(key)
+                st = self.futures[key] = FutureState(key, self.generation)
+            else:
+                st.refs += 1
             return st
 
-    def _release_soon(self, key: Key, generation: int) -> None:
-        """Any thread: drop one reference to ``key`` on the loop."""
+    def _acquire_many(self, keys: list[Key]) -> tuple[list[Future], list[int] | None]:
+        """Futures for ``keys`` (a bulk ``Future(key)``, one lock acquisition) and the
+        indices of the keys this client did not hold before (None: all of them)."""
+        futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
         with self._refcount_lock:
-            self._releasing.append((key, generation))
-            if len(self._releasing) > 1:
-                return  # a drain is already scheduled
-        self._call_soon(self._drain_releasing)
+            made = list(map(FutureState, keys, itertools.repeat(self.generation)))
+            # One C loop and one lookup per key: a held key (or one earlier in ``keys``)
+            # keeps its state and the state made for it is dropped.
+            states = list(map(self.futures.setdefault, keys, made))
+            fresh: list[int] | None = None
+            if not all(map(operator.is_, states, made)):
+                fresh = []
+                for i, (st, new) in enumerate(zip(states, made, strict=True)):
+                    if st is new:
+                        fresh.append(i)
+                    else:
+                        st.refs += 1
+            for f, k, st in zip(futures, keys, states, strict=True):
+                f._bind(k, self, st)
+        return futures, fresh
+
+    def _release_soon(self, state: FutureState) -> None:
+        """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
+        ``__del__``): appending to and popping from a deque are atomic, and a drain is
+        scheduled whenever none is pending after the append."""
+        self._releasing.append(state)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._call_soon(self._drain_releasing)
 
     def _drain_releasing(self) -> None:
+        self._drain_scheduled = False
+        releasing = self._releasing
+        states = [releasing.popleft() for _ in range(len(releasing))]
+        if not states:
+            return
         with self._refcount_lock:
-            items, self._releasing = self._releasing, []
+            generation, futures = self.generation, self.futures
             gone = []
-            for key, generation in items:
-                if generation != self.generation:
+            for st in states:
+                if st.generation != generation:
                     continue
-                n = self.refcount.get(key, 0) - 1
-                if n > 0:
-                    self.refcount[key] = n
+                st.refs -= 1
+                if st.refs:
                     continue
-                self.refcount.pop(key, None)
-                self.futures.pop(key, None)
-                gone.append(key)
+                # The key is released unless another state holds it (``cancel`` drops a
+                # key's state; a future made after that makes a new one).
+                held = futures.get(st.key)
+                if held is st:
+                    del futures[st.key]
+                elif held is not None:
+                    continue
+                gone.append(st.key)
         if not gone:
             return
         self._to_release.extend(gone)
@@ -712,13 +784,12 @@ class Client:
     def _states(self, payload: memoryview) -> list[FutureState]:
         keys = decode_keys(bytes(payload))
         with self._refcount_lock:
-            return [st for st in map(self.futures.get, keys) if st is not None]
+            return list(filter(None, map(self.futures.get, keys)))
 
     def _handle(self, h: comm.Header, payload: memoryview) -> None:
         op = h["op"]
         if op == "key-in-memory":
-            for st in self._states(payload):
-                st.finish()
+            FutureState.finish_all(self._states(payload))
         elif op == "task-erred":
             key, exc, tb = _parse_erred(h, payload)
             with self._refcount_lock:
@@ -767,7 +838,7 @@ class Client:
         self,
         keys: list[Key],
         specs: list[bytes],
-        deps: list[list[Key]],
+        deps: list[list[Key]] | None,
         *,
         priority: int,
         fifo_timeout: float | str,
@@ -889,7 +960,9 @@ class Client:
         **kwargs: Any,
     ) -> list[Future]:
         """``[submit(func, *items) for items in zip(*iterables)]`` as one graph per
-        batch (``batch_size`` items; all at once by default)."""
+        batch of ``batch_size`` items. Without ``batch_size`` the items are sent in
+        chunks of ``MAP_CHUNK`` as they are built, so the cluster starts on the first
+        ones while the client still builds the rest."""
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
         if actor or actors:
@@ -900,52 +973,64 @@ class Client:
                 "Consider using a normal for loop and Client.submit"
             )
         self._check_running()
-        items = list(zip(*iterables, strict=False))
+        # Batches are columns (a list per iterable): no tuple per item to allocate.
+        sources = [iter(it) for it in iterables]
         keys_given = list(key) if isinstance(key, list) else None
-        if keys_given is not None and len(keys_given) != len(items):
-            raise ValueError("key= list must have one key per item")
-        size = batch_size if batch_size and batch_size > 0 else max(len(items), 1)
+        if keys_given is not None:
+            lists = [list(it) for it in sources]
+            if len(keys_given) != min(map(len, lists), default=0):
+                raise ValueError("key= list must have one key per item")
+            set(keys_given)  # an unhashable key raises TypeError before anything is held
+            sources = [iter(x) for x in lists]
+        size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
         blob = cloudpickle.dumps(func)
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
-        for start in range(0, len(items), size):
-            batch = items[start : start + size]
-            specs_deps = [make_spec(prefix_spec, args, kwargs, _to_dep) for args in batch]
-            if keys_given is not None:
-                keys = keys_given[start : start + size]
-            else:
-                if pure:
-                    h = hashlib.sha1(blob, usedforsecurity=False)
-                    for spec, _ in specs_deps:
-                        h.update(spec)
-                    token = h.hexdigest()
+        with _gc_paused():
+            while sources:
+                columns = [list(itertools.islice(it, size)) for it in sources]
+                n = min(map(len, columns))
+                if n < size:  # the shortest iterable ends here, as zip's items do
+                    columns = [c[:n] for c in columns]
+                    sources = []
+                if not n:
+                    break
+                start = len(out)
+                specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, _to_dep)
+                if keys_given is not None:
+                    keys = keys_given[start : start + n]
                 else:
-                    token = uuid.uuid4().hex
-                keys = [f"{prefix}-{token}-{i}" for i in range(len(batch))]
-            new_keys: list[Key] = []
-            new_specs: list[bytes] = []
-            new_deps: list[list[Key]] = []
-            with self._refcount_lock:
-                for k, (spec, deps) in zip(keys, specs_deps, strict=True):
-                    if k not in self.futures:
-                        new_keys.append(k)
-                        new_specs.append(spec)
-                        new_deps.append(deps)
-                    out.append(Future(k, self))
-            if new_keys:
-                self._send_graph(
-                    new_keys,
-                    new_specs,
-                    new_deps,
-                    priority=priority,
-                    fifo_timeout=fifo_timeout,
-                    workers=workers,
-                    resources=resources,
-                    retries=retries,
-                    allow_other_workers=allow_other_workers,
-                    keep=(out, batch, kwargs),
-                )
+                    if pure:
+                        # The digest of the function then every spec, in one update.
+                        h = hashlib.sha1(blob, usedforsecurity=False)
+                        h.update(b"".join(specs))
+                        token = h.hexdigest()
+                    else:
+                        token = uuid.uuid4().hex
+                    head = f"{prefix}-{token}-"
+                    keys = list(map(head.__add__, map(str, range(start, start + n))))
+                futures, fresh = self._acquire_many(keys)
+                out += futures
+                if fresh is not None:
+                    keys = [keys[i] for i in fresh]
+                    specs = [specs[i] for i in fresh]
+                    deps = None if deps is None else [deps[i] for i in fresh]
+                if keys:
+                    self._send_graph(
+                        keys,
+                        specs,
+                        deps,
+                        priority=priority,
+                        # Chunks of one map run in order: each after the previous one
+                        # (a new FIFO generation), as the tasks of a single graph would.
+                        fifo_timeout=fifo_timeout if batch_size or not start else 0,
+                        workers=workers,
+                        resources=resources,
+                        retries=retries,
+                        allow_other_workers=allow_other_workers,
+                        keep=(futures, columns, kwargs),
+                    )
         return out
 
     # ----- dask collections -------------------------------------------------------------
@@ -1470,7 +1555,6 @@ class Client:
         with self._refcount_lock:
             states = list(self.futures.values())
             self.futures.clear()
-            self.refcount.clear()
             self._to_release.clear()
             self.generation += 1
         for st in states:
@@ -1615,6 +1699,23 @@ def fire_and_forget(obj: Any) -> None:
         client._send_soon({"op": "fire-and-forget"}, keys, keep=futures)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while a map makes its futures (two GC-tracked objects per item):
+    with it, every few hundred new objects trigger a collection, and the heap growing
+    by millions triggers a full one at every quarter of growth, each rescanning it all
+    (a fifth to a third of ``map()``). Paused, the first collection afterwards sees
+    them once. A caller's disabled GC stays disabled."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _to_dep(obj: Any) -> Key | None:
     return obj.key if isinstance(obj, Future) else None
 
@@ -1648,9 +1749,19 @@ def _parse_erred(
     return key, exc, tb
 
 
+def _flat_futures(obj: Any) -> bool:
+    """Whether ``obj`` is a list, tuple or set of futures only."""
+    return type(obj) in (list, tuple, set, frozenset) and all(
+        map(isinstance, obj, itertools.repeat(Future))
+    )
+
+
 def futures_of(obj: Any) -> list[Future]:
     """The futures inside ``obj``: a future, lists/tuples/sets/dicts of them, or a
     persisted dask collection."""
+    if _flat_futures(obj):
+        # A map's futures: C loops, each future once.
+        return list(dict(zip(map(id, obj), obj, strict=True)).values())
     out: list[Future] = []
     seen: set[int] = set()
 
@@ -1708,15 +1819,34 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
             "  Bad:  wait(x, y, z)\n"
             "  Good: wait([x, y, z])"
         )
-    futures = futures_of(fs)
+    # A future listed twice is harmless here: no need for futures_of's pass over them.
+    futures = list(fs) if _flat_futures(fs) else futures_of(fs)
     return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
 
 
+_STATE = operator.attrgetter("_state")
+_STATUS = operator.attrgetter("status")
+_DONE = frozenset({"finished", "error", "cancelled"})
+
+
+def _not_done(states: list[FutureState]) -> list[FutureState]:
+    """The states not done yet (``not st.done()``, in C loops)."""
+    return list(itertools.compress(states, map(operator.not_, _done_flags(states))))
+
+
+def _done_flags(states: list[FutureState]) -> Iterator[bool]:
+    return map(_DONE.__contains__, map(_STATUS, states))
+
+
 async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
+    states = list(map(_STATE, fs))  # a future's state never changes
     if return_when == ALL_COMPLETED:
-        for f in fs:
-            while not f._state.done():
-                await f._state.wait()
+        pending = states
+        while pending:
+            # The last one tends to finish last (tasks run in order): one wake-up, and
+            # one pass over the others, for most waits.
+            await pending[-1].wait()
+            pending = _not_done(pending)
     elif return_when in (FIRST_COMPLETED, FIRST_EXCEPTION):
         first = return_when == FIRST_COMPLETED
 
@@ -1726,8 +1856,8 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
             return any(f.status == "error" for f in fs) or all(f._state.done() for f in fs)
 
         while fs and not stop():
-            pending = {f._state for f in fs if not f._state.done()}
-            tasks = [asyncio.ensure_future(st.wait()) for st in pending]
+            waiting = {f._state for f in fs if not f._state.done()}
+            tasks = [asyncio.ensure_future(st.wait()) for st in waiting]
             try:
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -1735,13 +1865,17 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
                     t.cancel()
     else:
         raise ValueError(f"unknown return_when {return_when!r}")
-    done = {f for f in fs if f._state.done()}
-    cancelled = [f for f in done if f.cancelled()]
-    if cancelled:
-        exc = cancelled[0]._state.exception
+    if "cancelled" in map(_STATUS, states):
+        exc = next(st.exception for st in states if st.status == "cancelled")
         assert exc is not None
         raise exc
-    return DoneAndNotDoneFutures(done, {f for f in fs if not f._state.done()})
+    if return_when == ALL_COMPLETED:
+        return DoneAndNotDoneFutures(set(fs), set())
+    flags = list(_done_flags(states))
+    return DoneAndNotDoneFutures(
+        set(itertools.compress(fs, flags)),
+        set(itertools.compress(fs, map(operator.not_, flags))),
+    )
 
 
 class as_completed:

@@ -1,5 +1,6 @@
 """The ``update-graph`` message, client side (the scheduler decodes it in Rust,
-``Scheduler.submit_wire``, making no Python object per task).
+``Scheduler.submit_wire``, making no Python object per task), and the call specs of a
+``map`` batch.
 
 Payload: ``keys | i64 spec sizes[n] | u32 dependency offsets[n + 1] | u32 dependency
 indices | specs``. ``keys`` (``encode_keys`` form, ``keys_bytes`` long) holds the n task
@@ -10,33 +11,69 @@ task without a spec (data).
 
 from __future__ import annotations
 
+import pickle
 from array import array
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 from squall._core import encode_keys
+from squall.spec import _PLAIN, make_spec
 
 Key = Hashable
 
+# The kwargs of every plain map item: pickled, never mutated.
+_NO_KWARGS: dict[str, Any] = {}
+
 
 def encode(
-    keys: Sequence[Key], specs: Sequence[bytes | None], deps: Sequence[Sequence[Key]]
+    keys: Sequence[Key],
+    specs: Sequence[bytes | None],
+    deps: Sequence[Sequence[Key]] | None = None,
 ) -> tuple[dict[str, Any], bytes, dict[Key, int]]:
-    """``(header fields, payload, index of each task key)`` for ``update-graph``."""
+    """``(header fields, payload, index of each task key)`` for ``update-graph``;
+    ``deps=None`` means no task has dependencies."""
     n = len(keys)
-    index = {k: i for i, k in enumerate(keys)}
+    index = dict(zip(keys, range(n), strict=True))
     external: dict[Key, int] = {}
-    offsets = array("I", [0])
     indices = array("I")
-    for ds in deps:
-        for k in ds:
-            i = index.get(k)
-            indices.append(i if i is not None else n + external.setdefault(k, len(external)))
-        offsets.append(len(indices))
-    keys_bytes = encode_keys([*keys, *external])
-    sizes = array("q", [-1 if s is None else len(s) for s in specs])
+    if deps is None or not any(deps):
+        offsets = array("I", bytes(4 * (n + 1)))
+    else:
+        offsets = array("I", [0])
+        for ds in deps:
+            for k in ds:
+                i = index.get(k)
+                indices.append(i if i is not None else n + external.setdefault(k, len(external)))
+            offsets.append(len(indices))
+    keys_bytes = encode_keys([*keys, *external] if external else keys)
+    # C loops for the usual case of every task having a spec.
+    if None in specs:
+        sizes = array("q", [-1 if s is None else len(s) for s in specs])
+        parts: Sequence[bytes] = [s for s in specs if s is not None]
+    else:
+        sizes = array("q", list(map(len, specs)))  # type: ignore[arg-type]  # no None left
+        parts = specs  # type: ignore[assignment]
     payload = b"".join(
-        [keys_bytes, sizes.tobytes(), offsets.tobytes(), indices.tobytes()]
-        + [s for s in specs if s is not None]
+        chain((keys_bytes, sizes.tobytes(), offsets.tobytes(), indices.tobytes()), parts)
     )
     return {"op": "update-graph", "n": n, "keys_bytes": len(keys_bytes)}, payload, index
+
+
+def call_specs(
+    prefix: bytes,
+    columns: Sequence[Sequence[Any]],
+    kwargs: Mapping[str, Any],
+    to_dep: Callable[[Any], Key | None],
+) -> tuple[list[bytes], list[list[Key]] | None]:
+    """``make_spec(prefix, args, kwargs, to_dep)`` for every ``args`` of
+    ``zip(*columns)`` (a map batch, one column per iterable): the specs and their
+    dependencies (None when no call has any). Calls on plain values only (the usual map)
+    are pickled in C loops, the same bytes ``make_spec`` writes."""
+    calls = zip(*columns, strict=True)
+    if not kwargs and all(map(_PLAIN.__contains__, map(type, chain.from_iterable(columns)))):
+        pickled = map(pickle.dumps, zip(calls, repeat(_NO_KWARGS)), repeat(5))
+        return list(map(prefix.__add__, pickled)), None
+    made = [make_spec(prefix, args, kwargs, to_dep) for args in calls]
+    deps = [d for _, d in made]
+    return [s for s, _ in made], deps if any(deps) else None
