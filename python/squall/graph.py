@@ -91,6 +91,22 @@ class _GraphPickler(pickle.Pickler):
         self._once: dict[int, tuple[Any, Any]] = {}
         self._classes = cloudpickle.Pickler(io.BytesIO(), protocol=5)
 
+    @classmethod
+    def pickle_nodes(cls, nodes: Iterable[GraphNode]) -> list[bytes]:
+        """Each node pickled on its own."""
+        buf = io.BytesIO()
+        pickler = cls(buf)
+        seek, truncate, getvalue = buf.seek, buf.truncate, buf.getvalue
+        clear_memo, dump = pickler.clear_memo, pickler.dump
+        out = []
+        for node in nodes:
+            seek(0)
+            truncate()
+            clear_memo()
+            dump(node)
+            out.append(getvalue())
+        return out
+
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
         if t in _CONTAINERS:
@@ -187,28 +203,37 @@ def flatten_keys(keys: Any) -> list[Key]:
 def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
     """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
     the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
-    dsk: dict[Key, GraphNode] = convert_legacy_graph(expr.__dask_graph__())
+    dsk = _graph_nodes(expr.__dask_graph__())
     if cull:
         dsk = _cull(dsk, set(keys))
     annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
     return pack(dsk, annotations)
 
 
+def _graph_nodes(dsk: Mapping[Key, Any]) -> dict[Key, GraphNode]:
+    """``convert_legacy_graph(dsk)``, skipping its per-task work when dask's expressions
+    already gave task-spec nodes (they do but for legacy graphs)."""
+    if type(dsk) is not dict or not all(isinstance(v, GraphNode) for v in dsk.values()):
+        return convert_legacy_graph(dsk)  # type: ignore[no-any-return]
+    # convert_legacy_graph drops aliases of a key to itself.
+    loops = [k for k, v in dsk.items() if type(v) is Alias and v.target == k]
+    if loops:
+        dsk = dict(dsk)
+        for k in loops:
+            del dsk[k]
+    return dsk
+
+
 def pack(dsk: Mapping[Key, GraphNode], annotations: Mapping[str, Mapping[Key, Any]]) -> Graph:
-    g = Graph(keys=list(dsk))
-    buf = io.BytesIO()
-    pickler = _GraphPickler(buf)
-    for i, node in enumerate(dsk.values()):
-        buf.seek(0)
-        buf.truncate()
-        pickler.clear_memo()
-        pickler.dump(node)
-        g.specs.append(buf.getvalue())
-        g.deps.append(list(node.dependencies))
-        if node.data_producer:
-            g.data_producers.append(i)
-    g.task_options = _option_classes(g.keys, annotations)
-    return g
+    nodes = list(dsk.values())
+    keys = list(dsk)
+    return Graph(
+        keys=keys,
+        specs=_GraphPickler.pickle_nodes(nodes),
+        deps=[list(node.dependencies) for node in nodes],
+        task_options=_option_classes(keys, annotations),
+        data_producers=[i for i, node in enumerate(nodes) if node.data_producer],
+    )
 
 
 def _option_classes(
