@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Sequence
+from itertools import accumulate, repeat
 from typing import Any
 
 from squall._core import encode_keys
@@ -24,15 +25,17 @@ def encode(
 ) -> tuple[dict[str, Any], bytes, dict[Key, int]]:
     """``(header fields, payload, index of each task key)`` for ``update-graph``."""
     n = len(keys)
-    index = {k: i for i, k in enumerate(keys)}
+    index = dict(zip(keys, range(n), strict=True))
+    # Whole-graph C-level passes (a per-dependency Python loop costs ~1 us each).
+    flat = [k for ds in deps for k in ds]
+    found = list(map(index.get, flat, repeat(-1)))
     external: dict[Key, int] = {}
-    offsets = array("I", [0])
-    indices = array("I")
-    for ds in deps:
-        for k in ds:
-            i = index.get(k)
-            indices.append(i if i is not None else n + external.setdefault(k, len(external)))
-        offsets.append(len(indices))
+    if found and min(found) < 0:
+        for j, i in enumerate(found):
+            if i < 0:
+                found[j] = n + external.setdefault(flat[j], len(external))
+    offsets = array("I", accumulate(map(len, deps), initial=0))
+    indices = array("I", found)
     keys_bytes = encode_keys([*keys, *external])
     sizes = array("q", [-1 if s is None else len(s) for s in specs])
     payload = b"".join(
