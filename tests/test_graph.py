@@ -4,6 +4,7 @@ pickled once per graph, and legacy graphs convert as dask converts them."""
 from __future__ import annotations
 
 import functools
+import gc
 import operator
 import pickle
 import sys
@@ -127,3 +128,19 @@ def test_legacy_graphs_convert_as_dask_converts_them() -> None:
     nodes = {k: v for k, v in convert_legacy_graph(legacy).items()}
     nodes["c"] = Alias("c")
     assert graph._graph_nodes(nodes).keys() == convert_legacy_graph(nodes).keys()
+
+
+def test_materialize_pauses_the_collector_and_restores_it() -> None:
+    with graph._gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), graph._gc_paused():
+        raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with graph._gc_paused():
+            pass
+        assert not gc.isenabled()  # left to a program that manages it itself
+    finally:
+        gc.enable()
