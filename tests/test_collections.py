@@ -139,6 +139,17 @@ def test_futures_inside_delayed_graphs(client: Client) -> None:
     assert dask.delayed(sum)([f, f, 1]).compute(scheduler=client) == 43
 
 
+def test_lambdas_and_local_classes_in_arguments(client: Client) -> None:
+    class Box:
+        def __init__(self, v: int) -> None:
+            self.v = v
+
+    boxes = [dask.delayed(Box)(i) for i in range(5)]
+    values = dask.delayed(list)(dask.delayed(map)(lambda b: b.v * 2, boxes))
+    assert values.compute(scheduler=client) == [0, 2, 4, 6, 8]
+    assert dask.delayed(type)(boxes[0]).compute(scheduler=client).__name__ == "Box"
+
+
 def test_annotations_restrict_workers_and_retry(client: Client, cluster: LocalCluster) -> None:
     workers = cluster.scheduler_info()["workers"]
     second = sorted(w["address"] for w in workers)[1]

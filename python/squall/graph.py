@@ -10,10 +10,15 @@ cache (:func:`squall.spec.load_function`). Ordering happens in the scheduler's c
 
 from __future__ import annotations
 
+import copyreg
 import functools
+import gc
 import io
+import operator
+import pickle
 import types
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +26,9 @@ import cloudpickle  # type: ignore[import-untyped]
 from dask._task_spec import (
     Alias,
     DataNode,
-    Dict,
     GraphNode,
-    List,
-    Set,
     Task,
     TaskRef,
-    Tuple,
     convert_legacy_graph,
 )
 
@@ -37,11 +38,32 @@ Key = Hashable
 
 # Functions pickled by value (lambdas, closures, methods) are the costly part of a
 # task's pickle and are shared by every task of a layer.
-_SHARED_TYPES = (types.FunctionType, types.MethodType, functools.partial)
+_SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial})
 
-# Task-spec classes pickle by reference; cloudpickle's per-object checks on them are
-# most of a graph's pickling time.
-_NODE_TYPES = frozenset({Task, Alias, DataNode, List, Tuple, Dict, Set})
+# Built-in containers: the C pickler's own code handles them (their items still get
+# reducer_override).
+_CONTAINERS = frozenset({tuple, frozenset, dict, list, set})
+
+
+# Task's own reduction (``__newobj__`` and its ``__getstate__``, a tuple of every
+# slot) with the state read by one C call instead of dask's generator.
+_TASK_STATE = operator.attrgetter(*Task.get_all_slots())
+
+
+def _reduce_task(task: Task) -> tuple[Any, ...]:
+    return copyreg.__newobj__, (Task,), _TASK_STATE(task)  # type: ignore[attr-defined]
+
+
+# Task-spec nodes are most of a graph's objects; reducing them here skips the generic
+# path (a dispatch-table miss, then ``__reduce_ex__``). Nested containers (List, Dict,
+# ...) keep that path for their own ``__getstate__``.
+_NODE_REDUCERS: dict[type, Callable[[Any], Any]] = {
+    Task: _reduce_task,
+    Alias: Alias.__reduce__,
+    DataNode: DataNode.__reduce__,
+    TaskRef: TaskRef.__reduce__,
+}
+
 
 # Annotation names the core understands, as the scheduler's per-task option names.
 _OPTION_NAMES = {
@@ -53,28 +75,61 @@ _OPTION_NAMES = {
 }
 
 
-class _GraphPickler(cloudpickle.Pickler):  # type: ignore[misc]
-    def __init__(self, file: io.BytesIO, shared: dict[int, tuple[Any, bytes]]) -> None:
+class _GraphPickler(pickle.Pickler):
+    """Pickles the nodes of one graph, one after another (``clear_memo`` between them).
+
+    The C pickler asks ``reducer_override`` about every object but atoms, so it stays
+    a couple of dict lookups for the common ones. What cloudpickle adds over pickle is
+    kept: its dispatch table, classes by value unless importable, and functions by
+    value, each pickled once per graph and embedded as bytes."""
+
+    def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=5)
-        self._shared = shared
+        # A dict (ChainMap lookups are Python calls), read at each graph so late
+        # copyreg registrations count.
+        self.dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
+        # id -> (object, its reduction): reductions worked out once per graph; the
+        # object is kept so that its id is not reused while the graph is pickled.
+        self._once: dict[int, tuple[Any, Any]] = {}
+        self._classes = cloudpickle.Pickler(io.BytesIO(), protocol=5)
+
+    @classmethod
+    def pickle_nodes(cls, nodes: Iterable[GraphNode]) -> list[bytes]:
+        """Each node pickled on its own."""
+        buf = io.BytesIO()
+        pickler = cls(buf)
+        seek, truncate, getvalue = buf.seek, buf.truncate, buf.getvalue
+        clear_memo, dump = pickler.clear_memo, pickler.dump
+        out = []
+        for node in nodes:
+            seek(0)
+            truncate()
+            clear_memo()
+            dump(node)
+            out.append(getvalue())
+        return out
 
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
-        if (
-            t in _NODE_TYPES
-            or t is types.BuiltinFunctionType
-            or (t is type and obj in _NODE_TYPES)
-        ):
-            return NotImplemented  # by reference: the C pickler's default path
-        if isinstance(obj, TaskRef):
-            return TaskRef, (obj.key,)  # a client's future travels as its key
+        if t in _CONTAINERS:
+            return NotImplemented
+        reduce = _NODE_REDUCERS.get(t)
+        if reduce is not None:
+            return reduce(obj)
+        entry = self._once.get(id(obj))
+        if entry is not None:
+            return entry[1]
         if t in _SHARED_TYPES:
-            entry = self._shared.get(id(obj))
-            if entry is None:
-                # Keep obj alive so its id is not reused while the graph is pickled.
-                entry = self._shared[id(obj)] = (obj, cloudpickle.dumps(obj, protocol=5))
-            return load_function, (entry[1],)
-        return super().reducer_override(obj)
+            value: Any = (load_function, (cloudpickle.dumps(obj, protocol=5),))
+        elif isinstance(obj, type):
+            # NotImplemented (by reference) unless cloudpickle must send it by value.
+            value = self._classes.reducer_override(obj)
+        elif isinstance(obj, TaskRef):
+            return TaskRef, (obj.key,)  # a client's future travels as its key
+        else:
+            return NotImplemented
+        self._once[id(obj)] = (obj, value)
+        return value
 
 
 @dataclass
@@ -150,28 +205,52 @@ def flatten_keys(keys: Any) -> list[Key]:
 def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
     """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
     the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
-    dsk: dict[Key, GraphNode] = convert_legacy_graph(expr.__dask_graph__())
-    if cull:
-        dsk = _cull(dsk, set(keys))
-    annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
-    return pack(dsk, annotations)
+    with _gc_paused():
+        dsk = _graph_nodes(expr.__dask_graph__())
+        if cull:
+            dsk = _cull(dsk, set(keys))
+        annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
+        return pack(dsk, annotations)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Materialising allocates millions of objects that stay alive; the cyclic
+    collector's repeated passes over them took ~40% of a 200k-task graph's time."""
+    if not gc.isenabled():
+        yield  # the program manages the collector itself
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _graph_nodes(dsk: Mapping[Key, Any]) -> dict[Key, GraphNode]:
+    """``convert_legacy_graph(dsk)``, skipping its per-task work when dask's expressions
+    already gave task-spec nodes (they do but for legacy graphs)."""
+    if type(dsk) is not dict or not all(isinstance(v, GraphNode) for v in dsk.values()):
+        return convert_legacy_graph(dsk)  # type: ignore[no-any-return]
+    # convert_legacy_graph drops aliases of a key to itself.
+    loops = [k for k, v in dsk.items() if type(v) is Alias and v.target == k]
+    if loops:
+        dsk = dict(dsk)
+        for k in loops:
+            del dsk[k]
+    return dsk
 
 
 def pack(dsk: Mapping[Key, GraphNode], annotations: Mapping[str, Mapping[Key, Any]]) -> Graph:
-    g = Graph(keys=list(dsk))
-    buf = io.BytesIO()
-    pickler = _GraphPickler(buf, {})
-    for i, node in enumerate(dsk.values()):
-        buf.seek(0)
-        buf.truncate()
-        pickler.clear_memo()
-        pickler.dump(node)
-        g.specs.append(buf.getvalue())
-        g.deps.append(list(node.dependencies))
-        if node.data_producer:
-            g.data_producers.append(i)
-    g.task_options = _option_classes(g.keys, annotations)
-    return g
+    nodes = list(dsk.values())
+    keys = list(dsk)
+    return Graph(
+        keys=keys,
+        specs=_GraphPickler.pickle_nodes(nodes),
+        deps=[list(node.dependencies) for node in nodes],
+        task_options=_option_classes(keys, annotations),
+        data_producers=[i for i, node in enumerate(nodes) if node.data_producer],
+    )
 
 
 def _option_classes(

@@ -1,0 +1,146 @@
+"""squall.graph without a cluster: specs run as dask runs the graph, functions are
+pickled once per graph, and legacy graphs convert as dask converts them."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import operator
+import pickle
+import sys
+import types
+from collections.abc import Hashable
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
+
+from squall import graph
+from squall.spec import run_spec
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class Point:
+    """A class cloudpickle sends by value (this module is registered so)."""
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def shifted(self, d: int) -> int:
+        return self.x + d
+
+
+def _run(g: graph.Graph, key: Hashable) -> Any:
+    """``key``'s value, each spec unpickled and run as a worker runs it."""
+    index = {k: i for i, k in enumerate(g.keys)}
+    done: dict[Hashable, Any] = {}
+
+    def value(k: Hashable) -> Any:
+        if k not in done:
+            i = index[k]
+            done[k] = run_spec(g.specs[i], {d: value(d) for d in g.deps[i]})
+        return done[k]
+
+    return value(key)
+
+
+def _materialize(*collections: Any) -> tuple[graph.Graph, list[Hashable]]:
+    expr = graph.compute_expr(list(collections), True)
+    keys = graph.flatten_keys(expr.__dask_keys__())
+    return graph.materialize(expr, keys), keys
+
+
+def test_specs_run_as_dask_runs_the_graph() -> None:
+    inc = dask.delayed(lambda v: v + 1)
+    pts = [dask.delayed(Point)(i) for i in range(4)]
+    parts = [
+        inc(dask.delayed(operator.mul)(i, 2)) for i in range(4)
+    ] + [  # methods, partials, lambdas as arguments, modules, nested containers
+        dask.delayed(p.shifted)(10) for p in pts
+    ]
+    applied = dask.delayed(list)(dask.delayed(map)(lambda v: v * 3, parts))
+    nested = dask.delayed(functools.partial(sorted, reverse=True))(
+        [parts[0], {"a": parts[1]}["a"], (parts[2],)[0]]
+    )
+    ones = dask.delayed(getattr)(np, "ones")
+    x = da.arange(36, chunks=7).reshape((6, 6)).rechunk(4)
+    cases = [applied, nested, dask.delayed(sum)(parts), ones, (x + x.T).sum(), x.mean(axis=0)]
+    for case in cases:
+        g, keys = _materialize(case)
+        (expected,) = dask.compute(case, scheduler="sync")
+        got = _run(g, keys[0])
+        if isinstance(expected, types.FunctionType | type(np.ones)):
+            assert got is expected
+        else:
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_functions_are_pickled_once_per_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+    dumps = cloudpickle.dumps
+
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> bytes:
+        calls.append(obj)
+        blob: bytes = dumps(obj, *args, **kwargs)
+        return blob
+
+    monkeypatch.setattr(graph.cloudpickle, "dumps", counting)
+    add = dask.delayed(lambda a, b: a + b)
+    ident = dask.delayed(lambda v: v)
+    leaves = [ident(i) for i in range(50)]
+    total = add(leaves[0], leaves[1])
+    for leaf in leaves[2:]:
+        total = add(total, leaf)
+    g, keys = _materialize(total)
+    assert len(g.keys) == 99
+    # One lambda shared by the leaves, one by the sums, each pickled once.
+    assert len(calls) == 2
+    assert _run(g, keys[0]) == sum(range(50))
+
+
+def test_futures_in_a_graph_travel_as_their_keys() -> None:
+    class Ref(TaskRef):
+        __slots__ = ()
+
+        def __reduce__(self) -> Any:
+            raise TypeError("a client's future itself cannot be pickled")
+
+    dsk = {"y": Task("y", operator.add, Ref("x"), 1)}
+    g = graph.pack(dsk, {})
+    assert g.deps == [["x"]]
+    assert pickle.loads(g.specs[0])({"x": 41}) == 42
+
+
+def test_legacy_graphs_convert_as_dask_converts_them() -> None:
+    legacy = {
+        "a": 1,
+        "b": (operator.add, "a", 1),
+        "c": Alias("c"),  # an alias of itself: dropped by dask
+        "d": Alias("d", "b"),
+        "e": DataNode("e", 5),
+    }
+    assert graph._graph_nodes(legacy).keys() == convert_legacy_graph(legacy).keys()
+    nodes = {k: v for k, v in convert_legacy_graph(legacy).items()}
+    nodes["c"] = Alias("c")
+    assert graph._graph_nodes(nodes).keys() == convert_legacy_graph(nodes).keys()
+
+
+def test_materialize_pauses_the_collector_and_restores_it() -> None:
+    with graph._gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), graph._gc_paused():
+        raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with graph._gc_paused():
+            pass
+        assert not gc.isenabled()  # left to a program that manages it itself
+    finally:
+        gc.enable()
