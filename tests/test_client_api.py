@@ -220,6 +220,34 @@ def test_rejoin_waits_for_a_free_slot(client: Client, tmp_path: Path) -> None:
     assert back.result(timeout=30) > 0
 
 
+class LooksAtTheWorkerWhenFreed:
+    """Its ``__del__`` calls into the worker that held it."""
+
+    def __del__(self) -> None:
+        try:
+            worker = get_worker()
+        except ValueError:
+            return  # the client's copy
+        worker.__dict__["freed_keys"] = list(worker.data)  # takes the worker's lock
+
+
+def make_looker() -> LooksAtTheWorkerWhenFreed:
+    return LooksAtTheWorkerWhenFreed()
+
+
+def test_a_value_whose_del_calls_the_worker_is_freed(client: Client) -> None:
+    address = next(iter(client.nthreads()))
+    looker = client.submit(make_looker, workers=[address], pure=False)
+    looker.result(timeout=10)
+    key = looker.key
+    del looker
+    # The worker frees it (running its __del__) and keeps working.
+    eventually(lambda: key not in held_keys(client)[address])
+    freed = client.run(lambda dask_worker: dask_worker.__dict__.get("freed_keys"))
+    assert freed[address] is not None and key not in freed[address]
+    assert client.submit(inc, 1, workers=[address], pure=False).result(timeout=10) == 2
+
+
 def waits_too_long() -> None:
     raise TimeoutError("the task's own timeout")
 

@@ -559,8 +559,11 @@ class Worker:
                 for h, payload in await c.read_messages():
                     op = h["op"]
                     if op == "get-data":
-                        values = self._core.get_data(bytes(payload), _MISSING)
-                        sizes, blobs = _pickle_values(values)
+                        # No name for the values: this frame outlives the request,
+                        # and must not keep what the worker frees later.
+                        sizes, blobs = _pickle_values(
+                            self._core.get_data(bytes(payload), _MISSING)
+                        )
                         await c.write(
                             {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
                         )

@@ -78,6 +78,14 @@ impl WorkerCore {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Unlocks, then drops the values the machine let go of: freeing a Python value
+    /// may run arbitrary code (`__del__`), which must not run under the lock.
+    fn unlock(mut g: MutexGuard<'_, Inner>) {
+        let dead = std::mem::take(&mut g.m.graveyard);
+        drop(g);
+        drop(dead);
+    }
+
     fn now(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64()
     }
@@ -113,10 +121,10 @@ impl WorkerCore {
             .load_function
             .call1(py, (PyBytes::new(py, blob),))?;
         let mut g = self.lock();
-        if g.functions.len() >= MAX_FUNCTIONS {
-            g.functions.clear();
-        }
+        let old = (g.functions.len() >= MAX_FUNCTIONS).then(|| std::mem::take(&mut g.functions));
         g.functions.insert(blob.into(), f.clone_ref(py));
+        drop(g);
+        drop(old);
         Ok(f)
     }
 
@@ -308,6 +316,7 @@ impl WorkerCore {
             g.m.compute(t);
         }
         self.wake_threads(&g);
+        Self::unlock(g);
         Ok(n)
     }
 
@@ -317,6 +326,7 @@ impl WorkerCore {
         for id in task_ids(payload) {
             g.m.free(id);
         }
+        Self::unlock(g);
     }
 
     /// `remove-replicas`: packed u32 task ids.
@@ -325,11 +335,15 @@ impl WorkerCore {
         for id in task_ids(payload) {
             g.m.remove_replica(id);
         }
+        Self::unlock(g);
     }
 
     /// `steal-request`: the task's state when asked (None if unknown); queued tasks go.
     fn steal(&self, task: u32) -> Option<&'static str> {
-        self.lock().m.steal(task).map(|s| s.name())
+        let mut g = self.lock();
+        let state = g.m.steal(task).map(|s| s.name());
+        Self::unlock(g);
+        state
     }
 
     /// A task thread's body: run ready tasks until told otherwise. Returns 0 (leave:
@@ -405,6 +419,7 @@ impl WorkerCore {
                 g.reports_since = Some(Instant::now());
             }
             self.wake_threads(&g);
+            Self::unlock(g);
         }
     }
 
@@ -523,21 +538,30 @@ impl WorkerCore {
         let mut g = self.lock();
         g.m.fetched(holder, KeyId(key_id), Ok(Some((value, nbytes))));
         self.wake_threads(&g);
+        Self::unlock(g);
     }
 
     /// `holder` does not have the key (or could not be reached).
     fn not_fetched(&self, holder: &str, key_id: u32) {
-        self.lock().m.fetched(holder, KeyId(key_id), Ok(None));
+        let mut g = self.lock();
+        g.m.fetched(holder, KeyId(key_id), Ok(None));
+        Self::unlock(g);
     }
 
     /// The key's bytes would not load: its waiters erred, `[(task, run_id)]`.
     fn fetch_failed(&self, holder: &str, key_id: u32) -> Vec<(u32, u64)> {
-        self.lock().m.fetched(holder, KeyId(key_id), Err(()))
+        let mut g = self.lock();
+        let erred = g.m.fetched(holder, KeyId(key_id), Err(()));
+        Self::unlock(g);
+        erred
     }
 
     /// Tasks still waiting on a missing key go back: the ids to `reschedule`.
     fn give_back(&self, waiters: Vec<(u32, u64)>) -> Vec<u32> {
-        self.lock().m.give_back(&waiters)
+        let mut g = self.lock();
+        let back = g.m.give_back(&waiters);
+        Self::unlock(g);
+        back
     }
 
     /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held.
@@ -572,6 +596,7 @@ impl WorkerCore {
         let mut g = self.lock();
         g.m.put_scattered(task, key.as_bytes(), value, nbytes);
         self.wake_threads(&g);
+        Self::unlock(g);
         Ok(())
     }
 

@@ -189,6 +189,9 @@ pub struct Machine<V> {
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
     pub finished: Finished,
+    /// Values let go of, for the caller to drop when convenient (Python values run
+    /// arbitrary code when freed, which must not happen under the caller's lock).
+    pub graveyard: Vec<V>,
     rng: u64,
 }
 
@@ -211,6 +214,7 @@ impl<V> Machine<V> {
             free_resources: resources,
             to_fetch: Vec::new(),
             finished: Finished::default(),
+            graveyard: Vec::new(),
             rng: 0x9E37_79B9_7F4A_7C15,
         }
     }
@@ -511,8 +515,10 @@ impl<V> Machine<V> {
         }
         let k = self.keys.intern(key);
         let slot = self.keys.get_mut(k);
-        slot.value = Some(value);
+        let old = slot.value.replace(value);
         slot.nbytes = nbytes;
+        self.graveyard.extend(old);
+        let slot = self.keys.get_mut(k);
         // Local tasks waiting for this key have it now.
         let waiters = std::mem::take(&mut slot.waiters);
         self.deps_arrived(&waiters);
@@ -609,14 +615,18 @@ impl<V> Machine<V> {
         };
         if let Some(ts) = freed {
             self.orphan(ts);
+            self.graveyard.extend(result.map(|r| r.0));
             return Outcome::Dropped;
         }
-        let Some(ts) = self.tasks.get_mut(&job.id) else {
-            return Outcome::Dropped;
-        };
-        if ts.instance != job.instance || ts.state != State::Executing {
+        let current = self
+            .tasks
+            .get(&job.id)
+            .is_some_and(|ts| ts.instance == job.instance && ts.state == State::Executing);
+        if !current {
+            self.graveyard.extend(result.map(|r| r.0));
             return Outcome::Dropped;
         }
+        let ts = self.tasks.get_mut(&job.id).expect("current");
         let run_id = ts.run_id;
         if result.is_none() {
             ts.state = State::Error;
@@ -625,8 +635,9 @@ impl<V> Machine<V> {
         match result {
             Some((value, nbytes)) => {
                 let slot = self.keys.get_mut(job.key);
-                slot.value = Some(value);
+                let old = slot.value.replace(value);
                 slot.nbytes = nbytes;
+                self.graveyard.extend(old);
                 self.set_memory(job.id, nbytes, seconds);
                 Outcome::Finished
             }
@@ -782,6 +793,8 @@ impl<V> Machine<V> {
                     slot.value = Some(value);
                     slot.nbytes = nbytes;
                     self.deps_arrived(&waiters);
+                } else {
+                    self.graveyard.push(value);
                 }
             }
             Err(()) => {
@@ -931,7 +944,9 @@ impl<V> Machine<V> {
             return;
         }
         let slot = self.keys.get_mut(k);
-        slot.value = None;
+        let old = slot.value.take();
+        self.graveyard.extend(old);
+        let slot = self.keys.get_mut(k);
         slot.nbytes = 0;
         self.keys.collect(k);
     }
