@@ -518,17 +518,34 @@ impl WorkerCore {
     )> {
         let mut g = self.lock();
         let (plan, missing) = g.m.take_fetches(&|h| connected.iter().any(|c| c == h));
+        // Python objects are made after unlocking: allocating may run the cyclic GC,
+        // and with it any `__del__`, which must not run under the lock.
+        let plan: Vec<_> = plan
+            .into_iter()
+            .map(|(holder, ks)| {
+                (
+                    holder,
+                    ks.iter().map(|&k| key_of(&g.m, k)).collect::<Vec<_>>(),
+                    ks,
+                )
+            })
+            .collect();
+        let missing: Vec<_> = missing
+            .into_iter()
+            .map(|m| (key_of(&g.m, m.key), m.waiters))
+            .collect();
+        Self::unlock(g);
         let mut fetches = Vec::with_capacity(plan.len());
-        for (holder, ks) in plan {
-            let keys = ks
+        for (holder, keys, ks) in plan {
+            let keys = keys
                 .iter()
-                .map(|&k| key_to_py(py, &key_of(&g.m, k)))
+                .map(|k: &Key| key_to_py(py, k))
                 .collect::<PyResult<_>>()?;
-            fetches.push((holder, keys, ks.iter().map(|k| k.0).collect()));
+            fetches.push((holder, keys, ks.iter().map(|k: &KeyId| k.0).collect()));
         }
         let mut gone = Vec::with_capacity(missing.len());
-        for m in missing {
-            gone.push((key_to_py(py, &key_of(&g.m, m.key))?, m.waiters));
+        for (key, waiters) in missing {
+            gone.push((key_to_py(py, &key)?, waiters));
         }
         Ok((fetches, gone))
     }
@@ -602,35 +619,48 @@ impl WorkerCore {
 
     /// The values held: `{key: value}` (a snapshot).
     fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let held: Vec<(Key, Py<PyAny>)> = {
+            let g = self.lock();
+            let values = g.m.keys.iter();
+            values
+                .filter_map(|(k, slot)| Some((key_of(&g.m, k), slot.value.as_ref()?.clone_ref(py))))
+                .collect()
+        };
         let d = PyDict::new(py);
-        let g = self.lock();
-        for (k, slot) in g.m.keys.iter() {
-            if let Some(v) = &slot.value {
-                d.set_item(key_to_py(py, &key_of(&g.m, k))?, v.bind(py))?;
-            }
+        for (k, v) in held {
+            d.set_item(key_to_py(py, &k)?, v)?;
         }
         Ok(d)
     }
 
     /// Sizes of the values held: `{key: nbytes}` (a snapshot).
     fn nbytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let held: Vec<(Key, i64)> = {
+            let g = self.lock();
+            let values = g.m.keys.iter().filter(|(_, slot)| slot.value.is_some());
+            values
+                .map(|(k, slot)| (key_of(&g.m, k), slot.nbytes))
+                .collect()
+        };
         let d = PyDict::new(py);
-        let g = self.lock();
-        for (k, slot) in g.m.keys.iter() {
-            if slot.value.is_some() {
-                d.set_item(key_to_py(py, &key_of(&g.m, k))?, slot.nbytes)?;
-            }
+        for (k, n) in held {
+            d.set_item(key_to_py(py, &k)?, n)?;
         }
         Ok(d)
     }
 
     /// The tasks known: `{task: (key, state)}` (a snapshot).
     fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let known: Vec<(u32, Key, &'static str)> = {
+            let g = self.lock();
+            let tasks = g.m.tasks();
+            tasks
+                .map(|t| (t.id, key_of(&g.m, t.key), t.state.name()))
+                .collect()
+        };
         let d = PyDict::new(py);
-        let g = self.lock();
-        for t in g.m.tasks() {
-            let key = key_to_py(py, &key_of(&g.m, t.key))?;
-            d.set_item(t.id, (key, t.state.name()))?;
+        for (id, k, state) in known {
+            d.set_item(id, (key_to_py(py, &k)?, state))?;
         }
         Ok(d)
     }
