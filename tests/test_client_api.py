@@ -248,6 +248,33 @@ def test_a_value_whose_del_calls_the_worker_is_freed(client: Client) -> None:
     assert client.submit(inc, 1, workers=[address], pure=False).result(timeout=10) == 2
 
 
+def test_a_result_is_reported_while_the_next_task_runs(client: Client) -> None:
+    address = next(iter(client.nthreads()))
+    fast = client.submit(inc, 1, workers=[address], priority=10, pure=False)
+    slow = client.submit(time.sleep, 2, workers=[address], pure=False)
+    start = time.monotonic()
+    assert fast.result(timeout=10) == 2
+    assert time.monotonic() - start < 1.5, "reported only after the next task ended"
+    slow.result(timeout=10)
+
+
+class Unprintable(Exception):
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    __str__ = __repr__
+
+
+def raise_unprintable() -> None:
+    raise Unprintable()
+
+
+def test_an_exception_that_cannot_be_shown_is_still_reported(client: Client) -> None:
+    exc = client.submit(raise_unprintable, pure=False).exception(timeout=10)
+    assert type(exc).__name__ == "Unprintable"
+    assert client.submit(inc, 1, pure=False).result(timeout=10) == 2
+
+
 def waits_too_long() -> None:
     raise TimeoutError("the task's own timeout")
 

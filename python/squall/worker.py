@@ -87,8 +87,8 @@ BANDWIDTH_MIN_BYTES = 1_000_000
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
 
-# Threads the compiled loop's answers (``WorkerCore.run``).
-_EXIT, _WAKE = 0, 1
+# The compiled loop's answers (``WorkerCore.run``) that task threads act on.
+_EXIT, _WAKE, _WAKE_LATER = 0, 1, 3
 
 
 class TaskView(NamedTuple):
@@ -119,8 +119,16 @@ def _takes_arg(func: Any, name: str) -> bool:
 
 
 def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
-    exc_text = repr(e)
-    tb_text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    """``(repr, formatted traceback, pickled exception, pickled traceback)``; an
+    exception that cannot be shown or pickled is described by its type instead."""
+    try:
+        exc_text = repr(e)
+    except Exception:
+        exc_text = f"<{type(e).__name__}: its repr() failed>"
+    try:
+        tb_text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    except Exception:
+        tb_text = exc_text
     try:
         exc_blob = cloudpickle.dumps(e)
         pickle.loads(exc_blob)
@@ -402,10 +410,13 @@ class Worker:
                 answer = core.run()
                 if answer == _EXIT:
                     return
-                if answer == _WAKE:
-                    loop.call_soon_threadsafe(self._flush_buffered)
-        except RuntimeError:  # the loop closed under us: the worker is gone
-            core.close()
+                if answer in (_WAKE, _WAKE_LATER):
+                    flush = self._flush_buffered if answer == _WAKE else self._flush_soon
+                    try:
+                        loop.call_soon_threadsafe(flush)
+                    except RuntimeError:  # the loop closed under us: the worker is gone
+                        core.close()
+                        return
         except BaseException:
             # A bug in the compiled loop: leave, so the scheduler reruns this worker's
             # tasks elsewhere, rather than keep a worker that no longer runs anything.
@@ -414,6 +425,10 @@ class Worker:
                 loop.call_soon_threadsafe(self._loop_close)
         finally:
             context.leave_thread()
+
+    def _flush_soon(self) -> None:
+        assert self._loop is not None
+        self._loop.call_later(self._finished_delay, self._flush_buffered)
 
     def _secede(self, tid: int) -> None:
         """``secede()`` from the task thread running ``tid``."""

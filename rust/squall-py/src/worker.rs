@@ -10,7 +10,7 @@
 
 use crate::convert::{key_from_py, key_to_py};
 use crate::wire::Reader;
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use rustc_hash::FxHashMap;
@@ -32,6 +32,7 @@ const SLICE: Duration = Duration::from_millis(5);
 const EXIT: u8 = 0;
 const WAKE: u8 = 1;
 const AGAIN: u8 = 2;
+const WAKE_LATER: u8 = 3;
 
 thread_local! {
     /// The task this thread is running (for `secede`, `rejoin`, `get_worker`).
@@ -135,22 +136,52 @@ impl WorkerCore {
         job: &Job,
         deps: &[(Key, Py<PyAny>)],
     ) -> Result<(Py<PyAny>, i64), Py<PyAny>> {
-        let value = self.call_spec(py, &job.spec, deps);
-        let value = value.and_then(|v| {
-            let n = self
-                .hooks
-                .sizeof
-                .call1(py, (v.bind(py),))?
-                .extract::<i64>(py)?;
-            Ok((v, n))
-        });
-        value.map_err(|e| {
-            let exc = e.into_value(py);
-            match self.hooks.pack_error.call1(py, (exc,)) {
-                Ok(packed) => packed,
-                Err(e) => e.into_value(py).into_any(),
+        // A Rust panic inside the task (a PyO3-based library's, re-raised by PyO3 when
+        // the task's exception is fetched) is the task's failure, not the worker's.
+        let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let value = self.call_spec(py, &job.spec, deps)?;
+            let n = self.hooks.sizeof.call1(py, (value.bind(py),))?;
+            Ok((value, n.extract::<i64>(py)?))
+        }));
+        let failed: PyErr = match called {
+            Ok(Ok(done)) => return Ok(done),
+            Ok(Err(e)) => e,
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                PyRuntimeError::new_err(format!("the task panicked in Rust code: {msg}"))
             }
-        })
+        };
+        Err(self.pack_error(py, failed))
+    }
+
+    /// `(exception text, traceback text, pickled exception, pickled traceback)` for an
+    /// error; if packing it fails too, a plain RuntimeError saying so is packed.
+    fn pack_error(&self, py: Python<'_>, e: PyErr) -> Py<PyAny> {
+        let name = e
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        self.hooks
+            .pack_error
+            .call1(py, (e.into_value(py),))
+            .or_else(|_| {
+                let plain = PyRuntimeError::new_err(format!(
+                    "the task raised {name}, which could not be reported"
+                ));
+                self.hooks.pack_error.call1(py, (plain.into_value(py),))
+            })
+            .unwrap_or_else(|e| {
+                let text = format!("the task failed and its error could not be reported: {e}");
+                (text, "", PyBytes::new(py, b""), PyBytes::new(py, b""))
+                    .into_pyobject(py)
+                    .map(|t| t.into_any().unbind())
+                    .unwrap_or_else(|_| py.None())
+            })
     }
 
     fn call_spec(
@@ -347,8 +378,9 @@ impl WorkerCore {
     }
 
     /// A task thread's body: run ready tasks until told otherwise. Returns 0 (leave:
-    /// closing, or a surplus thread), 1 (results are waiting: wake the event loop, then
-    /// call again) or 2 (a time slice ended: call again).
+    /// closing, or a surplus thread), 1 (results are waiting: have the event loop send
+    /// them now, then call again), 2 (a time slice ended: call again) or 3 (have the
+    /// loop send the results `report_delay` from now, then call again).
     fn run(&self, py: Python<'_>) -> PyResult<u8> {
         let entered = Instant::now();
         loop {
@@ -367,6 +399,12 @@ impl WorkerCore {
             }
             if entered.elapsed() >= SLICE {
                 return Ok(AGAIN);
+            }
+            if g.reports_since.is_some() && !g.wake_pending && g.m.runnable() {
+                // The next task may run long: have the loop send these reports
+                // `report_delay` from now whether or not it has finished.
+                g.wake_pending = true;
+                return Ok(WAKE_LATER);
             }
             let Some(job) = g.m.take_ready(self.now()) else {
                 if g.reports_since.is_some() && !g.wake_pending {
@@ -675,7 +713,6 @@ impl WorkerCore {
             key_to_py(py, dep)?.repr()?,
             key_to_py(py, &key)?.repr()?
         );
-        let exc = PyKeyError::new_err(msg).into_value(py);
-        self.hooks.pack_error.call1(py, (exc,))
+        Ok(self.pack_error(py, PyKeyError::new_err(msg)))
     }
 }

@@ -180,6 +180,9 @@ pub struct Machine<V> {
     orphans: FxHashMap<u64, Task>,
     ready: BinaryHeap<Entry>,
     instances: u64,
+    /// Every ready task needs resources that are in use: nothing to take until some
+    /// are given back or another task becomes ready (idle threads sleep meanwhile).
+    waiting_for_resources: bool,
     n_executing: usize,
     executing: FxHashSet<u32>,
     /// Seceded calls, by task instance (an id may name a newer record meanwhile).
@@ -206,6 +209,7 @@ impl<V> Machine<V> {
             orphans: FxHashMap::default(),
             ready: BinaryHeap::new(),
             instances: 0,
+            waiting_for_resources: false,
             n_executing: 0,
             executing: FxHashSet::default(),
             seceded: FxHashSet::default(),
@@ -247,7 +251,8 @@ impl<V> Machine<V> {
 
     /// Whether a thread asking now could be given a task or a rejoin.
     pub fn runnable(&self) -> bool {
-        self.n_executing < self.nthreads && (!self.ready.is_empty() || !self.rejoining.is_empty())
+        let ready = !self.ready.is_empty() && !self.waiting_for_resources;
+        self.n_executing < self.nthreads && (ready || !self.rejoining.is_empty())
     }
 
     /// How many dependencies a waiting task still lacks (None if not tracked).
@@ -588,6 +593,7 @@ impl<V> Machine<V> {
             });
             break;
         }
+        self.waiting_for_resources = job.is_none() && !skipped.is_empty();
         self.ready.extend(skipped);
         job
     }
@@ -607,6 +613,7 @@ impl<V> Machine<V> {
         for (name, amount) in &job.resources {
             if let Some((_, have)) = self.free_resources.iter_mut().find(|(n, _)| n == name) {
                 *have += amount;
+                self.waiting_for_resources = false;
             }
         }
         let freed = match self.cancelled.get(&job.id) {
@@ -773,6 +780,13 @@ impl<V> Machine<V> {
         k: KeyId,
         got: Result<Option<(V, i64)>, ()>,
     ) -> Vec<(u32, u64)> {
+        if self.keys.try_get(k).is_none() {
+            // Not a key this machine planned a fetch of (in flight, keys stay).
+            if let Ok(Some((value, _))) = got {
+                self.graveyard.push(value);
+            }
+            return Vec::new();
+        }
         let slot = self.keys.get_mut(k);
         if slot.fetch == Fetch::InFlight {
             slot.fetch = Fetch::No;
@@ -875,6 +889,7 @@ impl<V> Machine<V> {
     }
 
     fn make_ready(&mut self, id: u32) {
+        self.waiting_for_resources = false;
         let ts = self.tasks.get_mut(&id).expect("tracked");
         ts.state = if ts.resources.is_empty() {
             State::Ready

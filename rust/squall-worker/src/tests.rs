@@ -185,7 +185,12 @@ fn constrained_tasks_wait_for_resources() {
     // 2 does not fit next to 1 (0.6 + 0.6 > 1): 3 and 5 go first; 4 never runs.
     let j3 = take(&mut m, 3);
     let j5 = take(&mut m, 5);
+    assert!(m.runnable());
     assert!(m.take_ready(0.0).is_none());
+    assert!(
+        !m.runnable(),
+        "idle threads sleep while only tasks that do not fit are ready"
+    );
     assert_eq!(state(&m, 2), Some(State::Constrained));
     assert_eq!(state(&m, 4), Some(State::Constrained));
     m.complete(j3, Some((3, 1)), 0.0);
@@ -193,6 +198,7 @@ fn constrained_tasks_wait_for_resources() {
     m.complete(j5, Some((5, 1)), 0.0);
     assert!(m.take_ready(0.0).is_none());
     m.complete(j1, Some((1, 1)), 0.0);
+    assert!(m.runnable(), "the GPU is back");
     let j2 = take(&mut m, 2);
     assert!(m.take_ready(0.0).is_none());
     // A failure gives its resources back too.
@@ -890,5 +896,19 @@ fn a_waiting_task_sent_again_fetches_from_the_new_holders() {
     assert_eq!(plan, vec![("p2".to_owned(), vec![k])]);
     m.fetched("p2", k, Ok(Some((3, 8))));
     assert_eq!(state(&m, 10), Some(State::Ready));
+    ok(&m);
+}
+
+#[test]
+fn a_fetch_result_for_an_unknown_key_is_ignored() {
+    let mut m = machine(1);
+    assert!(m.fetched("p1", KeyId(4242), Ok(Some((1, 1)))).is_empty());
+    assert!(m.fetched("p1", KeyId(4242), Ok(None)).is_empty());
+    assert!(m.fetched("p1", KeyId(4242), Err(())).is_empty());
+    assert_eq!(
+        m.graveyard,
+        vec![1],
+        "the value is handed back to be dropped"
+    );
     ok(&m);
 }
