@@ -123,9 +123,10 @@ impl WorkerCore {
             .call1(py, (PyBytes::new(py, blob),))?;
         let mut g = self.lock();
         let old = (g.functions.len() >= MAX_FUNCTIONS).then(|| std::mem::take(&mut g.functions));
-        g.functions.insert(blob.into(), f.clone_ref(py));
+        // Another thread may have loaded it meanwhile: that copy goes too.
+        let replaced = g.functions.insert(blob.into(), f.clone_ref(py));
         drop(g);
-        drop(old);
+        drop((old, replaced));
         Ok(f)
     }
 
@@ -443,6 +444,7 @@ impl WorkerCore {
             drop(deps);
             let mut g = self.lock();
             let id = job.id;
+            let mut unreported = None; // dropped after unlocking, like every value
             let reported = match result {
                 Ok(value) => g.m.complete(job, Some(value), seconds) == Outcome::Finished,
                 Err(packed) => match g.m.complete(job, None, seconds) {
@@ -450,7 +452,10 @@ impl WorkerCore {
                         g.erred.push((id, run_id, packed));
                         true
                     }
-                    _ => false,
+                    _ => {
+                        unreported = Some(packed);
+                        false
+                    }
                 },
             };
             if reported && g.reports_since.is_none() {
@@ -458,6 +463,7 @@ impl WorkerCore {
             }
             self.wake_threads(&g);
             Self::unlock(g);
+            drop(unreported);
         }
     }
 
