@@ -35,8 +35,9 @@ const AGAIN: u8 = 2;
 const WAKE_LATER: u8 = 3;
 
 thread_local! {
-    /// The task this thread is running (for `secede`, `rejoin`, `get_worker`).
-    static CURRENT: Cell<Option<u32>> = const { Cell::new(None) };
+    /// The call this thread is running, as (task id, instance), for `secede` and
+    /// `rejoin`.
+    static CURRENT: Cell<Option<(u32, u64)>> = const { Cell::new(None) };
 }
 
 struct Inner {
@@ -279,6 +280,13 @@ fn decode_compute(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>>
     Ok(out)
 }
 
+/// The instance of the call of `task` the calling thread runs (None if it runs none).
+fn current_call(task: u32) -> Option<u64> {
+    CURRENT
+        .with(Cell::get)
+        .and_then(|(id, instance)| (id == task).then_some(instance))
+}
+
 fn task_ids(payload: &[u8]) -> impl Iterator<Item = u32> + '_ {
     payload
         .chunks_exact(4)
@@ -434,7 +442,7 @@ impl WorkerCore {
             let result = match lost {
                 Some(key) => Err(self.lost_dependency(py, &key, &job)?),
                 None => {
-                    CURRENT.with(|c| c.set(Some(job.id)));
+                    CURRENT.with(|c| c.set(Some((job.id, job.instance))));
                     let r = self.call(py, &job, &deps);
                     CURRENT.with(|c| c.set(None));
                     r
@@ -516,7 +524,7 @@ impl WorkerCore {
     /// The task the calling thread runs, if any.
     #[staticmethod]
     fn current_task() -> Option<u32> {
-        CURRENT.with(Cell::get)
+        CURRENT.with(Cell::get).map(|(id, _)| id)
     }
 
     /// Seconds since `task` started.
@@ -525,25 +533,29 @@ impl WorkerCore {
         self.lock().m.started(task).map(|s| now - s)
     }
 
-    /// `secede()`: `None` if nothing changed, else `(run_id to report as long-running
-    /// or None, whether another thread is needed)`.
+    /// `secede()` from the thread running `task`: `None` if nothing changed, else
+    /// `(run_id to report as long-running or None, whether another thread is needed)`.
     fn secede(&self, task: u32) -> Option<(Option<u64>, bool)> {
+        let instance = current_call(task)?;
         let mut g = self.lock();
-        let report = g.m.secede(task)?;
+        let report = g.m.secede(task, instance)?;
         let need_thread = g.threads < self.nthreads + g.m.n_seceded();
         self.wake_threads(&g);
         Some((report, need_thread))
     }
 
-    /// `rejoin()`: blocks (GIL released) until the task has a slot again or the
-    /// worker closes.
+    /// `rejoin()` from the thread running `task`: blocks (GIL released) until the call
+    /// has a slot again or the worker closes.
     fn rejoin(&self, py: Python<'_>, task: u32) {
-        if self.lock().m.rejoin(task) {
+        let Some(instance) = current_call(task) else {
+            return;
+        };
+        if self.lock().m.rejoin(instance) {
             return;
         }
         py.detach(|| {
             let mut g = self.lock();
-            while !g.closing && !g.m.poll_rejoin(task) {
+            while !g.closing && !g.m.poll_rejoin(instance) {
                 g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
             }
         });

@@ -187,8 +187,9 @@ pub struct Machine<V> {
     executing: FxHashSet<u32>,
     /// Seceded calls, by task instance (an id may name a newer record meanwhile).
     seceded: FxHashSet<u64>,
-    rejoining: VecDeque<(u32, u64)>,
-    granted: FxHashSet<u32>,
+    /// Seceded calls waiting to count again, by instance, first come first served.
+    rejoining: VecDeque<u64>,
+    granted: FxHashSet<u64>,
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
     pub finished: Finished,
@@ -667,13 +668,12 @@ impl<V> Machine<V> {
             .map(|t| t.start)
     }
 
-    /// `secede()`: the task stops counting against `nthreads`. Returns the run id to
-    /// report as long-running, or None if there is nothing to do.
-    pub fn secede(&mut self, id: u32) -> Option<Option<u64>> {
-        let (instance, run_id) = match self.tasks.get(&id) {
-            Some(t) if t.state == State::Executing => (t.instance, Some(t.run_id)),
-            _ => (self.cancelled.get(&id)?.instance, None),
-        };
+    /// `secede()` from call `instance` of task `id` (its job's): the call stops
+    /// counting against `nthreads`. Returns the run id to report as long-running (None
+    /// if the task was freed meanwhile), or None if there is nothing to do.
+    pub fn secede(&mut self, id: u32, instance: u64) -> Option<Option<u64>> {
+        let ts = self.call(id, instance)?;
+        let run_id = (ts.state == State::Executing).then_some(ts.run_id);
         if !self.seceded.insert(instance) {
             return None;
         }
@@ -681,41 +681,48 @@ impl<V> Machine<V> {
         Some(run_id)
     }
 
-    /// `rejoin()`: true if the task may go on now; otherwise it waits until
-    /// `granted(id)` (rejoining tasks take free slots before queued tasks do).
-    pub fn rejoin(&mut self, id: u32) -> bool {
-        let seceded = |t: &Task| t.id == id && self.seceded.contains(&t.instance);
-        let found = self.tasks.get(&id).filter(|t| seceded(t));
-        let found = found.or_else(|| self.cancelled.get(&id).filter(|t| seceded(t)));
-        let found = found.or_else(|| self.orphans.values().find(|t| seceded(t)));
-        let Some(instance) = found.map(|t| t.instance) else {
-            return true;
+    /// The record of call `instance` of task `id` while it runs (freed since or not).
+    fn call(&self, id: u32, instance: u64) -> Option<&Task> {
+        let running = |t: &&Task| {
+            t.instance == instance && matches!(t.state, State::Executing | State::Cancelled)
         };
-        if !self.rejoining.contains(&(id, instance)) {
-            self.rejoining.push_back((id, instance));
-        }
-        self.grant_rejoins();
-        self.take_granted(id)
+        let found = self.tasks.get(&id).filter(running);
+        let found = found.or_else(|| self.cancelled.get(&id).filter(running));
+        found.or_else(|| self.orphans.get(&instance).filter(running))
     }
 
-    pub fn take_granted(&mut self, id: u32) -> bool {
-        self.granted.remove(&id)
+    /// `rejoin()` from call `instance`: true if it may go on now; otherwise it polls
+    /// `poll_rejoin` until granted (rejoining calls take free slots before queued
+    /// tasks do).
+    pub fn rejoin(&mut self, instance: u64) -> bool {
+        if !self.seceded.contains(&instance) {
+            return true;
+        }
+        if !self.rejoining.contains(&instance) {
+            self.rejoining.push_back(instance);
+        }
+        self.poll_rejoin(instance)
+    }
+
+    /// Whether the rejoin of call `instance` was granted (and it counts again).
+    pub fn take_granted(&mut self, instance: u64) -> bool {
+        self.granted.remove(&instance)
     }
 
     /// A waiting `rejoin()` asks again (a slot may have freed): true once granted.
-    pub fn poll_rejoin(&mut self, id: u32) -> bool {
+    pub fn poll_rejoin(&mut self, instance: u64) -> bool {
         self.grant_rejoins();
-        self.take_granted(id)
+        self.take_granted(instance)
     }
 
     fn grant_rejoins(&mut self) {
         while self.n_executing < self.nthreads {
-            let Some((id, instance)) = self.rejoining.pop_front() else {
+            let Some(instance) = self.rejoining.pop_front() else {
                 break;
             };
             self.seceded.remove(&instance);
             self.n_executing += 1;
-            self.granted.insert(id);
+            self.granted.insert(instance);
         }
     }
 

@@ -718,9 +718,9 @@ fn secede_frees_a_slot() {
     m.compute(task(2).prio(0, 0.0, 2));
     let a = take(&mut m, 1);
     assert!(m.take_ready(0.0).is_none());
-    assert_eq!(m.secede(1), Some(Some(4)));
-    assert_eq!(m.secede(1), None, "once");
-    assert_eq!(m.secede(2), None, "not running");
+    assert_eq!(m.secede(1, a.instance), Some(Some(4)));
+    assert_eq!(m.secede(1, a.instance), None, "once");
+    assert_eq!(m.secede(2, a.instance + 1), None, "not running");
     assert_eq!(m.n_executing(), 0);
     assert_eq!(m.n_seceded(), 1);
     ok(&m);
@@ -740,7 +740,7 @@ fn secede_frees_a_slot() {
     m.compute(task(3));
     let c = take(&mut m, 3);
     m.free(3);
-    assert_eq!(m.secede(3), Some(None));
+    assert_eq!(m.secede(3, c.instance), Some(None));
     assert_eq!(m.n_executing(), 0);
     ok(&m);
     assert_eq!(m.complete(c, Some((3, 1)), 0.0), Outcome::Dropped);
@@ -755,11 +755,11 @@ fn rejoin_waits_for_a_slot_and_goes_before_queued_tasks() {
     m.compute(task(2).prio(0, 0.0, 2));
     m.compute(task(3).prio(0, 0.0, 3));
     let a = take(&mut m, 1);
-    assert!(m.rejoin(1), "never seceded: go on");
-    m.secede(1);
+    assert!(m.rejoin(a.instance), "never seceded: go on");
+    m.secede(1, a.instance);
     let b = take(&mut m, 2);
-    assert!(!m.rejoin(1), "no free slot");
-    assert!(!m.take_granted(1));
+    assert!(!m.rejoin(a.instance), "no free slot");
+    assert!(!m.take_granted(a.instance));
     assert!(m.runnable() || m.n_executing() == 1);
     ok(&m);
     m.complete(b, Some((2, 1)), 0.0);
@@ -768,8 +768,8 @@ fn rejoin_waits_for_a_slot_and_goes_before_queued_tasks() {
         m.take_ready(0.0).is_none(),
         "the rejoin took the slot, not task 3"
     );
-    assert!(m.take_granted(1));
-    assert!(!m.take_granted(1));
+    assert!(m.take_granted(a.instance));
+    assert!(!m.take_granted(a.instance));
     assert_eq!(m.n_executing(), 1);
     assert_eq!(m.n_seceded(), 0);
     assert_eq!(state(&m, 3), Some(State::Ready));
@@ -781,9 +781,9 @@ fn rejoin_waits_for_a_slot_and_goes_before_queued_tasks() {
     // Granted at once when a slot is free.
     let mut m = machine(2);
     m.compute(task(1));
-    m.take_ready(0.0).unwrap();
-    m.secede(1);
-    assert!(m.rejoin(1));
+    let j = m.take_ready(0.0).unwrap();
+    m.secede(1, j.instance);
+    assert!(m.rejoin(j.instance));
     assert_eq!(m.n_executing(), 1);
     ok(&m);
 }
@@ -863,7 +863,7 @@ fn a_seceded_call_freed_and_replaced_keeps_its_own_slot_accounting() {
     let mut m = machine(1);
     m.compute(task(1));
     let old = take(&mut m, 1);
-    assert_eq!(m.secede(1), Some(Some(1)));
+    assert_eq!(m.secede(1, old.instance), Some(Some(1)));
     m.free(1); // cancelled
     m.free(1); // freed again: orphaned
     m.compute(task(1).run(2)); // a new record (and call) for id 1
@@ -910,5 +910,32 @@ fn a_fetch_result_for_an_unknown_key_is_ignored() {
         vec![1],
         "the value is handed back to be dropped"
     );
+    ok(&m);
+}
+
+#[test]
+fn two_seceded_calls_of_one_task_id_rejoin_separately() {
+    let mut m = machine(1);
+    m.compute(task(1));
+    let old = take(&mut m, 1);
+    assert_eq!(m.secede(1, old.instance), Some(Some(1)));
+    m.free(1);
+    m.free(1); // the old call is an orphan now
+    m.compute(task(1).key(7).run(2)); // the id names another key
+    let new = take(&mut m, 1);
+    assert_eq!(m.secede(1, new.instance), Some(Some(2)));
+    // Both rejoin; the one slot goes to the first, the other waits for it.
+    assert!(m.rejoin(old.instance));
+    assert!(!m.rejoin(new.instance));
+    assert_eq!(m.n_executing(), 1);
+    assert_eq!(m.complete(old, Some((1, 1)), 0.0), Outcome::Dropped);
+    assert!(
+        m.poll_rejoin(new.instance),
+        "the freed slot goes to the other call"
+    );
+    assert_eq!(m.n_executing(), 1);
+    assert_eq!(m.complete(new, Some((7, 1)), 0.0), Outcome::Finished);
+    assert_eq!(m.n_executing(), 0);
+    assert_eq!(m.n_seceded(), 0);
     ok(&m);
 }

@@ -275,24 +275,20 @@ impl World {
             Ev::Secede(s) => {
                 if !self.jobs.is_empty() {
                     let i = s as usize % self.jobs.len();
-                    let id = self.jobs[i].job.id;
-                    if self.jobs.iter().filter(|h| h.job.id == id).count() == 1 {
-                        let r = self.m.secede(id);
-                        let mine = self.m.task(id).map(|t| t.instance);
-                        if self.jobs[i].seceded {
-                            assert_eq!(r, None, "seceded twice");
-                        } else if mine == Some(self.jobs[i].job.instance) {
-                            assert!(r.is_some(), "a running task may secede");
-                        }
-                        if let Some(Some(run_id)) = r {
-                            let ts = self.m.task(id).unwrap();
-                            assert_eq!(ts.instance, self.jobs[i].job.instance);
-                            assert_eq!(self.sent.get(&id), Some(&run_id));
-                        }
-                        if r.is_some() {
-                            assert!(!self.jobs[i].seceded, "seceded twice");
-                            self.jobs[i].seceded = true;
-                        }
+                    let (id, instance) = (self.jobs[i].job.id, self.jobs[i].job.instance);
+                    let r = self.m.secede(id, instance);
+                    if self.jobs[i].seceded {
+                        assert_eq!(r, None, "seceded twice");
+                    } else {
+                        assert!(r.is_some(), "a running call may secede");
+                    }
+                    if let Some(Some(run_id)) = r {
+                        let ts = self.m.task(id).unwrap();
+                        assert_eq!(ts.instance, instance);
+                        assert_eq!(self.sent.get(&id), Some(&run_id));
+                    }
+                    if r.is_some() {
+                        self.jobs[i].seceded = true;
                     }
                 }
             }
@@ -302,13 +298,10 @@ impl World {
                     .collect();
                 if !seceded.is_empty() {
                     let i = seceded[s as usize % seceded.len()];
-                    let id = self.jobs[i].job.id;
-                    if self.jobs.iter().filter(|h| h.job.id == id).count() == 1 {
-                        if self.m.rejoin(id) {
-                            self.jobs[i].seceded = false;
-                        } else {
-                            self.jobs[i].rejoining = true;
-                        }
+                    if self.m.rejoin(self.jobs[i].job.instance) {
+                        self.jobs[i].seceded = false;
+                    } else {
+                        self.jobs[i].rejoining = true;
                     }
                 }
             }
@@ -366,7 +359,7 @@ impl World {
 
     fn check(&mut self) {
         for held in &mut self.jobs {
-            if held.rejoining && self.m.take_granted(held.job.id) {
+            if held.rejoining && self.m.take_granted(held.job.instance) {
                 held.rejoining = false;
                 held.seceded = false;
             }
