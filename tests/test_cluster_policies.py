@@ -447,6 +447,33 @@ def test_released_futures_free_worker_memory() -> None:
         eventually(lambda: held(c) == set())
 
 
+def add_when_told(x: int, started: str, go: str) -> int:
+    Path(started).touch()
+    wait_for_file(go)
+    return x + 1
+
+
+def test_fetched_copies_count_as_holders_while_a_worker_keeps_them(tmp_path: Path) -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+        by_name = {w["name"]: a for a, w in c.scheduler_info()["workers"].items()}
+        a0, a1 = by_name["local-0"], by_name["local-1"]
+        x = c.submit(add_one, 1, workers=[a0])
+        started, go = tmp_path / "started", tmp_path / "go"
+        y = c.submit(add_when_told, x, str(started), str(go), workers=[a1])
+        eventually(started.exists)
+        # local-1 fetched x for y: the scheduler knows both copies now.
+        eventually(lambda: sorted(c.who_has([x])[x.key]) == sorted([a0, a1]))
+        go.touch()
+        assert y.result(timeout=TIMEOUT) == 3
+        # y is done, so local-1 drops its copy and says so.
+        eventually(lambda: c.who_has([x])[x.key] == [a0])
+        assert x.key not in held_on(c, a1)
+
+
+def held_on(client: Client, address: str) -> set[str]:
+    return set(client.run(lambda dask_worker: list(dask_worker.data))[address])
+
+
 def test_futures_dropped_before_the_client_sends_their_graph_are_released(
     tmp_path: Path,
 ) -> None:

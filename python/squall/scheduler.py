@@ -203,6 +203,10 @@ class SchedulerServer:
                 )
             elif op == "add-keys":
                 self.core.add_keys(w, [int(t) for t in h["tasks"]], now=now)
+            elif op == "add-replicas":
+                self.core.add_replicas(w, bytes(payload), now=now)
+            elif op == "drop-replicas":
+                self.core.drop_replicas(w, bytes(payload), now=now)
             elif op == "long-running":
                 self.core.long_running(
                     w, int(h["task"]), int(h["run_id"]), float(h["duration"]), now=now

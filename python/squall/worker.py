@@ -16,10 +16,9 @@ docs/runtime.md. Choices the protocol table leaves open:
   ``raise exc.with_traceback(pickle.loads(tb))`` and show the remote frames;
   ``exception_text`` is ``repr(exc)`` and ``traceback_text`` the formatted traceback.
 * Dependencies are fetched from their holders (batched per holder, cached peer
-  connections, next holder on failure). The ``compute`` payload names dependencies by key
-  only, so fetched copies are *private replicas*: kept while a local task needs them,
-  then dropped, and never announced with ``add-keys`` (the worker does not know their
-  task ids). If no holder can provide a dependency, the dependents are given back with
+  connections, next holder on failure). Fetched copies are kept while a local task
+  needs them, then dropped; both are told to the scheduler by key (``add-replicas``,
+  ``drop-replicas``), so it counts the copies as holders meanwhile. If no holder can provide a dependency, the dependents are given back with
   ``reschedule`` after ``squall.worker.missing-data-retry``, unless the scheduler has
   freed or re-sent them meanwhile.
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
@@ -457,12 +456,16 @@ class Worker:
         """Send the reports the core buffered. Task threads ask for this (``_WAKE``)
         once nothing else is ready or results have waited ``finished-delay``, so that
         completions close together share one ``finished`` message."""
-        finished, erred = self._core.take_reports()
+        finished, erred, gained, dropped = self._core.take_reports()
+        if gained:  # fetched copies: the scheduler counts them as holders
+            self._send({"op": "add-replicas"}, gained)
         if finished is not None:
             n, payload = finished
             self._send({"op": "finished", "n": n}, payload)
         for tid, run_id, err in erred:
             self._send_erred(tid, run_id, err)
+        if dropped:
+            self._send({"op": "drop-replicas"}, dropped)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
         exc_text, tb_text, exc_blob, tb_blob = err
@@ -527,6 +530,7 @@ class Worker:
                 continue
             self._core.fetched(holder, kid, value, size)
         self._fetch_missing()
+        self._flush_buffered()  # announce the copies
 
     def _measured(self, nbytes: int, seconds: float) -> None:
         if nbytes >= BANDWIDTH_MIN_BYTES and seconds > 0:

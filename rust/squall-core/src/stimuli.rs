@@ -504,6 +504,7 @@ impl Scheduler {
         }
         let stim = self.next_stimulus(now);
         self.remove_replica(t, w);
+        self.restore_needs(t, w);
         if self.task(t).who_has.is_empty() {
             let mut recs = self.new_recs();
             recs.insert(t, S::Released);
@@ -511,6 +512,28 @@ impl Scheduler {
         }
         self.after_stimulus();
         Ok(Outcome::Applied)
+    }
+
+    /// `w` lost its copy of `t`: tasks processing there that depend on `t` must fetch
+    /// it again (`needs_what`, network occupancy), as if assigned without it.
+    fn restore_needs(&mut self, t: TaskId, w: WorkerId) {
+        let n = self
+            .task(t)
+            .dependents
+            .iter()
+            .filter(|&d| self.task(d).processing_on == Some(w))
+            .count() as u32;
+        if n == 0 {
+            return;
+        }
+        let eff = self.eff_nbytes(t);
+        let ws = self.wm(w);
+        let c = ws.needs_what.entry(t).or_insert(0);
+        if *c == 0 {
+            ws.network_occ += eff;
+            self.network_occ_global += eff;
+        }
+        *self.wm(w).needs_what.get_mut(&t).expect("just inserted") = n;
     }
 
     /// `add-keys`: the worker holds these results (e.g. after fetching them).

@@ -424,6 +424,29 @@ fn add_keys_adds_replicas_or_asks_to_remove() {
 }
 
 #[test]
+fn a_dropped_fetched_copy_is_needed_again_by_tasks_processing_there() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    let b = h.worker("tcp://b", 1);
+    h.submit(&[("x", &[])], &["x"]).unwrap();
+    h.finish("x");
+    let x = h.t("x");
+    let holder = h.s.task(x).who_has.first().unwrap();
+    let other = if holder == a { b } else { a };
+    let now = h.tick_time(0.1);
+    h.s.add_keys(other, &[x], now).unwrap();
+    // A dependent lands on a worker holding x, then that copy goes before it ran.
+    h.submit(&[("y", &["x"])], &["y"]).unwrap();
+    let on = h.s.task(h.t("y")).processing_on.unwrap();
+    let now = h.tick_time(0.1);
+    h.s.release_worker_data(on, x, now).unwrap();
+    h.s.validate().unwrap();
+    assert_eq!(h.s.worker(on).needs_what.len(), 1);
+    h.run_all();
+    assert_eq!(h.state("y"), S::Memory);
+}
+
+#[test]
 fn queued_to_erred_when_no_worker_returns_in_time() {
     let mut h = H::with(Config {
         no_workers_timeout: Some(5.0),

@@ -673,6 +673,41 @@ impl Scheduler {
         guarded(py, move || inner.add_keys(WorkerId(worker), &tasks, now))
     }
 
+    /// `add-replicas` (keys in `encode_keys` form): a worker fetched these; those in
+    /// memory count it as a holder, others are sent back as `remove-replicas`, unknown
+    /// keys are ignored.
+    #[pyo3(signature = (worker, keys, *, now))]
+    fn add_replicas(&mut self, py: Python<'_>, worker: u32, keys: &[u8], now: f64) -> PyResult<()> {
+        let keys = crate::wire::read_keys(keys)?;
+        let inner = &mut self.inner;
+        guarded(py, move || {
+            let tasks: Vec<TaskId> = keys.iter().filter_map(|k| inner.lookup(k)).collect();
+            inner.add_keys(WorkerId(worker), &tasks, now)
+        })
+    }
+
+    /// `drop-replicas` (keys in `encode_keys` form): a worker no longer holds these
+    /// fetched copies; keys it was not counted for, or unknown ones, are ignored.
+    #[pyo3(signature = (worker, keys, *, now))]
+    fn drop_replicas(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        keys: &[u8],
+        now: f64,
+    ) -> PyResult<()> {
+        let keys = crate::wire::read_keys(keys)?;
+        let inner = &mut self.inner;
+        guarded(py, move || {
+            for k in &keys {
+                if let Some(t) = inner.lookup(k) {
+                    inner.release_worker_data(WorkerId(worker), t, now)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// The victim's answer to a steal request; True if the task moved or was rescheduled.
     #[pyo3(signature = (worker, task, state, stimulus, *, now))]
     fn steal_response(

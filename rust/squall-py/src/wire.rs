@@ -332,6 +332,25 @@ pub fn encode_keys<'py>(
     Ok(PyBytes::new(py, &out))
 }
 
+/// Keys written by `encode_keys`, without making Python objects.
+pub fn read_keys(payload: &[u8]) -> PyResult<Vec<Key>> {
+    let mut r = Reader::new(payload);
+    let mut out = Vec::new();
+    while !r.done() {
+        out.push(r.key()?);
+    }
+    Ok(out)
+}
+
+/// Canonical key bytes in `encode_keys` form.
+pub fn write_keys<'a>(keys: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for k in keys {
+        put_bytes(&mut out, k);
+    }
+    out
+}
+
 /// Decodes keys written by `encode_keys`; malformed input is a ValueError.
 #[pyfunction]
 pub fn decode_keys<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Vec<Bound<'py, PyAny>>> {

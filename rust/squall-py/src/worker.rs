@@ -9,7 +9,7 @@
 //! GIL; threads wait for work on a condition variable with the GIL released.
 
 use crate::convert::{key_from_py, key_to_py};
-use crate::wire::Reader;
+use crate::wire::{write_keys, Reader};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -487,8 +487,9 @@ impl WorkerCore {
         self.work.notify_all();
     }
 
-    /// The buffered reports: `finished` as `(n, payload)` or None, and failed tasks as
-    /// `[(task, run_id, packed error)]`. The event loop's wake-up is taken too.
+    /// The buffered reports: `finished` as `(n, payload)` or None; failed tasks as
+    /// `[(task, run_id, packed error)]`; keys of fetched copies gained and dropped
+    /// (`encode_keys` form, empty if none). The event loop's wake-up is taken too.
     #[allow(clippy::type_complexity)]
     fn take_reports<'py>(
         &self,
@@ -496,16 +497,21 @@ impl WorkerCore {
     ) -> (
         Option<(usize, Bound<'py, PyBytes>)>,
         Vec<(u32, u64, Py<PyAny>)>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
     ) {
         let mut g = self.lock();
         g.wake_pending = false;
         g.reports_since = None;
         let finished = std::mem::take(&mut g.m.finished);
         let erred = std::mem::take(&mut g.erred);
+        let added = std::mem::take(&mut g.m.replicas_added);
+        let dropped = std::mem::take(&mut g.m.replicas_dropped);
         drop(g);
         let finished =
             (!finished.is_empty()).then(|| (finished.len(), PyBytes::new(py, &finished.encode())));
-        (finished, erred)
+        let keys = |ks: Vec<Box<[u8]>>| PyBytes::new(py, &write_keys(ks.iter().map(|k| &k[..])));
+        (finished, erred, keys(added), keys(dropped))
     }
 
     fn n_executing(&self) -> usize {

@@ -33,6 +33,8 @@ pub struct Slot<V> {
     pub fetch: Fetch,
     /// Peers that hold the key (fetches), this worker excluded.
     pub holders: Vec<String>,
+    /// A fetched copy the scheduler was told of (`add-replicas`).
+    pub announced: bool,
 }
 
 impl<V> Slot<V> {
@@ -47,6 +49,7 @@ impl<V> Slot<V> {
             running: 0,
             fetch: Fetch::No,
             holders: Vec::new(),
+            announced: false,
         }
     }
 

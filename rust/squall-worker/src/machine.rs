@@ -193,6 +193,10 @@ pub struct Machine<V> {
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
     pub finished: Finished,
+    /// Keys of fetched copies to announce to the scheduler, and of announced copies
+    /// dropped since (in this order: a copy may come and go between two reports).
+    pub replicas_added: Vec<Box<[u8]>>,
+    pub replicas_dropped: Vec<Box<[u8]>>,
     /// Values let go of, for the caller to drop when convenient (Python values run
     /// arbitrary code when freed, which must not happen under the caller's lock).
     pub graveyard: Vec<V>,
@@ -219,6 +223,8 @@ impl<V> Machine<V> {
             free_resources: resources,
             to_fetch: Vec::new(),
             finished: Finished::default(),
+            replicas_added: Vec::new(),
+            replicas_dropped: Vec::new(),
             graveyard: Vec::new(),
             rng: 0x9E37_79B9_7F4A_7C15,
         }
@@ -523,6 +529,7 @@ impl<V> Machine<V> {
         let slot = self.keys.get_mut(k);
         let old = slot.value.replace(value);
         slot.nbytes = nbytes;
+        slot.announced = false; // a registered result now
         self.graveyard.extend(old);
         let slot = self.keys.get_mut(k);
         // Local tasks waiting for this key have it now.
@@ -813,6 +820,8 @@ impl<V> Machine<V> {
                 if slot.value.is_none() && slot.users > 0 {
                     slot.value = Some(value);
                     slot.nbytes = nbytes;
+                    slot.announced = true;
+                    self.replicas_added.push(slot.bytes.clone());
                     self.deps_arrived(&waiters);
                 } else {
                     self.graveyard.push(value);
@@ -915,6 +924,7 @@ impl<V> Machine<V> {
         ts.state = State::Memory;
         ts.spec = Vec::new();
         let (run_id, key) = (ts.run_id, ts.key);
+        self.keys.get_mut(key).announced = false; // the scheduler's result now
         self.report(id, run_id, nbytes, seconds);
         let waiters = std::mem::take(&mut self.keys.get_mut(key).waiters);
         self.deps_arrived(&waiters);
@@ -967,6 +977,9 @@ impl<V> Machine<V> {
         }
         let slot = self.keys.get_mut(k);
         let old = slot.value.take();
+        if std::mem::take(&mut slot.announced) && old.is_some() {
+            self.replicas_dropped.push(slot.bytes.clone());
+        }
         self.graveyard.extend(old);
         let slot = self.keys.get_mut(k);
         slot.nbytes = 0;

@@ -939,3 +939,33 @@ fn two_seceded_calls_of_one_task_id_rejoin_separately() {
     assert_eq!(m.n_seceded(), 0);
     ok(&m);
 }
+
+#[test]
+fn fetched_copies_are_announced_and_their_drop_too() {
+    let mut m = machine(1);
+    m.compute(task(10).dep(1, &["p1"]));
+    m.take_fetches(&never);
+    let k = kid(&m, 1);
+    m.fetched("p1", k, Ok(Some((5, 8))));
+    assert_eq!(m.replicas_added, vec![key(1).into_boxed_slice()]);
+    assert!(m.replicas_dropped.is_empty());
+    let j = take(&mut m, 10);
+    assert!(
+        m.replicas_dropped.is_empty(),
+        "kept while its dependent runs"
+    );
+    m.complete(j, Some((6, 1)), 0.0);
+    assert_eq!(m.replicas_dropped, vec![key(1).into_boxed_slice()]);
+    ok(&m);
+    // A copy that becomes a result the scheduler knows of is not reported dropped.
+    let mut m = machine(1);
+    m.compute(task(10).dep(1, &["p1"]));
+    m.take_fetches(&never);
+    m.fetched("p1", kid(&m, 1), Ok(Some((5, 8))));
+    m.put_scattered(1, &key(1), 5, 8);
+    let j = take(&mut m, 10);
+    m.complete(j, Some((6, 1)), 0.0);
+    m.free(1);
+    assert!(m.replicas_dropped.is_empty());
+    ok(&m);
+}
