@@ -18,9 +18,10 @@ docs/runtime.md. Choices the protocol table leaves open:
 * Dependencies are fetched from their holders (batched per holder, cached peer
   connections, next holder on failure). Fetched copies are kept while a local task
   needs them, then dropped; both are told to the scheduler by key (``add-replicas``,
-  ``drop-replicas``), so it counts the copies as holders meanwhile. If no holder can provide a dependency, the dependents are given back with
-  ``reschedule`` after ``squall.worker.missing-data-retry``, unless the scheduler has
-  freed or re-sent them meanwhile.
+  ``drop-replicas``), so it counts the copies as holders meanwhile. If no holder can
+  provide a dependency, the dependents are given back with ``reschedule`` after
+  ``squall.worker.missing-data-retry``, unless the scheduler has freed or re-sent them
+  meanwhile (a re-sent task fetches from the holders named then).
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
   dropped, as are any other cached connections that have closed.
 * Task state lives in a compiled machine (``squall._core.WorkerCore``, the
