@@ -19,6 +19,7 @@ import pytest
 
 from squall import comm, update_graph
 from squall._core import decode_keys, encode_keys
+from squall.client import _holders
 from squall.scheduler import SchedulerServer
 from squall.spec import call_prefix, make_spec
 from squall.worker import Worker
@@ -118,9 +119,8 @@ class Client:
         self._next_id += 1
         rid = self._next_id
         await self.c.write({"op": "who-has", "id": rid}, encode_keys(keys))
-        h, _ = await self.wait_for(lambda: self.replies.get(("who-has", rid)))
-        holders: list[list[str]] = h["holders"]
-        return holders
+        h, payload = await self.wait_for(lambda: self.replies.get(("who-has", rid)))
+        return _holders(h["addresses"], bytes(payload), len(keys))
 
     async def gather(self, keys: list[Key]) -> list[Any]:
         await self.wait_for(lambda: self.in_memory.issuperset(keys) or self.erred)

@@ -47,6 +47,7 @@ import random
 import threading
 import types
 import uuid
+from array import array
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Iterator
 from typing import Any, ClassVar, Literal, NamedTuple
@@ -1256,7 +1257,7 @@ class Client:
 
     async def _who_has(self, keys: list[Key]) -> _WhoHas:
         h, payload = await self._request({"op": "who-has"}, encode_keys(keys))
-        return _WhoHas(decode_keys(bytes(payload)), [list(x) for x in h["holders"]])
+        return _WhoHas(keys, _holders(list(h["addresses"]), bytes(payload), len(keys)))
 
     async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
         """One round: ask who has the keys and get them; missing keys are left out."""
@@ -1611,6 +1612,21 @@ class Client:
             callback(future)
         else:
             asyncio.get_running_loop().create_task(self._watch_done(future, callback))
+
+
+def _holders(addresses: list[str], packed: bytes, n: int) -> list[list[str]]:
+    """A ``who-has`` reply's holders per key: per key a u16 count, then that many u16
+    indices into ``addresses``."""
+    table = array("H", packed)
+    out: list[list[str]] = []
+    pos = 0
+    for _ in range(n):
+        count = table[pos]
+        out.append([addresses[i] for i in table[pos + 1 : pos + 1 + count]])
+        pos += 1 + count
+    if pos != len(table):
+        raise comm.ProtocolError("who-has reply does not match the keys asked for")
+    return out
 
 
 def _place(targets: list[str], broadcast: bool | int) -> list[str]:

@@ -255,7 +255,10 @@ class SchedulerServer:
         try:
             if op == "update-graph":
                 return self._update_graph(cid, h, payload)
-            if op in ("release-keys", "cancel", "retry", "desire-keys", "who-has"):
+            if op == "who-has":
+                addresses, holders = self.core.who_has_wire(bytes(payload))
+                return {"op": "who-has", "id": h.get("id"), "addresses": addresses}, holders
+            if op in ("release-keys", "cancel", "retry", "desire-keys"):
                 keys = decode_keys(bytes(payload))
                 if op == "release-keys":
                     self.core.client_releases_keys(cid, keys, now=now)
@@ -263,10 +266,8 @@ class SchedulerServer:
                     self.core.cancel(cid, keys, now=now, force=bool(h.get("force")))
                 elif op == "retry":
                     self.core.retry(keys, now=now)
-                elif op == "desire-keys":
-                    self.core.client_desires_keys(cid, keys, now=now)
                 else:
-                    return self._who_has(h, keys)
+                    self.core.client_desires_keys(cid, keys, now=now)
                 return None
             if op == "scheduler-info":
                 return self._scheduler_info(h), b""
@@ -428,13 +429,6 @@ class SchedulerServer:
                 return f"{len(self.workers)}/{len(old)} workers came back within {timeout}s"
             await asyncio.sleep(0.02)
         return None
-
-    def _who_has(self, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
-        holders = []
-        for k in keys:
-            t = self.core.lookup(k)
-            holders.append(self.core.task_info(t)["who_has"] if t is not None else [])
-        return {"op": "who-has", "id": h.get("id"), "holders": holders}, encode_keys(keys)
 
     # ----- outputs --------------------------------------------------------------------
 

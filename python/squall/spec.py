@@ -24,7 +24,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 # Argument types pickle can write exactly as cloudpickle would.
-_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
+PLAIN_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 @functools.lru_cache(maxsize=256)
@@ -72,7 +72,7 @@ def make_spec(
     """A call spec of the function named by ``prefix`` (:func:`call_prefix`);
     ``to_dep(obj)`` names the key an argument stands for (a future) or returns None.
     Returns the spec and the dependency keys, in first-seen order."""
-    if not kwargs and all(type(a) in _PLAIN for a in args):
+    if not kwargs and all(type(a) in PLAIN_TYPES for a in args):
         # Plain values (the common map item) need neither futures replaced nor
         # cloudpickle, which is several times slower than pickle for small calls.
         return prefix + pickle.dumps((args, {}), protocol=5), []

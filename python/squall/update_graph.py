@@ -18,7 +18,7 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from squall._core import encode_keys
-from squall.spec import _PLAIN, make_spec
+from squall.spec import PLAIN_TYPES, make_spec
 
 Key = Hashable
 
@@ -74,7 +74,7 @@ def call_specs(
     dependencies (None when no call has any). Calls on plain values only (the usual map)
     are pickled in C loops, the same bytes ``make_spec`` writes."""
     calls = zip(*columns, strict=True)
-    if not kwargs and all(map(_PLAIN.__contains__, map(type, chain.from_iterable(columns)))):
+    if not kwargs and all(map(PLAIN_TYPES.__contains__, map(type, chain.from_iterable(columns)))):
         pickled = map(pickle.dumps, zip(calls, repeat(_NO_KWARGS)), repeat(5))
         return list(map(prefix.__add__, pickled)), None
     made = [make_spec(prefix, args, kwargs, to_dep) for args in calls]

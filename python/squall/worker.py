@@ -72,7 +72,7 @@ from tblib import pickling_support  # type: ignore[import-untyped]
 
 from squall import comm, config, context
 from squall._core import WorkerCore, decode_keys, encode_keys
-from squall.spec import fill_call, load_function, run_spec
+from squall.spec import PLAIN_TYPES, fill_call, load_function, run_spec
 
 if TYPE_CHECKING:
     from squall.client import Client
@@ -661,14 +661,18 @@ _MISSING = object()
 
 
 def _pickle_values(values: list[Any]) -> tuple[list[int], list[bytes]]:
-    """``get-data`` sizes (-1 for a value this worker lacks) and pickles."""
+    """``get-data`` sizes (-1 for a value this worker lacks) and pickles (plain
+    values with ``pickle``, several times faster than cloudpickle for small ones)."""
     sizes: list[int] = []
     blobs: list[bytes] = []
     for value in values:
         if value is _MISSING:
             sizes.append(-1)
             continue
-        blob = cloudpickle.dumps(value)
+        if type(value) in PLAIN_TYPES:
+            blob = pickle.dumps(value, protocol=5)
+        else:
+            blob = cloudpickle.dumps(value)
         sizes.append(len(blob))
         blobs.append(blob)
     return sizes, blobs

@@ -909,6 +909,35 @@ impl Scheduler {
         }
     }
 
+    /// Who holds these keys (`encode_keys` form), packed for the `who-has` reply:
+    /// `(addresses, payload)` where the payload holds, per key in order, a u16 count
+    /// then that many u16 indices into `addresses` (unknown keys: count 0).
+    fn who_has_wire<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &[u8],
+    ) -> PyResult<(Vec<String>, Bound<'py, PyBytes>)> {
+        let keys = crate::wire::read_keys(keys)?;
+        let mut addresses: Vec<String> = Vec::new();
+        let mut index: std::collections::HashMap<u32, u16> = std::collections::HashMap::new();
+        let mut out = Vec::with_capacity(keys.len() * 4);
+        for k in &keys {
+            let holders: Vec<WorkerId> = match self.inner.lookup(k) {
+                Some(t) => self.inner.task(t).who_has.iter().collect(),
+                None => Vec::new(),
+            };
+            out.extend_from_slice(&(holders.len() as u16).to_le_bytes());
+            for w in holders {
+                let i = *index.entry(w.0).or_insert_with(|| {
+                    addresses.push(self.inner.worker(w).address.clone());
+                    (addresses.len() - 1) as u16
+                });
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+        }
+        Ok((addresses, PyBytes::new(py, &out)))
+    }
+
     /// Keys of many task ids (packed little-endian u32).
     fn keys_of<'py>(&self, py: Python<'py>, tasks: &[u8]) -> PyResult<Vec<Bound<'py, PyAny>>> {
         le_array(tasks, u32::from_le_bytes, "tasks")?
