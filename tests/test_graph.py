@@ -20,6 +20,7 @@ import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
 
 from squall import graph
+from squall.gc_pause import gc_paused
 from squall.spec import run_spec
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -131,15 +132,15 @@ def test_legacy_graphs_convert_as_dask_converts_them() -> None:
 
 
 def test_materialize_pauses_the_collector_and_restores_it() -> None:
-    with graph._gc_paused():
+    with gc_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
-    with pytest.raises(ValueError), graph._gc_paused():
+    with pytest.raises(ValueError), gc_paused():
         raise ValueError
     assert gc.isenabled()
     gc.disable()
     try:
-        with graph._gc_paused():
+        with gc_paused():
             pass
         assert not gc.isenabled()  # left to a program that manages it itself
     finally:

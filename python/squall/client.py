@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import gc
 import hashlib
 import itertools
 import logging
@@ -60,6 +59,7 @@ from dask.utils import funcname, parse_timedelta
 
 from squall import comm, config, update_graph
 from squall._core import decode_keys, encode_keys
+from squall.gc_pause import gc_paused
 from squall.graph import (
     compute_expr,
     expr_of_graph,
@@ -988,7 +988,7 @@ class Client:
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
-        with _gc_paused():
+        with gc_paused():
             while sources:
                 columns = [list(itertools.islice(it, size)) for it in sources]
                 n = min(map(len, columns))
@@ -1713,23 +1713,6 @@ def fire_and_forget(obj: Any) -> None:
         # it is sent, before any release of them.
         keys = encode_keys([f.key for f in futures])
         client._send_soon({"op": "fire-and-forget"}, keys, keep=futures)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic GC while a map makes its futures (two GC-tracked objects per item):
-    with it, every few hundred new objects trigger a collection, and the heap growing
-    by millions triggers a full one at every quarter of growth, each rescanning it all
-    (a fifth to a third of ``map()``). Paused, the first collection afterwards sees
-    them once. A caller's disabled GC stays disabled."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _to_dep(obj: Any) -> Key | None:

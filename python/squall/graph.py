@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import copyreg
 import functools
-import gc
 import io
 import operator
 import pickle
 import types
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +30,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
+from squall.gc_pause import gc_paused
 from squall.spec import load_function
 
 Key = Hashable
@@ -205,26 +204,12 @@ def flatten_keys(keys: Any) -> list[Key]:
 def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
     """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
     the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
-    with _gc_paused():
+    with gc_paused():
         dsk = _graph_nodes(expr.__dask_graph__())
         if cull:
             dsk = _cull(dsk, set(keys))
         annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
         return pack(dsk, annotations)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Materialising allocates millions of objects that stay alive; the cyclic
-    collector's repeated passes over them took ~40% of a 200k-task graph's time."""
-    if not gc.isenabled():
-        yield  # the program manages the collector itself
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _graph_nodes(dsk: Mapping[Key, Any]) -> dict[Key, GraphNode]:

@@ -264,26 +264,38 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes a `compute` payload on a worker: a list of
-/// `(task, run_id, key, priority, run_spec, actor, resources, deps)` where priority is
-/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`.
-#[pyfunction]
-pub fn decode_compute<'py>(
-    py: Python<'py>,
-    payload: &[u8],
-    addresses: Vec<String>,
-) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-    let mut r = Reader { b: payload, pos: 0 };
+/// One task of a `compute` payload, as written by [`ComputeBatch::push`].
+pub(crate) struct ComputeTask<'a> {
+    pub task: u32,
+    pub run_id: u64,
+    pub neg_user: i32,
+    pub generation: f64,
+    pub order: u32,
+    pub actor: bool,
+    pub key: Key,
+    pub spec: &'a [u8],
+    pub resources: Vec<(String, f64)>,
+    /// (key, nbytes, holder addresses)
+    pub deps: Vec<(Key, i64, Vec<String>)>,
+}
+
+/// Reads a whole `compute` payload (holder indices resolved against `addresses`);
+/// malformed input is a ValueError and yields nothing.
+pub(crate) fn read_compute<'a>(
+    payload: &'a [u8],
+    addresses: &[String],
+) -> PyResult<Vec<ComputeTask<'a>>> {
+    let mut r = Reader::new(payload);
     let mut out = Vec::new();
-    while r.pos < payload.len() {
+    while !r.done() {
         let task = r.u32()?;
         let run_id = u64::from_le_bytes(r.arr()?);
         let neg_user = i32::from_le_bytes(r.arr()?);
         let generation = f64::from_le_bytes(r.arr()?);
         let order = r.u32()?;
-        let flags = r.arr::<1>()?[0];
-        let key = key_to_py(py, &r.key()?)?;
-        let spec = PyBytes::new(py, r.bytes()?);
+        let actor = r.arr::<1>()?[0] & FLAG_ACTOR != 0;
+        let key = r.key()?;
+        let spec = r.bytes()?;
         let mut resources = Vec::new();
         for _ in 0..r.u16()? {
             let name = std::str::from_utf8(r.bytes()?)
@@ -292,26 +304,57 @@ pub fn decode_compute<'py>(
         }
         let mut deps = Vec::new();
         for _ in 0..r.u32()? {
-            let dkey = key_to_py(py, &r.key()?)?;
+            let dkey = r.key()?;
             let nbytes = i64::from_le_bytes(r.arr()?);
             let mut holders = Vec::new();
             for _ in 0..r.u16()? {
-                let i = r.u16()? as usize;
                 let a = addresses
-                    .get(i)
+                    .get(r.u16()? as usize)
                     .ok_or_else(|| PyValueError::new_err("holder index out of range"))?;
                 holders.push(a.clone());
             }
-            deps.push((dkey, nbytes, holders).into_pyobject(py)?);
+            deps.push((dkey, nbytes, holders));
         }
-        let item = (
+        out.push(ComputeTask {
             task,
             run_id,
+            neg_user,
+            generation,
+            order,
+            actor,
             key,
-            (neg_user, generation, order),
             spec,
-            flags & FLAG_ACTOR != 0,
             resources,
+            deps,
+        });
+    }
+    Ok(out)
+}
+
+/// Decodes a `compute` payload for inspection (tests, tools): a list of
+/// `(task, run_id, key, priority, run_spec, actor, resources, deps)` where priority is
+/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`.
+/// Workers read payloads straight into their compiled state instead.
+#[pyfunction]
+pub fn decode_compute<'py>(
+    py: Python<'py>,
+    payload: &[u8],
+    addresses: Vec<String>,
+) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let mut out = Vec::new();
+    for t in read_compute(payload, &addresses)? {
+        let mut deps = Vec::with_capacity(t.deps.len());
+        for (dkey, nbytes, holders) in t.deps {
+            deps.push((key_to_py(py, &dkey)?, nbytes, holders).into_pyobject(py)?);
+        }
+        let item = (
+            t.task,
+            t.run_id,
+            key_to_py(py, &t.key)?,
+            (t.neg_user, t.generation, t.order),
+            PyBytes::new(py, t.spec),
+            t.actor,
+            t.resources,
             deps,
         );
         out.push(item.into_pyobject(py)?);

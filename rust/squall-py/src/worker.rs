@@ -9,7 +9,7 @@
 //! GIL; threads wait for work on a condition variable with the GIL released.
 
 use crate::convert::{key_from_py, key_to_py};
-use crate::wire::{write_keys, Reader};
+use crate::wire::{read_compute, write_keys, Reader};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -235,49 +235,29 @@ impl WorkerCore {
 }
 
 fn decode_compute(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>> {
-    let mut r = Reader::new(payload);
-    let mut out = Vec::new();
-    while !r.done() {
-        let id = r.u32()?;
-        let run_id = u64::from_le_bytes(r.arr()?);
-        let priority = Priority {
-            neg_user: i32::from_le_bytes(r.arr()?),
-            generation: f64::from_le_bytes(r.arr()?),
-            order: r.u32()?,
-        };
-        let _flags = r.arr::<1>()?;
-        let key = r.key()?.as_bytes().to_vec();
-        let spec = r.bytes()?.to_vec();
-        let mut resources = Vec::new();
-        for _ in 0..r.u16()? {
-            let name = std::str::from_utf8(r.bytes()?)
-                .map_err(|_| PyValueError::new_err("resource name is not utf-8"))?;
-            resources.push((name.to_owned(), f64::from_le_bytes(r.arr()?)));
-        }
-        let mut deps = Vec::new();
-        for _ in 0..r.u32()? {
-            let key = r.key()?.as_bytes().to_vec();
-            let _nbytes = r.arr::<8>()?;
-            let mut holders = Vec::new();
-            for _ in 0..r.u16()? {
-                let a = addresses
-                    .get(r.u16()? as usize)
-                    .ok_or_else(|| PyValueError::new_err("holder index out of range"))?;
-                holders.push(a.clone());
-            }
-            deps.push(DepIn { key, holders });
-        }
-        out.push(TaskIn {
-            id,
-            run_id,
-            key,
-            priority,
-            spec,
-            resources,
-            deps,
+    let tasks = read_compute(payload, addresses)?
+        .into_iter()
+        .map(|t| TaskIn {
+            id: t.task,
+            run_id: t.run_id,
+            key: t.key.as_bytes().to_vec(),
+            priority: Priority {
+                neg_user: t.neg_user,
+                generation: t.generation,
+                order: t.order,
+            },
+            spec: t.spec.to_vec(),
+            resources: t.resources,
+            deps: t
+                .deps
+                .into_iter()
+                .map(|(key, _, holders)| DepIn {
+                    key: key.as_bytes().to_vec(),
+                    holders,
+                })
+                .collect(),
         });
-    }
-    Ok(out)
+    Ok(tasks.collect())
 }
 
 /// The instance of the call of `task` the calling thread runs (None if it runs none).
