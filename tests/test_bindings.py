@@ -87,8 +87,9 @@ def test_bad_input_errors(sched: squall.Scheduler) -> None:
     with pytest.raises(squall.UnknownDependencyError, match="ghost"):
         sched.submit(c, ["a"], [["ghost"]], now=0.0)
     sched.submit(c, ["a"], specs=[b"1"], now=0.0)
+    sched.submit(c, ["a"], specs=[b"2"], now=0.0)  # a known key keeps its definition
     with pytest.raises(squall.DuplicateKeyError):
-        sched.submit(c, ["a"], specs=[b"2"], now=0.0)
+        sched.submit(c, ["b", "b"], specs=[b"1", b"2"], now=0.0)
     with pytest.raises(squall.UnknownWorkerError):
         sched.task_finished(7, 0, 1, 8, now=0.0)
     w = sched.add_worker("tcp://127.0.0.1:1", 1, now=0.0)

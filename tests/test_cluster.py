@@ -68,7 +68,9 @@ def test_errors_carry_the_remote_traceback() -> None:
         with pytest.raises(ZeroDivisionError):
             f.result(timeout=30)
         frames = "".join(traceback.format_tb(f.traceback()))
-        assert "in div" in frames and "return a / b" in frames
+        # The source line shows only where the code's file is known: cloudpickle >= 3.1.3
+        # names functions pickled by value "<dynamic-code>".
+        assert "in div" in frames
 
 
 def test_worker_killed_mid_graph_results_still_correct() -> None:

@@ -348,24 +348,56 @@ class Future(TaskRef):
 
 # ----- the client -----------------------------------------------------------------------
 
-_default_client: Client | None = None
+# Clients made with ``set_as_default=True``, latest last (``default_client()``), and the
+# dask config they replaced, restored when the last of them closes.
+_defaults: list[Client] = []
+_config_before_defaults: Any = None
 
 
 def default_client() -> Client:
-    if _default_client is None or _default_client.status == "closed":
-        raise ValueError("no squall Client is running: create one with Client(address)")
-    return _default_client
+    """The latest client made with ``set_as_default=True`` that is not closed."""
+    for c in reversed(_defaults):
+        if c.status != "closed":
+            return c
+    raise ValueError("no squall Client is running: create one with Client(address)")
 
 
-def _get_with_default_client(dsk: Any, keys: Any, **kwargs: Any) -> Any:
-    """``scheduler="squall"`` in dask: compute on the default (latest) client."""
-    return default_client().get(dsk, keys, **kwargs)
+def _become_default(client: Client) -> None:
+    """As ``distributed.Client(set_as_default=True)``: plain ``compute()``/``persist()``
+    calls run on the latest such client until it closes."""
+    global _config_before_defaults
+    import dask
+
+    _defaults.append(client)
+    if _config_before_defaults is None:
+        _config_before_defaults = dask.config.set(scheduler="squall")
+
+
+def _stop_being_default(client: Client) -> None:
+    global _config_before_defaults
+    if client in _defaults:
+        _defaults.remove(client)
+    if _config_before_defaults is not None and not any(c.status != "closed" for c in _defaults):
+        _defaults.clear()
+        _config_before_defaults.__exit__(None, None, None)
+        _config_before_defaults = None
+
+
+class _DefaultClient:
+    """``scheduler="squall"`` in dask: the default client's ``get``, as a bound method
+    so that ``dask.persist`` finds ``persist`` beside it (and persists to futures)."""
+
+    def get(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        return default_client().get(dsk, keys, **kwargs)
+
+    def persist(self, collections: Any, **kwargs: Any) -> Any:
+        return default_client().persist(collections, **kwargs)
 
 
 def _register_scheduler_name() -> None:
     from dask.base import named_schedulers
 
-    named_schedulers["squall"] = _get_with_default_client
+    named_schedulers["squall"] = _DefaultClient().get
 
 
 _register_scheduler_name()
@@ -488,8 +520,7 @@ class Client:
                 self._stop_loop()
                 raise
         if set_as_default:
-            global _default_client
-            _default_client = self
+            _become_default(self)
         _prefer_task_shuffle()
 
     # ----- lifecycle ------------------------------------------------------------------
@@ -574,9 +605,7 @@ class Client:
         self._fail_everything("client closed")
         self.status = "closed"
         await asyncio.sleep(0)  # let watchers of the now-cancelled futures finish
-        global _default_client
-        if _default_client is self:
-            _default_client = None
+        _stop_being_default(self)
 
     def _stop_loop(self) -> None:
         loop, thread = self._loop, self._thread
@@ -1059,9 +1088,12 @@ class Client:
         with self._refcount_lock:
             futures = {k: Future(k, self) for k in keys}
             # Keys this client already holds are known to the scheduler: depend on
-            # them instead of defining them again.
+            # them instead of defining them again, and hold them until the graph is
+            # sent, so that a release of their last future that is still queued
+            # (a future just dropped) reaches the scheduler after the graph.
             held = [k in self.futures and k not in futures for k in g.keys]
-        if any(held):
+            holds = [Future(k, self) for k, h in zip(g.keys, held, strict=True) if h]
+        if holds:
             g = g.without([i for i, h in enumerate(held) if h])
         if g.keys:
             self._send_graph(
@@ -1078,7 +1110,7 @@ class Client:
                 wanted=keys,
                 task_options=g.task_options,
                 data_producers=g.data_producers,
-                keep=(futures, expr),
+                keep=(futures, holds, expr),
             )
         return futures
 

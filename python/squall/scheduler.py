@@ -307,6 +307,15 @@ class SchedulerServer:
             task_options=_task_options(h.get("task_options")),
             data_producers=h.get("data_producers"),
         )
+        redefined = self.core.take_redefined()
+        if redefined:
+            logger.warning(
+                "a graph redefined %d known key(s) with other dependencies, e.g. %r; "
+                "the tasks already known were kept (use unique keys, or release the "
+                "results before resubmitting)",
+                len(redefined),
+                redefined[0],
+            )
         return {"op": "graph-accepted", "id": h.get("id")}, b""
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:

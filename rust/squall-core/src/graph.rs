@@ -87,6 +87,8 @@ pub struct SubmitResult {
     /// The task id of each submitted task, in submission order.
     pub ids: Vec<TaskId>,
     pub wanted: Vec<TaskId>,
+    /// Known tasks the submission gave other dependencies: kept as they were.
+    pub redefined: Vec<TaskId>,
 }
 
 /// Where each submitted task's dependencies point, once validated.
@@ -153,6 +155,7 @@ impl Scheduler {
         };
         let mut deps: Vec<Vec<Resolved>> = Vec::with_capacity(n);
         let mut existing: Vec<Option<TaskId>> = Vec::with_capacity(n);
+        let mut redefined = Vec::new();
         for (i, t) in sub.tasks.iter().enumerate() {
             let mut ds = Vec::with_capacity(t.deps.len());
             for d in &t.deps {
@@ -164,7 +167,9 @@ impl Scheduler {
                 None
             };
             if let Some(e) = known {
-                self.check_same_definition(e, t, &ds, sub)?;
+                if self.redefines(e, &ds, sub) {
+                    redefined.push(e);
+                }
             }
             existing.push(known);
             deps.push(ds);
@@ -193,39 +198,33 @@ impl Scheduler {
             existing,
             deps,
             wanted,
+            redefined,
         })
     }
 
-    fn check_same_definition(
-        &self,
-        e: TaskId,
-        t: &NewTask,
-        ds: &[Resolved],
-        sub: &Submission,
-    ) -> CoreResult<()> {
+    /// Whether a submission redefines known task `e` with other dependencies. The
+    /// known task is kept either way (its result may exist and others depend on it);
+    /// dask's optimiser can give a key another (fused) body in a later graph, and only
+    /// other dependencies are worth a warning (docs/core.md).
+    fn redefines(&self, e: TaskId, ds: &[Resolved], sub: &Submission) -> bool {
         let ets = self.task(e);
-        if ets.run_spec.is_some() && t.run_spec.is_some() && ets.run_spec != t.run_spec {
-            return Err(CoreError::DuplicateKey(t.key.clone()));
+        if ets.run_spec.is_none() {
+            return false;
         }
-        if ets.run_spec.is_some() {
-            let mut old: Vec<&Key> = ets.dependencies.iter().map(|d| &self.task(d).key).collect();
-            let mut new: Vec<&Key> = ds
-                .iter()
-                .map(|d| match d {
-                    Resolved::Local(j) => &sub.tasks[*j as usize].key,
-                    Resolved::Known(k) => &self.task(*k).key,
-                })
-                .collect();
-            old.sort();
-            new.sort();
-            new.dedup();
-            // A dependency may have been forgotten since (then the task lost it), so
-            // only a dependency the old definition lacks is a real conflict.
-            if new.iter().any(|k| old.binary_search(k).is_err()) && !ets.has_lost_dependencies() {
-                return Err(CoreError::DuplicateKey(t.key.clone()));
-            }
-        }
-        Ok(())
+        let mut old: Vec<&Key> = ets.dependencies.iter().map(|d| &self.task(d).key).collect();
+        let mut new: Vec<&Key> = ds
+            .iter()
+            .map(|d| match d {
+                Resolved::Local(j) => &sub.tasks[*j as usize].key,
+                Resolved::Known(k) => &self.task(*k).key,
+            })
+            .collect();
+        old.sort();
+        new.sort();
+        new.dedup();
+        // A dependency may have been forgotten since (then the task lost it), so only
+        // a dependency the old definition lacks counts.
+        new.iter().any(|k| old.binary_search(k).is_err()) && !ets.has_lost_dependencies()
     }
 
     fn apply_submission(
@@ -241,6 +240,7 @@ impl Scheduler {
             existing,
             deps,
             wanted,
+            redefined,
         } = plan;
         let n = sub.tasks.len();
         let mut ids: Vec<TaskId> = Vec::with_capacity(n);
@@ -375,7 +375,11 @@ impl Scheduler {
         }
         self.transitions(recs, stim);
         self.after_stimulus();
-        SubmitResult { ids, wanted }
+        SubmitResult {
+            ids,
+            wanted,
+            redefined,
+        }
     }
 
     fn add_dependency(&mut self, t: TaskId, dep: TaskId) {
@@ -486,6 +490,7 @@ struct Plan {
     existing: Vec<Option<TaskId>>,
     deps: Vec<Vec<Resolved>>,
     wanted: Vec<Resolved>,
+    redefined: Vec<TaskId>,
 }
 
 /// Kahn's algorithm over the new tasks; on failure, name the keys of one cycle.

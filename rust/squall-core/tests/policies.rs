@@ -461,31 +461,56 @@ fn unknown_dependencies_and_keys_are_rejected() {
 }
 
 #[test]
-fn duplicate_keys_with_other_definitions_are_rejected() {
+fn a_known_key_keeps_its_definition_and_duplicates_within_a_graph_are_rejected() {
     let mut h = H::new();
-    h.submit(&[("a", &[])], &["a"]).unwrap();
+    h.submit(&[("a", &[]), ("b", &[])], &["a"]).unwrap();
     // Same key, same definition: fine.
     h.submit(&[("a", &[])], &["a"]).unwrap();
+    let a = h.t("a");
+    let spec_before = h.s.task(a).run_spec.clone();
+    // Another body and other dependencies for a known key (dask's optimiser fuses a
+    // key differently in a later graph): the known task is kept as it was, the rest
+    // of the graph is accepted, and the redefinition is reported.
     let other = Submission {
-        tasks: vec![NewTask::new(key("a"), vec![], spec("something else"))],
+        tasks: vec![
+            NewTask::new(key("a"), vec![DepRef::Key(key("b"))], spec("something else")),
+            NewTask::new(key("c"), vec![DepRef::Local(0)], spec("c")),
+        ],
+        wanted: vec![DepRef::Local(1)],
+        ..Default::default()
+    };
+    let now = h.tick_time(0.001);
+    let r = h.s.update_graph(h.client, other, now).unwrap();
+    h.drain();
+    assert_eq!(r.ids[0], a);
+    assert_eq!(r.redefined, vec![a]);
+    assert_eq!(h.s.task(a).run_spec, spec_before);
+    assert!(h.s.task(a).dependencies.is_empty());
+    assert!(h.s.task(h.t("c")).dependencies.contains(a));
+    h.s.validate().unwrap();
+    // Another body alone (same dependencies) is kept silently, as distributed does.
+    let body = Submission {
+        tasks: vec![NewTask::new(key("a"), vec![], spec("a third body"))],
         wanted: vec![DepRef::Local(0)],
         ..Default::default()
     };
+    let now = h.tick_time(0.001);
+    let r = h.s.update_graph(h.client, body, now).unwrap();
+    h.drain();
+    assert!(r.redefined.is_empty());
+    assert_eq!(h.s.task(a).run_spec, spec_before);
+    // Within one graph a key with two definitions is ambiguous: an error.
     let before = snapshot(&h);
-    assert_eq!(
-        h.submit_raw(other).unwrap_err(),
-        CoreError::DuplicateKey(key("a"))
-    );
     let twice = Submission {
         tasks: vec![
-            NewTask::new(key("b"), vec![], spec("one")),
-            NewTask::new(key("b"), vec![], spec("two")),
+            NewTask::new(key("d"), vec![], spec("one")),
+            NewTask::new(key("d"), vec![], spec("two")),
         ],
         ..Default::default()
     };
     assert_eq!(
         h.submit_raw(twice).unwrap_err(),
-        CoreError::DuplicateKey(key("b"))
+        CoreError::DuplicateKey(key("d"))
     );
     assert_eq!(snapshot(&h), before);
 }

@@ -35,6 +35,10 @@ fn encode(ob: &Bound<'_, PyAny>, e: &mut KeyEncoder, depth: usize) -> PyResult<(
         e.float(f.value());
     } else if let Ok(b) = ob.cast::<PyBytes>() {
         e.bytes(b.as_bytes());
+    } else if let Some(i) = index_of(ob) {
+        // numpy integers (dask's vindex puts them in keys): the int they equal and
+        // hash as, as distributed accepts them.
+        e.int(i?);
     } else {
         return Err(PyTypeError::new_err(format!(
             "invalid key {}: keys are str, bytes, int, float or tuples of those",
@@ -42,6 +46,15 @@ fn encode(ob: &Bound<'_, PyAny>, e: &mut KeyEncoder, depth: usize) -> PyResult<(
         )));
     }
     Ok(())
+}
+
+/// `operator.index(ob)` for integer-like objects that are not `int` (None otherwise).
+fn index_of(ob: &Bound<'_, PyAny>) -> Option<PyResult<i64>> {
+    if !ob.hasattr(pyo3::intern!(ob.py(), "__index__")).unwrap_or(false) {
+        return None;
+    }
+    let i = ob.call_method0(pyo3::intern!(ob.py(), "__index__")).ok()?;
+    Some(i.extract::<i64>())
 }
 
 pub fn key_to_py<'py>(py: Python<'py>, key: &Key) -> PyResult<Bound<'py, PyAny>> {

@@ -16,6 +16,9 @@ use std::sync::Arc;
 #[pyclass(module = "squall._core")]
 pub struct Scheduler {
     inner: core::Scheduler,
+    /// Keys the last submissions redefined with other dependencies (kept as they were),
+    /// until `take_redefined`.
+    redefined: Vec<Key>,
 }
 
 fn ids_to_bytes(py: Python<'_>, ids: &[TaskId]) -> Py<PyBytes> {
@@ -170,6 +173,9 @@ impl Scheduler {
         };
         let inner = &mut self.inner;
         let r = guarded(py, move || inner.update_graph(ClientId(client), sub, now))?;
+        let inner = &self.inner;
+        self.redefined
+            .extend(r.redefined.iter().map(|&t| inner.task(t).key.clone()));
         Ok(ids_to_bytes(py, &r.ids))
     }
 }
@@ -181,6 +187,7 @@ impl Scheduler {
     fn new(config: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         Ok(Scheduler {
             inner: core::Scheduler::new(config_from_py(config)?),
+            redefined: Vec::new(),
         })
     }
 
@@ -1057,6 +1064,15 @@ impl Scheduler {
             .into_iter()
             .map(|e| (e.start.name(), e.finish.name(), e.stimulus, e.time))
             .collect())
+    }
+
+    /// Keys that graphs submitted since the last call redefined with other
+    /// dependencies; each kept its first definition.
+    fn take_redefined<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        std::mem::take(&mut self.redefined)
+            .iter()
+            .map(|k| key_to_py(py, k))
+            .collect()
     }
 
     /// Runs the invariant checker; raises InternalError on a violation.

@@ -1,0 +1,121 @@
+"""Run dask's own test suite (from the installed dask wheel) with its computes routed
+through a squall or a distributed cluster, and compare the outcomes (docs/dask-suite.md).
+
+    python tests/dask_suite/run.py run --route squall --full --report squall.json
+    python tests/dask_suite/run.py run --route distributed --full --report distributed.json
+    python tests/dask_suite/run.py run --route none --full --report baseline.json
+    python tests/dask_suite/run.py compare baseline.json distributed.json squall.json
+
+``--slice`` runs the fixed part CI runs. Tests marked ``network`` (they dial public
+addresses) are never run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dask
+
+HERE = Path(__file__).resolve().parent
+DASK = Path(dask.__file__).resolve().parent
+
+#: The suite the yardstick covers.
+FULL = ("tests", "array/tests", "dataframe/tests", "bag/tests")
+
+#: What CI runs: the files where squall differed from distributed (released keys,
+#: redefined keys, numpy keys, the default client) and a spread of collections.
+SLICE = (
+    "tests/test_delayed.py",
+    "array/tests/test_linalg.py",
+    "array/tests/test_slicing.py",
+    "array/tests/test_percentiles.py",
+    "bag/tests/test_bag.py",
+    "dataframe/tests/test_multi.py::test_merge_tasks_passes_through",
+    "dataframe/tests/test_groupby.py::test_groupby_reduction_split",
+)
+
+PASSED = ("passed", "xpassed")
+
+
+def pytest_command(route: str, targets: list[str], report: str | None) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "squall_dask_route", "--route", route]
+    cmd += ["-c", str(HERE / "pytest.ini"), "--rootdir", str(DASK.parent)]
+    cmd += ["--confcutdir", str(DASK.parent), "-m", "not network"]
+    if report:
+        cmd += ["--route-report", report]
+    return cmd + [str(DASK / t) for t in targets]
+
+
+def run(route: str, targets: list[str], report: str | None, extra: list[str]) -> int:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    cmd = pytest_command(route, targets, report) + extra
+    return subprocess.call(cmd, env=env, cwd=HERE)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def compare(baseline: str, distributed: str, squall: str) -> str:
+    """The per-file table (baseline / distributed / squall passes) and every test that
+    passes on dask's schedulers and on distributed but not on squall."""
+    runs = [json.loads(Path(p).read_text())["outcomes"] for p in (baseline, distributed, squall)]
+    base, dist, sq = runs
+    rows: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0, 0])
+    squall_only: list[str] = []
+    for nodeid, outcome in base.items():
+        if outcome not in PASSED:
+            continue
+        row = rows[_file_of(nodeid)]
+        row[0] += 1
+        d_ok = dist.get(nodeid) in PASSED
+        s_ok = sq.get(nodeid) in PASSED
+        row[1] += d_ok
+        row[2] += s_ok
+        row[3] += d_ok and not s_ok
+        row[4] += s_ok and not d_ok
+        if d_ok and not s_ok:
+            squall_only.append(f"{nodeid}  ({sq.get(nodeid, 'not run')})")
+    head = ("file", "baseline", "distributed", "squall", "squall-only fail", "squall-only pass")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    total = [0, 0, 0, 0, 0]
+    for f in sorted(rows):
+        lines.append(f"| {f} | " + " | ".join(map(str, rows[f])) + " |")
+        total = [a + b for a, b in zip(total, rows[f], strict=True)]
+    lines.append("| **total** | " + " | ".join(map(str, total)) + " |")
+    if squall_only:
+        lines += ["", "squall-only failures:"] + [f"  {x}" for x in sorted(squall_only)]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the suite (or --slice) on one route")
+    r.add_argument("--route", choices=("squall", "distributed", "none"), default="squall")
+    which = r.add_mutually_exclusive_group()
+    which.add_argument("--full", action="store_true", help="the whole suite (default)")
+    which.add_argument("--slice", action="store_true", help="the part CI runs")
+    r.add_argument("--report", help="write outcomes as JSON")
+    r.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
+    c = sub.add_parser("compare", help="per-file table of three reports")
+    c.add_argument("baseline")
+    c.add_argument("distributed")
+    c.add_argument("squall")
+    args = p.parse_args()
+    if args.cmd == "compare":
+        print(compare(args.baseline, args.distributed, args.squall))
+        return 0
+    targets = list(SLICE if args.slice else FULL)
+    return run(args.route, targets, args.report, args.pytest_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
