@@ -6,19 +6,22 @@ through a squall or a distributed cluster, and compare the outcomes (docs/dask-s
     python tests/dask_suite/run.py run --route none --full --report baseline.json
     python tests/dask_suite/run.py compare baseline.json distributed.json squall.json
 
-``--slice`` runs the fixed part CI runs. Tests marked ``network`` (they dial public
-addresses) are never run.
+``--only bag/tests/test_bag.py ...`` runs some files or tests, ``--slice`` the fixed
+part CI runs. Tests marked ``network`` (they dial public addresses) are never run.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import dask
 
@@ -43,20 +46,67 @@ SLICE = (
 PASSED = ("passed", "xpassed")
 
 
-def pytest_command(route: str, targets: list[str], report: str | None) -> list[str]:
+def pytest_command(route: str, targets: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "squall_dask_route", "--route", route]
     cmd += ["-c", str(HERE / "pytest.ini"), "--rootdir", str(DASK.parent)]
     cmd += ["--confcutdir", str(DASK.parent), "-m", "not network"]
-    if report:
-        cmd += ["--route-report", report]
     return cmd + [str(DASK / t) for t in targets]
 
 
 def run(route: str, targets: list[str], report: str | None, extra: list[str]) -> int:
+    """Run pytest on ``targets``; if the pytest process dies (a test crashed it), note
+    that test as ``crashed`` and go on with the tests not run yet. The report merges
+    every attempt."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    cmd = pytest_command(route, targets, report) + extra
-    return subprocess.call(cmd, env=env, cwd=HERE)
+    with tempfile.TemporaryDirectory() as tmp:
+        journal, skip = Path(tmp, "journal.jsonl"), Path(tmp, "skip.txt")
+        merged: dict[str, Any] = {"route": route, "graphs": 0, "bypasses": [], "crashed": []}
+        merged |= {"graphs_per_test": {}, "outcomes": {}, "seconds": {}}
+        for attempt in itertools.count():
+            part = Path(tmp, f"report-{attempt}.json")
+            cmd = pytest_command(route, targets) + extra
+            cmd += ["--route-journal", str(journal), "--route-report", str(part)]
+            if attempt:
+                cmd += ["--route-skip", str(skip)]
+            rc = subprocess.call(cmd, env=env, cwd=HERE)
+            if part.exists():
+                journal.unlink(missing_ok=True)
+                done = json.loads(part.read_text())
+                merged["graphs"] += done["graphs"]
+                merged["bypasses"] += done["bypasses"]
+                for name in ("graphs_per_test", "outcomes", "seconds"):
+                    merged[name] |= done[name]
+                break
+            started, ended = _journal(journal, merged)
+            journal.unlink()
+            crashed = [k for k in started if k not in ended]
+            if not crashed:
+                break  # died outside a test: nothing to resume from
+            print(f"run.py: pytest died (exit {rc}) in {crashed[-1]}; going on without it")
+            merged["crashed"].append(crashed[-1])
+            merged["outcomes"][crashed[-1]] = "failed"
+            skip.write_text("\n".join([*ended, *merged["crashed"]]))
+        if report:
+            Path(report).write_text(json.dumps(merged, indent=1, sort_keys=True))
+    return rc if not merged["crashed"] else 1
+
+
+def _journal(path: Path, merged: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """The tests a crashed attempt started and ended (their outcomes go into
+    ``merged``)."""
+    started: list[str] = []
+    ended: set[str] = set()
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        if "start" in entry:
+            started.append(entry["start"])
+        elif entry.get("outcome"):
+            ended.add(entry["end"])
+            merged["outcomes"][entry["end"]] = entry["outcome"]
+            merged["seconds"][entry["end"]] = entry["seconds"]
+            merged["graphs"] += entry["graphs"]
+    return started, ended
 
 
 def _file_of(nodeid: str) -> str:
@@ -103,6 +153,9 @@ def main() -> int:
     which = r.add_mutually_exclusive_group()
     which.add_argument("--full", action="store_true", help="the whole suite (default)")
     which.add_argument("--slice", action="store_true", help="the part CI runs")
+    which.add_argument(
+        "--only", nargs="+", metavar="TARGET", help="these files or node ids, from dask/ on"
+    )
     r.add_argument("--report", help="write outcomes as JSON")
     r.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     c = sub.add_parser("compare", help="per-file table of three reports")
@@ -113,7 +166,7 @@ def main() -> int:
     if args.cmd == "compare":
         print(compare(args.baseline, args.distributed, args.squall))
         return 0
-    targets = list(SLICE if args.slice else FULL)
+    targets = args.only or list(SLICE if args.slice else FULL)
     return run(args.route, targets, args.report, args.pytest_args)
 
 

@@ -15,8 +15,8 @@ runs.
 The probe counts graphs the cluster received per test and every scheduler resolution
 that ended somewhere else although the test asked for a default or a named scheduler
 (a *bypass*); a routed run with a bypass, or with no graph at all, fails. A test that
-calls a local scheduler itself (``dask.threaded.get(dsk, key)``, ``scheduler=callable``)
-asked for that scheduler and is not a bypass.
+calls a local scheduler itself (``dask.threaded.get(dsk, key)``, ``scheduler=callable``,
+also through ``dask.config``) asked for that scheduler and is not a bypass.
 
 ``--route-report FILE`` writes the route, the counts and each test's outcome and
 seconds as JSON; ``run.py compare`` turns three of them into the per-file table.
@@ -138,7 +138,8 @@ class Route:
 
         def watched(get: Any = None, scheduler: Any = None, *args: Any, **kwargs: Any) -> Any:
             found = original(get, scheduler, *args, **kwargs)
-            explicit = scheduler is not None and not isinstance(scheduler, str)
+            asked = scheduler if scheduler is not None else dask.config.get("scheduler", None)
+            explicit = asked is not None and not isinstance(asked, str)
             if not explicit and route.client is not None and not route.is_client(found):
                 route.bypasses.append(f"{route.current}: {scheduler!r} -> {found!r}")
             return found
@@ -159,16 +160,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where computes go: a squall or a distributed LocalCluster, or dask's own",
     )
     group.addoption("--route-report", default=None, help="write outcomes and counts as JSON")
+    group.addoption(
+        "--route-journal",
+        default=None,
+        help="append each test's start and outcome as a JSON line (survives a crash)",
+    )
+    group.addoption("--route-skip", default=None, help="a file of node ids not to run")
 
 
 _route: Route | None = None
 _outcomes: dict[str, str] = {}
 _seconds: Counter[str] = Counter()
 _undo: list[Callable[[], None]] = []
+_journal: Any = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _route
+    global _route, _journal
+    journal = config.getoption("--route-journal")
+    if journal:
+        _journal = open(journal, "a", buffering=1)  # noqa: SIM115  # open for the session
     _route = Route(config.getoption("--route"))
     _route.start()
     if _route.client is not None:
@@ -177,6 +188,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     assert _route is not None
+    skip_file = config.getoption("--route-skip")
+    if skip_file:
+        with open(skip_file) as f:
+            skip = set(f.read().splitlines())
+        config.hook.pytest_deselected(items=[i for i in items if _short_id(i.nodeid) in skip])
+        items[:] = [i for i in items if _short_id(i.nodeid) not in skip]
     if _route.kind == "none":
         return
     for item in items:
@@ -192,12 +209,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     _route.current = _short_id(item.nodeid)
     if not _route.healthy():
         _route.restart()
+    _log({"start": _route.current})
     install = _route.install()
     next(install)
     try:
         return (yield)
     finally:
         install.close()
+        short = _route.current
+        outcome, seconds = _outcomes.get(short), _seconds[short]
+        _log(
+            {
+                "end": short,
+                "outcome": outcome,
+                "seconds": seconds,
+                "graphs": _route.per_test[short],
+            }
+        )
+
+
+def _log(entry: dict[str, Any]) -> None:
+    if _journal is not None:
+        _journal.write(json.dumps(entry) + "\n")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
