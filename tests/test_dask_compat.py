@@ -15,6 +15,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from dask.array.utils import assert_eq
+from dask.utils import key_split
 
 import squall
 from squall.client import Client
@@ -57,6 +58,24 @@ def test_persist_compute_then_compute_again(client: Client) -> None:
         y = da.from_array(x, chunks=(3, 5)) + 1
         assert_eq(x + 1, y, scheduler=client)
         np.testing.assert_array_equal(y.compute(scheduler=client), x + 1)
+
+
+def _double(dsk: Any, keys: Any) -> dict[Any, Any]:
+    return {
+        k: (operator.mul, 2, v) if not key_split(k).startswith("finalize") else v
+        for k, v in dsk.items()
+    }
+
+
+def test_a_dropped_key_is_defined_again_by_the_next_graph(client: Client) -> None:
+    """Dropping the last future releases its key at once, as in distributed: a next
+    graph giving the key another body (here through an optimisation) computes that
+    body, even while the release is still on its way to the scheduler."""
+    x = da.ones(10, chunks=(5,))
+    for _ in range(10):
+        with dask.config.set(array_optimize=_double):
+            assert_eq(x + 1, (np.ones(10) * 2 + 1) * 2, check_chunks=False, scheduler=client)
+        assert_eq(x + 1, np.ones(10) + 1, scheduler=client)
 
 
 def test_a_known_key_keeps_its_first_definition(cluster: LocalCluster, client: Client) -> None:

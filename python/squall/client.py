@@ -748,11 +748,19 @@ class Client:
             self._call_soon(self._drain_releasing)
 
     def _drain_releasing(self) -> None:
+        """On the loop: apply the queued releases and send the keys they free."""
         self._drain_scheduled = False
+        if self._settle_releases() and not self._release_scheduled:
+            self._release_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_releases)
+
+    def _settle_releases(self) -> bool:
+        """Any thread: drop the references queued by released futures now; the keys
+        they free join the next ``release-keys``. True if any did."""
         releasing = self._releasing
         states = [releasing.popleft() for _ in range(len(releasing))]
         if not states:
-            return
+            return False
         with self._refcount_lock:
             generation, futures = self.generation, self.futures
             gone = []
@@ -770,16 +778,13 @@ class Client:
                 elif held is not None:
                     continue
                 gone.append(st.key)
-        if not gone:
-            return
-        self._to_release.extend(gone)
-        if not self._release_scheduled:
-            self._release_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_releases)
+            self._to_release.extend(gone)
+        return bool(gone)
 
     def _flush_releases(self) -> None:
         self._release_scheduled = False
-        keys, self._to_release = self._to_release, []
+        with self._refcount_lock:
+            keys, self._to_release = self._to_release, []
         if keys and self._stream is not None and self.status == "running":
             with contextlib.suppress(comm.CommClosedError):
                 self._stream.send({"op": "release-keys"}, encode_keys(keys))
@@ -1085,12 +1090,15 @@ class Client:
         self._check_running()
         keys = list(dict.fromkeys(keys))
         g = materialize(expr, keys, cull=cull)
+        # A key whose last future was dropped is released now, as in distributed (its
+        # release still queued for the loop would otherwise make it look held): the
+        # graph defines it again, and the release reaches the scheduler before it.
+        self._settle_releases()
         with self._refcount_lock:
             futures = {k: Future(k, self) for k in keys}
-            # Keys this client already holds are known to the scheduler: depend on
-            # them instead of defining them again, and hold them until the graph is
-            # sent, so that a release of their last future that is still queued
-            # (a future just dropped) reaches the scheduler after the graph.
+            # Keys this client holds are known to the scheduler: depend on them instead
+            # of defining them again, and hold them until the graph is sent, so that
+            # dropping their last future meanwhile releases them after the graph.
             held = [k in self.futures and k not in futures for k in g.keys]
             holds = [Future(k, self) for k, h in zip(g.keys, held, strict=True) if h]
         if holds:
