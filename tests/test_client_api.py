@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections import OrderedDict, namedtuple
+from collections import OrderedDict, defaultdict, namedtuple
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,68 @@ def test_scatter_of_unpicklable_data_on_workers_fails_cleanly(client: Client) ->
 
 def _no_such_module_import() -> None:
     raise ImportError("this value cannot be rebuilt on a worker")
+
+
+def test_scattered_futures_travel_as_references(client: Client) -> None:
+    # As distributed: a future inside scattered data is pickled by key, and arrives as
+    # a future bound to no client; the scattered value does not depend on it.
+    x = client.submit(inc, 1)
+    refs, three = client.scatter([x, 3])
+    assert client.gather(three) == 3 and refs.type is Future
+    got = refs.result(timeout=10)
+    assert isinstance(got, Future) and got.key == x.key and got is not x
+    assert got.status is None and got.client is None and str(x.key) in repr(got)
+    with pytest.raises(RuntimeError, match="bound to no client"):
+        got.result()
+    [nested] = client.gather([client.scatter({"k": [x, 1]})["k"]])
+    assert nested[0].key == x.key and nested[1] == 1
+    seen = client.submit(lambda v: (type(v).__name__, v.key, v.status), client.scatter(x))
+    assert seen.result(timeout=10) == ("_FutureRef", x.key, None)
+
+
+# ----- futures nested in arguments ----------------------------------------------------------
+
+
+class Items(list):  # type: ignore[type-arg]
+    pass
+
+
+def describe(*args: Any, **kwargs: Any) -> Any:
+    """The types and values a task received."""
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, dict):
+            return (type(o).__name__, {k: walk(v) for k, v in o.items()})
+        if isinstance(o, (list, tuple, set, frozenset)):
+            return (type(o).__name__, sorted(map(walk, o), key=repr))
+        return o
+
+    return walk(args), {k: walk(v) for k, v in kwargs.items()}
+
+
+def test_futures_nested_in_arguments_are_dependencies(client: Client) -> None:
+    a, b = client.submit(inc, 1), client.submit(inc, 2)
+    # Any depth of lists, tuples, sets and dicts (their subclasses too), in args and
+    # kwargs; as distributed, subclasses holding futures arrive as their base type, a
+    # namedtuple as itself, and containers without futures untouched.
+    deep = client.submit(describe, [[({"k": [a]},)]], x={b}, y=OrderedDict(z=(a, b)))
+    assert deep.result(timeout=10) == (
+        ("tuple", [("list", [("list", [("tuple", [("dict", {"k": ("list", [2])})])])])]),
+        {"x": ("set", [3]), "y": ("dict", {"z": ("tuple", [2, 3])})},
+    )
+    pair = client.submit(lambda p: (type(p).__name__, p.a + p.b), Pair(a, b))
+    assert pair.result(timeout=10) == ("Pair", 5)
+    typed = client.submit(describe, Items([a]), Items([1]), defaultdict(int, k=b))
+    assert typed.result(timeout=10)[0] == (
+        "tuple",
+        [("Items", [1]), ("dict", {"k": 3}), ("list", [2])],
+    )
+    # map items holding futures, with futures in kwargs too
+    mapped = client.map(describe, [[a, 1], {"b": b}], extra=[a])
+    assert client.gather(mapped) == [
+        (("tuple", [("list", [1, 2])]), {"extra": ("list", [2])}),
+        (("tuple", [("dict", {"b": 3})]), {"extra": ("list", [2])}),
+    ]
 
 
 # ----- fire_and_forget --------------------------------------------------------------------

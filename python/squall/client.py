@@ -331,10 +331,9 @@ class Future(TaskRef):
             pass
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            "squall futures can be passed to tasks only as arguments, directly or inside "
-            "lists, tuples, sets and dicts"
-        )
+        # By key, as distributed's: a future inside scattered data, or inside an
+        # object a task receives, arrives as a reference bound to no client.
+        return _FutureRef, (self.key,)
 
     def __dask_tokenize__(self) -> Any:
         return ("Future", self.key)
@@ -344,6 +343,36 @@ class Future(TaskRef):
 
     def __repr__(self) -> str:
         return f"<Future: {self.status}, key: {self.key}>"
+
+
+class _FutureRef(Future):
+    """An unpickled future: it names its key but belongs to no client (its status and
+    type are None, as distributed's unbound futures); anything else raises."""
+
+    __slots__ = ()
+
+    def __init__(self, key: Key) -> None:
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
+        self._cleared = True  # nothing to release
+
+    @property
+    def client(self) -> Any:
+        return None
+
+    @property
+    def executor(self) -> Any:
+        return None
+
+    @property
+    def status(self) -> Any:
+        return None
+
+    @property
+    def type(self) -> Any:
+        return None
+
+    def __getattr__(self, name: str) -> Any:  # the unset _client and _state slots
+        raise RuntimeError(f"{self!r} was unpickled and is bound to no client")
 
 
 # ----- the client -----------------------------------------------------------------------
