@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections import OrderedDict, defaultdict, namedtuple
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from conftest import cli_scheduler
 
 import squall
 from squall import fire_and_forget, get_client, get_worker, rejoin, secede
-from squall.client import CancelledError, Client, Future
+from squall.client import CancelledError, Client, Future, as_completed
 from squall.cluster import LocalCluster
 
 # Worker processes cannot import this test module: ship its functions by value.
@@ -197,6 +198,62 @@ def test_futures_nested_in_arguments_are_dependencies(client: Client) -> None:
         (("tuple", [("list", [1, 2])]), {"extra": ("list", [2])}),
         (("tuple", [("dict", {"b": 3})]), {"extra": ("list", [2])}),
     ]
+
+
+# ----- as_completed -----------------------------------------------------------------------
+
+
+def sleep_then(x: Any, delay: float) -> Any:
+    time.sleep(delay)
+    return x
+
+
+def div(a: float, b: float) -> float:
+    return a / b
+
+
+def test_as_completed_yields_every_addition(client: Client) -> None:
+    x = client.submit(sleep_then, "x", 0.5)
+    twin = Future(x.key, client)  # another future of the same key
+    ac = as_completed([x, twin, x])
+    assert ac.count() == 2  # pending futures count once each, as in distributed
+    got = list(as_completed([x, twin, x], timeout=10))
+    assert len(got) == 3 and sum(f is x for f in got) == 2 and sum(f is twin for f in got) == 1
+    assert ac.count() == 3 and len(ac.next_batch()) == 3 and ac.count() == 0
+    ac.add(x)
+    ac.update([twin])
+    assert {id(f) for f in ac} == {id(x), id(twin)}
+    with pytest.raises(TypeError, match="must be a future"):
+        as_completed([x, 1])
+    with pytest.raises(TypeError, match="must be a future"):
+        as_completed([[x]])
+    with pytest.raises(TypeError, match="must be a future"):
+        ac.add("x")  # type: ignore[arg-type]
+    slow = client.submit(sleep_then, "slow", 2, pure=False)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        next(as_completed([slow], timeout=0.3))
+    assert time.monotonic() - t0 < 1.5
+    slow.cancel()
+
+
+def test_as_completed_with_results_and_errors(client: Client) -> None:
+    good, bad = client.submit(inc, 1), client.submit(div, 1, 0)
+    cancelled = client.submit(sleep_then, "c", 1, pure=False)
+    cancelled.cancel()
+    fs = [good, bad, cancelled]
+    results = dict(as_completed(fs, with_results=True, raise_errors=False, timeout=10))
+    assert results[good] == 2
+    typ, exc, tb = results[bad]  # as distributed: (type, exception, traceback)
+    assert typ is ZeroDivisionError and isinstance(exc, ZeroDivisionError)
+    assert "div" in [fr.name for fr in traceback.extract_tb(tb)]
+    assert isinstance(results[cancelled], CancelledError)
+    # raise_errors (the default) raises the error, but not a cancellation
+    got = []
+    with pytest.raises(ZeroDivisionError):
+        for f, r in as_completed([cancelled, bad], with_results=True, timeout=10):
+            got.append((f, r))
+    assert [f for f, _ in got] == [cancelled]  # cancelled first, not raised
 
 
 # ----- fire_and_forget --------------------------------------------------------------------

@@ -44,6 +44,7 @@ import operator
 import pickle
 import random
 import threading
+import time
 import types
 import uuid
 from array import array
@@ -1909,11 +1910,16 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
 class as_completed:
     """Iterate over futures in the order they complete (sync ``for`` or ``async for``).
 
-    ``with_results=True`` yields ``(future, result)``; ``add``/``update`` grow it."""
+    As distributed's: a future is yielded once per time it was added (two futures of one
+    key are two futures); ``with_results=True`` yields ``(future, result)``, the result
+    of an erred future being ``(type, exception, traceback)`` with ``raise_errors=False``
+    (otherwise its exception is raised) and that of a cancelled one its CancelledError;
+    ``count()`` is the futures not completed yet plus the completions not yielded yet;
+    ``timeout`` counts from the construction."""
 
     def __init__(
         self,
-        futures: Any = None,
+        futures: Iterable[Future] | None = None,
         loop: Any = None,
         with_results: bool = False,
         raise_errors: bool = True,
@@ -1924,28 +1930,43 @@ class as_completed:
         self.raise_errors = raise_errors
         self._cond = threading.Condition()
         self._queue: deque[Future] = deque()
-        self._pending: set[Future] = set()
+        # Futures not completed yet by identity, with how many times each was added.
+        self._pending: dict[int, tuple[Future, int]] = {}
         self._event: asyncio.Event | None = None
-        self._timeout = _timeout_seconds(timeout)
-        self._client: Client | None = None
+        seconds = _timeout_seconds(timeout)
+        self._deadline = None if seconds is None else time.monotonic() + seconds
         if futures is not None:
             self.update(futures)
 
     def add(self, future: Future) -> None:
-        self._client = future.client
-        with self._cond:
-            self._pending.add(future)
-        future.client._call_soon(future.client._watch, future, self._notify)
+        self.update((future,))
 
-    def update(self, futures: Any) -> None:
-        for f in futures_of(list(futures) if not isinstance(futures, Future) else futures):
-            self.add(f)
+    def update(self, futures: Iterable[Future]) -> None:
+        fs = list(futures)
+        for f in fs:
+            if not isinstance(f, Future):
+                raise TypeError(f"Input must be a future, got {f}")
+        by_client: dict[int, tuple[Client, list[Future]]] = {}
+        with self._cond:
+            for f in fs:
+                self._pending[id(f)] = (f, self._pending.get(id(f), (f, 0))[1] + 1)
+                by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
+        for client, group in by_client.values():
+            client._call_soon(self._watch, client, group)
+
+    def _watch(self, client: Client, fs: list[Future]) -> None:
+        for f in fs:  # one watch per addition: each completes one of them
+            client._watch(f, self._notify)
 
     def _notify(self, future: Future) -> None:
         with self._cond:
-            if future not in self._pending:
+            entry = self._pending.get(id(future))
+            if entry is None:  # cleared
                 return
-            self._pending.discard(future)
+            if entry[1] > 1:
+                self._pending[id(future)] = (future, entry[1] - 1)
+            else:
+                del self._pending[id(future)]
             self._queue.append(future)
             self._cond.notify_all()
         if self._event is not None:
@@ -1967,6 +1988,14 @@ class as_completed:
             self._pending.clear()
             self._queue.clear()
 
+    def _remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("as_completed timed out")
+        return remaining
+
     def __iter__(self) -> as_completed:
         return self
 
@@ -1975,20 +2004,21 @@ class as_completed:
             while not self._queue:
                 if not self._pending:
                     raise StopIteration
-                if not self._cond.wait(self._timeout):
-                    raise TimeoutError(f"as_completed timed out after {self._timeout} s")
+                self._cond.wait(self._remaining())
             return self._queue.popleft()
 
-    def _with_result(self, f: Future, value: Any) -> Any:
-        if isinstance(value, BaseException) and f.status == "error" and self.raise_errors:
-            raise value
-        return f, value
+    def _yielded(self, f: Future, outcome: tuple[bool, Any]) -> Any:
+        erred, result = outcome
+        if erred and self.raise_errors:
+            _, exc, tb = result
+            raise exc.with_traceback(tb)
+        return f, result
 
     def __next__(self) -> Any:
         f = self._next_future()
         if not self.with_results:
             return f
-        return self._with_result(f, f.client.sync(f._result, raiseit=False))
+        return self._yielded(f, f.client.sync(_outcome, f))
 
     def next_batch(self, block: bool = True) -> list[Any]:
         batch = [next(self)] if block else []
@@ -2017,7 +2047,17 @@ class as_completed:
                 if not self._pending:
                     raise StopAsyncIteration
                 self._event.clear()
-            await _timed(self._event.wait(), self._timeout)
+            await _timed(self._event.wait(), self._remaining())
         if not self.with_results:
             return f
-        return self._with_result(f, await f._result(raiseit=False))
+        return self._yielded(f, await _outcome(f))
+
+
+async def _outcome(f: Future) -> tuple[bool, Any]:
+    """``(erred, result)`` of a done future for ``as_completed``: its value, its
+    CancelledError, or if it erred ``(type, exception, traceback)`` (distributed's)."""
+    value = await f._result(raiseit=False)
+    st = f._state
+    if st.status == "error":  # checked with no await since: the status it ended with
+        return True, (type(value), value, st.traceback)
+    return False, value
