@@ -4,7 +4,10 @@ secede/rejoin, get_worker/get_client, restart, run, nthreads/scheduler_info and
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import gc
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+import dask
 import pytest
 from conftest import cli_scheduler
 
@@ -254,6 +258,55 @@ def test_as_completed_with_results_and_errors(client: Client) -> None:
         for f, r in as_completed([cancelled, bad], with_results=True, timeout=10):
             got.append((f, r))
     assert [f for f, _ in got] == [cancelled]  # cancelled first, not raised
+
+
+# ----- remote tracebacks -------------------------------------------------------------------
+
+PLUMBING = tuple(
+    os.path.dirname(m.__file__) + os.sep
+    for m in (squall, asyncio, concurrent.futures)  # type: ignore[type-var]
+)
+
+
+def fails_in_user_code(x: float) -> float:
+    return div(x, 0)
+
+
+def raised_frames(call: Callable[[], Any]) -> list[traceback.FrameSummary]:
+    try:
+        call()
+    except ZeroDivisionError as e:
+        return traceback.extract_tb(e.__traceback__)
+    raise AssertionError("nothing raised")
+
+
+async def raised_frames_awaited(address: str) -> list[traceback.FrameSummary]:
+    async with Client(address, asynchronous=True) as c:
+        try:
+            await c.submit(fails_in_user_code, 5)
+        except ZeroDivisionError as e:
+            return traceback.extract_tb(e.__traceback__)
+    raise AssertionError("nothing raised")
+
+
+def test_remote_tracebacks_show_the_users_frames(client: Client) -> None:
+    tracebacks = [
+        raised_frames(call)
+        for call in [
+            lambda: client.submit(fails_in_user_code, 1).result(timeout=10),
+            lambda: client.gather([client.submit(fails_in_user_code, 2)]),
+            lambda: next(as_completed([client.submit(fails_in_user_code, 3)], with_results=True)),
+            lambda: dask.delayed(fails_in_user_code)(4).compute(scheduler=client),  # run_spec
+        ]
+    ]
+    tracebacks.append(asyncio.run(asyncio.wait_for(raised_frames_awaited(client.address), 20)))
+    for frames in tracebacks:
+        assert [fr.name for fr in frames[-2:]] == ["fails_in_user_code", "div"]
+        # distributed leaves one frame of its own (Future.result); squall none
+        assert [fr for fr in frames if fr.filename.startswith(PLUMBING)] == []
+    erred = client.submit(fails_in_user_code, 6)
+    remote = traceback.extract_tb(erred.traceback(timeout=10))
+    assert [fr.name for fr in remote] == ["fails_in_user_code", "div"]
 
 
 # ----- fire_and_forget --------------------------------------------------------------------

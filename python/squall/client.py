@@ -70,6 +70,7 @@ from squall.graph import (
     persist_expr,
 )
 from squall.spec import call_prefix, make_spec
+from squall.tracebacks import user_frames
 
 logger = logging.getLogger("squall.client")
 
@@ -265,21 +266,23 @@ class Future(TaskRef):
     def result(self, timeout: float | str | None = None) -> Any:
         """The value (fetched from a worker); re-raises the task's exception;
         ``TimeoutError`` after ``timeout`` seconds."""
-        return self._client.sync(self._result, callback_timeout=timeout)
+        with user_frames():
+            return self._client.sync(self._result, callback_timeout=timeout)
 
     async def _result(self, raiseit: bool = True) -> Any:
         st = self._state
-        while True:
-            await st.wait()
-            if st.status == "error" or st.status == "cancelled":
-                assert st.exception is not None
-                if raiseit:
-                    raise st.exception.with_traceback(st.traceback)
-                return st.exception
-            if st.status == "finished":
-                data = await self._client._gather_keys([self.key], [st], "raise")
-                if self.key in data:
-                    return data[self.key]
+        with user_frames():  # the outermost frame when awaited
+            while True:
+                await st.wait()
+                if st.status == "error" or st.status == "cancelled":
+                    assert st.exception is not None
+                    if raiseit:
+                        raise st.exception.with_traceback(st.traceback)
+                    return st.exception
+                if st.status == "finished":
+                    data = await self._client._gather_keys([self.key], [st], "raise")
+                    if self.key in data:
+                        return data[self.key]
 
     async def _exception(self) -> BaseException | None:
         await self._state.wait()
@@ -418,19 +421,21 @@ def _timeout_seconds(timeout: float | str | None) -> float | None:
 
 async def _timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
     seconds = _timeout_seconds(timeout)
-    if seconds is None:
-        return await aw
-    # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not ours.
-    task = asyncio.ensure_future(aw)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if not done:
-        task.cancel()
-        raise TimeoutError(f"timed out after {seconds} s")
-    return task.result()
+    with user_frames():  # the outermost frame of an asynchronous client's calls
+        if seconds is None:
+            return await aw
+        # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not
+        # ours.
+        task = asyncio.ensure_future(aw)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=seconds)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise TimeoutError(f"timed out after {seconds} s")
+        return task.result()
 
 
 class _WhoHas(NamedTuple):
@@ -658,7 +663,8 @@ class Client:
         coro = _timed(func(*args, **kwargs), callback_timeout)
         if asynchronous if asynchronous is not None else self.asynchronous:
             return coro
-        return self._run_sync(coro)
+        with user_frames():
+            return self._run_sync(coro)
 
     def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, after everything scheduled before (any thread)."""
@@ -1147,7 +1153,8 @@ class Client:
         if not sync:
             return packed
         try:
-            return self.gather(packed, asynchronous=asynchronous)
+            with user_frames():
+                return self.gather(packed, asynchronous=asynchronous)
         finally:
             for f in futures.values():
                 f.release()
@@ -1195,7 +1202,8 @@ class Client:
             )
         found = iter(names)
         out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
-        result = self.gather(out) if sync else out
+        with user_frames():
+            result = self.gather(out) if sync else out
         return result[0] if singleton else result
 
     def persist(
@@ -1252,7 +1260,8 @@ class Client:
             raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, asynchronous=asynchronous) for f in futures)
-        return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
+        with user_frames():
+            return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
 
     async def _gather(self, futures: Any, errors: str = "raise") -> Any:
         found = futures_of(futures)
@@ -1850,7 +1859,8 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
         )
     # A future listed twice is harmless here: no need for futures_of's pass over them.
     futures = list(fs) if _flat_futures(fs) else futures_of(fs)
-    return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
+    with user_frames():
+        return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
 
 
 _STATE = operator.attrgetter("_state")
@@ -2018,7 +2028,8 @@ class as_completed:
         f = self._next_future()
         if not self.with_results:
             return f
-        return self._yielded(f, f.client.sync(_outcome, f))
+        with user_frames():
+            return self._yielded(f, f.client.sync(_outcome, f))
 
     def next_batch(self, block: bool = True) -> list[Any]:
         batch = [next(self)] if block else []
@@ -2050,7 +2061,8 @@ class as_completed:
             await _timed(self._event.wait(), self._remaining())
         if not self.with_results:
             return f
-        return self._yielded(f, await _outcome(f))
+        with user_frames():
+            return self._yielded(f, await _outcome(f))
 
 
 async def _outcome(f: Future) -> tuple[bool, Any]:
