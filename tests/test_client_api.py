@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import traceback
+import weakref
 from collections import OrderedDict, defaultdict, namedtuple
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -307,6 +308,43 @@ def test_remote_tracebacks_show_the_users_frames(client: Client) -> None:
     erred = client.submit(fails_in_user_code, 6)
     remote = traceback.extract_tb(erred.traceback(timeout=10))
     assert [fr.name for fr in remote] == ["fails_in_user_code", "div"]
+
+
+# ----- references ---------------------------------------------------------------------------
+
+
+def test_dropped_futures_die_at_once(client: Client) -> None:
+    """As distributed's test_no_future_references: nothing of squall's holds a future
+    (no cycle either: the collector is off), whether pending, finished or erred."""
+    baseline = client.scheduler_info()["n_tasks"]
+    gc.disable()
+    try:
+        alive: weakref.WeakSet[Future] = weakref.WeakSet()
+        assert client._loop is not None
+        client._loop.call_soon_threadsafe(time.sleep, 0.3)  # the graph waits on the loop
+        futures = client.map(inc, range(10), pure=False)
+        alive.update(futures)
+        del futures
+        assert not list(alive)
+        f = client.submit(inc, 1, pure=False)
+        f.result(timeout=10)
+        ref = weakref.ref(f)
+        del f
+        assert ref() is None
+        bad = client.submit(div, 1, 0, pure=False)
+        with pytest.raises(ZeroDivisionError):
+            bad.result(timeout=10)
+        ref = weakref.ref(bad)
+        del bad
+        assert ref() is None
+    finally:
+        gc.enable()
+    # Releases still follow the graphs naming the keys: a dependency dropped at once is
+    # not forgotten before its dependent's graph arrives, and nothing stays held.
+    for i in range(10):
+        client._loop.call_soon_threadsafe(time.sleep, 0.05)  # both graphs and the release wait
+        assert client.submit(inc, client.submit(inc, i, pure=False)).result(timeout=10) == i + 2
+    eventually(lambda: client.scheduler_info()["n_tasks"] == baseline)
 
 
 # ----- fire_and_forget --------------------------------------------------------------------

@@ -685,14 +685,28 @@ class Client:
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", header["op"])
 
-    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
-        """Send from the loop, after everything queued before. ``keep`` (the futures the
-        message names) stays referenced until then, so that their releases follow it
-        (see ``_send_graph``)."""
-        self._call_soon(self._send_keeping, header, payload, keep)
+    #: Messages naming futures (graphs, fire-and-forget) queued for the loop but not on
+    #: the stream yet, counted under the refcount lock. While there are any, released
+    #: futures wait in ``_releasing``: a release sent first could reach the scheduler
+    #: before the message naming its key, which would then ignore the release of a key
+    #: it does not know yet (and keep it, wanted, forever) or forget a dependency the
+    #: graph needs. The futures themselves are not held, so they die on ``del``.
+    _unsent = 0
 
-    def _send_keeping(self, header: comm.Header, payload: bytes, _keep: object) -> None:
-        self._send(header, payload)
+    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
+        """Any thread: send from the loop, after everything queued before; releases of
+        futures meanwhile follow it. ``keep`` stays referenced until then."""
+        with self._refcount_lock:
+            self._unsent += 1
+        self._call_soon(self._send_queued, header, payload, keep)
+
+    def _send_queued(self, header: comm.Header, payload: bytes, _keep: object) -> None:
+        try:
+            self._send(header, payload)
+        finally:
+            with self._refcount_lock:
+                self._unsent -= 1
+        self._drain_releasing()
 
     async def _request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
         rid = next(self._ids)
@@ -755,6 +769,11 @@ class Client:
             self._call_soon(self._drain_releasing)
 
     def _drain_releasing(self) -> None:
+        with self._refcount_lock:
+            if self._unsent:
+                # Sending them drains; until then no release needs a wake-up.
+                self._drain_scheduled = True
+                return
         self._drain_scheduled = False
         releasing = self._releasing
         states = [releasing.popleft() for _ in range(len(releasing))]
@@ -889,13 +908,8 @@ class Client:
         data_producers: list[int] | None = None,
         keep: object = None,
     ) -> None:
-        """Queue one ``update-graph``. ``keep`` holds the futures the graph defines and
-        depends on until the message is on the stream: a caller dropping them at once
-        (``del futures``, or never keeping a future) queues their releases, which
-        ``_send`` flushes ahead of the messages it sends; without ``keep`` those could
-        reach the scheduler before this graph, which would then ignore the release of
-        keys it does not know yet (and keep them, wanted, forever) or forget
-        dependencies the graph needs."""
+        """Queue one ``update-graph`` (``_send_soon``: releases of the futures it
+        defines or depends on follow it, however soon they are dropped)."""
         if allow_other_workers not in (True, False):
             raise TypeError("allow_other_workers= must be True or False")
         if allow_other_workers and workers is None:
@@ -921,11 +935,8 @@ class Client:
             "allow_other_workers": allow_other_workers,
         }
 
-        def send(_keep: object) -> None:
-            self._graphs[rid] = keys
-            self._send(header, payload)
-
-        self._call_soon(send, keep)
+        self._graphs[rid] = keys
+        self._send_soon(header, payload, keep)
 
     def _check_running(self) -> None:
         if self.status != "running":
@@ -975,7 +986,6 @@ class Client:
             resources=resources,
             retries=retries,
             allow_other_workers=allow_other_workers,
-            keep=(future, args, kwargs),
         )
         return future
 
@@ -1066,7 +1076,6 @@ class Client:
                         resources=resources,
                         retries=retries,
                         allow_other_workers=allow_other_workers,
-                        keep=(futures, columns, kwargs),
                     )
         return out
 
@@ -1748,10 +1757,8 @@ def fire_and_forget(obj: Any) -> None:
     for f in futures_of(obj):
         by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
     for client, futures in by_client.values():
-        # After the graph that made them (loop order) and, as the futures are kept until
-        # it is sent, before any release of them.
-        keys = encode_keys([f.key for f in futures])
-        client._send_soon({"op": "fire-and-forget"}, keys, keep=futures)
+        # After the graph that made them (loop order) and before any release of them.
+        client._send_soon({"op": "fire-and-forget"}, encode_keys([f.key for f in futures]))
 
 
 def _to_dep(obj: Any) -> Key | None:
