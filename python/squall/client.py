@@ -23,7 +23,9 @@ Protocol choices (see the message table in docs/runtime.md):
   a uuid (``pure=False``).
 * Futures on the same key share one :class:`FutureState`, which counts them; when the
   last one is released or garbage collected the key goes into a ``release-keys``
-  message, batched per event loop iteration and always sent before any later message.
+  message, batched per event loop iteration, sent after the graphs queued before the
+  release (they may name the key) and before any later message; ``submit`` and ``map``
+  keep no reference to their futures, which die on ``del``.
   A ``map`` makes its futures and states in bulk, under one lock acquisition per batch
   and without cyclic GC runs while it does.
 * Results: ``who-has`` to the scheduler, then ``get-data`` (role ``peer``) to one holder
