@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import operator
 import os
 import signal
@@ -11,6 +13,7 @@ import time
 import traceback
 
 import cloudpickle
+import psutil
 import pytest
 from conftest import cli_scheduler
 
@@ -78,6 +81,38 @@ def test_worker_killed_mid_graph_results_still_correct() -> None:
         time.sleep(0.5)
         os.kill(cluster.worker_processes[0].pid, signal.SIGKILL)
         assert total.result(timeout=60) == sum(range(1, 201))
+
+
+def squall_processes() -> set[int]:
+    """This process's descendants running squall's scheduler or worker."""
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(part.startswith("squall.") for part in p.cmdline()):
+                found.add(p.pid)
+    return found
+
+
+def test_asynchronous_client_with_its_own_cluster() -> None:
+    before = squall_processes()
+    # As distributed: not outside a running loop, and nothing is started then.
+    with pytest.raises(RuntimeError, match="without a running loop"):
+        Client(asynchronous=True)
+    assert squall_processes() == before
+
+    async def main() -> tuple[set[int], set[int]]:
+        async with Client(asynchronous=True) as c:
+            assert await c.submit(inc, 1) == 2
+            first = squall_processes() - before
+        c = await Client(asynchronous=True)
+        assert await c.submit(inc, 2) == 3
+        second = squall_processes() - before
+        await c.close()
+        return first, second
+
+    first, second = asyncio.run(asyncio.wait_for(main(), 120))
+    assert first and second  # each started a cluster, and closing the client stopped it
+    assert not squall_processes() & (first | second)
 
 
 def test_cli_programs() -> None:

@@ -440,6 +440,18 @@ async def _timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
         return task.result()
 
 
+def _require_running_loop() -> None:
+    """An asynchronous client runs on the caller's loop: like distributed's, it cannot
+    be made outside one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "Constructing an asynchronous Client (asynchronous=True) without a running "
+            "loop is not supported"
+        ) from None
+
+
 class _WhoHas(NamedTuple):
     keys: list[Key]
     holders: list[list[str]]
@@ -449,8 +461,10 @@ class Client:
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.cluster.LocalCluster`
-    sized to the machine and stops it on ``close()``. ``timeout`` (for connecting)
-    defaults to ``squall.comm.timeouts.connect``."""
+    sized to the machine and stops it on ``close()`` (awaited, or leaving ``async with``,
+    for an asynchronous client, which is made on a running event loop, as
+    distributed's). ``timeout`` (for connecting) defaults to
+    ``squall.comm.timeouts.connect``."""
 
     def __init__(
         self,
@@ -463,6 +477,8 @@ class Client:
         direct_to_workers: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        if asynchronous:
+            _require_running_loop()  # before starting a cluster nothing would close
         self._own_cluster: Any = None
         if address is None:
             from squall.cluster import LocalCluster
@@ -502,9 +518,8 @@ class Client:
         self._started: asyncio.Future[None] | None = None
         self._kwargs = kwargs
         if asynchronous:
-            with contextlib.suppress(RuntimeError):
-                self._loop = asyncio.get_running_loop()
-                self._started = asyncio.ensure_future(self._start())
+            self._loop = asyncio.get_running_loop()
+            self._started = asyncio.ensure_future(self._start())
         else:
             self._loop = asyncio.new_event_loop()
             ready = threading.Event()
@@ -567,7 +582,7 @@ class Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._close()
+        await self._close_async(None)
 
     def __enter__(self) -> Client:
         if self.asynchronous:
@@ -578,9 +593,10 @@ class Client:
         self.close()
 
     def close(self, timeout: float | str | None = None) -> Any:
-        """Close the connection (the scheduler releases this client's keys)."""
+        """Close the connection (the scheduler releases this client's keys) and the
+        LocalCluster the client started, if any."""
         if self.asynchronous:
-            return _timed(self._close(), timeout)
+            return self._close_async(timeout)
         if self.status == "closed" or self._loop is None or self._loop.is_closed():
             return None
         try:
@@ -590,6 +606,14 @@ class Client:
             if self._own_cluster is not None:
                 self._own_cluster.close()
         return None
+
+    async def _close_async(self, timeout: float | str | None) -> None:
+        try:
+            await _timed(self._close(), timeout)
+        finally:
+            cluster, self._own_cluster = self._own_cluster, None
+            if cluster is not None:  # its close blocks while the processes stop
+                await asyncio.get_running_loop().run_in_executor(None, cluster.close)
 
     async def _close(self) -> None:
         if self.status == "closed":

@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from squall import comm, config
+
+T = TypeVar("T")
 
 
 def default_shape(n_cores: int) -> tuple[int, int]:
@@ -92,7 +96,7 @@ class LocalCluster:
         return list(self._procs)
 
     def scheduler_info(self) -> dict[str, Any]:
-        return asyncio.run(scheduler_info(self.scheduler_address))
+        return _run(scheduler_info(self.scheduler_address))
 
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -140,6 +144,17 @@ async def scheduler_info(address: str) -> dict[str, Any]:
                     return dict(header)
     finally:
         await c.close()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``, also on a thread whose loop is running (an asynchronous
+    ``Client()`` starting its cluster), where it runs on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
