@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import operator
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -113,6 +114,77 @@ def test_asynchronous_client_with_its_own_cluster() -> None:
     first, second = asyncio.run(asyncio.wait_for(main(), 120))
     assert first and second  # each started a cluster, and closing the client stopped it
     assert not squall_processes() & (first | second)
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped yet counts)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def pids_from(proc: subprocess.Popen[str], timeout: float = 60) -> list[int]:
+    """The pids ``proc`` prints on its first line."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "no pids printed"
+    return [int(pid) for pid in proc.stdout.readline().split()]
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_local_cluster_processes_end_with_the_process_that_started_them() -> None:
+    program = (
+        "import time; from squall import Client; cluster = Client()._own_cluster; "
+        "procs = [cluster.scheduler_process, *cluster.worker_processes]; "
+        "print(*[p.pid for p in procs], flush=True); time.sleep(120)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = pids_from(parent)
+        assert len(pids) == 1 + default_shape(os.cpu_count() or 1)[0]
+        parent.kill()  # SIGKILL: nothing of the parent's runs
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not all(map(gone, pids)):
+            assert time.monotonic() < deadline, "LocalCluster processes outlived their parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        kill_all(pids)
+
+
+def test_a_worker_started_by_hand_outlives_its_parent() -> None:
+    # Only --watch-stdin (what LocalCluster passes) ties a worker to its stdin.
+    with cli_scheduler() as address:
+        program = (
+            "import subprocess, sys, time; "
+            f"w = subprocess.Popen([sys.executable, '-m', 'squall.worker', {address!r}], "
+            "stdin=subprocess.PIPE); print(w.pid, flush=True); time.sleep(120)"
+        )
+        parent = subprocess.Popen(
+            [sys.executable, "-c", program], stdout=subprocess.PIPE, text=True
+        )
+        pids: list[int] = []
+        try:
+            pids = pids_from(parent)
+            parent.kill()  # the worker's stdin reaches end of file
+            parent.wait(timeout=10)
+            time.sleep(0.5)  # a watching process would be shutting down by now
+            with Client(address) as c:
+                assert c.submit(inc, 1).result(timeout=30) == 2  # the worker still runs
+            assert not gone(pids[0])
+        finally:
+            parent.kill()
+            parent.wait(timeout=10)
+            kill_all(pids)
 
 
 def test_cli_programs() -> None:

@@ -74,6 +74,7 @@ from tblib import pickling_support  # type: ignore[import-untyped]
 
 from squall import comm, config, context, tracebacks
 from squall._core import WorkerCore, decode_keys, encode_keys
+from squall.cluster import WATCH_STDIN_HELP, watch_stdin
 from squall.spec import PLAIN_TYPES, fill_call, load_function, run_spec
 
 if TYPE_CHECKING:
@@ -744,7 +745,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
     p.add_argument("--log-level", help="default: squall.logging.level")
+    p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
     args = p.parse_args(argv)
+    if args.watch_stdin:
+        watch_stdin()
     try:
         level = config.log_level(args.log_level)
     except config.ConfigError as e:
