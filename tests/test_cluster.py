@@ -139,22 +139,33 @@ def kill_all(pids: list[int]) -> None:
 
 
 def test_local_cluster_processes_end_with_the_process_that_started_them() -> None:
-    program = (
-        "import time; from squall import Client; cluster = Client()._own_cluster; "
-        "procs = [cluster.scheduler_process, *cluster.worker_processes]; "
-        "print(*[p.pid for p in procs], flush=True); time.sleep(120)"
-    )
+    # The parent forks a child that lives on: a fork must not keep the cluster alive.
+    program = """if True:
+        import os, sys, time
+        from squall import Client
+        cluster = Client()._own_cluster
+        if os.fork():
+            print(cluster.scheduler_process.pid, *[p.pid for p in cluster.worker_processes])
+            sys.stdout.flush()
+            time.sleep(120)
+        else:
+            time.sleep(30)
+    """
     parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
     pids: list[int] = []
     try:
         pids = pids_from(parent)
         assert len(pids) == 1 + default_shape(os.cpu_count() or 1)[0]
+        forked = [c.pid for c in psutil.Process(parent.pid).children() if c.pid not in pids]
+        assert len(forked) == 1
+        pids += forked
         parent.kill()  # SIGKILL: nothing of the parent's runs
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while not all(map(gone, pids)):
+        while not all(map(gone, pids[:-1])):
             assert time.monotonic() < deadline, "LocalCluster processes outlived their parent"
             time.sleep(0.05)
+        assert not gone(forked[0])
     finally:
         parent.kill()
         parent.wait(timeout=10)

@@ -377,8 +377,10 @@ class _FutureRef(Future):
     def type(self) -> Any:
         return None
 
-    def __getattr__(self, name: str) -> Any:  # the unset _client and _state slots
-        raise RuntimeError(f"{self!r} was unpickled and is bound to no client")
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_client", "_state"):  # unset: what a bound future's methods use
+            raise RuntimeError(f"{self!r} was unpickled and is bound to no client")
+        raise AttributeError(name)
 
 
 # ----- the client -----------------------------------------------------------------------

@@ -179,8 +179,10 @@ def _lifeline() -> int:
 
 
 def _forget_lifeline() -> None:
-    """In a forked child: the parent's pipe must not keep the parent's cluster alive."""
-    global _lifeline_fds
+    """In a forked child: the parent's pipe must not keep the parent's cluster alive
+    (and the lock may have been held by another thread of the parent)."""
+    global _lifeline_fds, _lifeline_lock
+    _lifeline_lock = threading.Lock()
     if _lifeline_fds is not None:
         for fd in _lifeline_fds:
             os.close(fd)
