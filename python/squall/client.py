@@ -353,7 +353,7 @@ class Future(TaskRef):
 
 class _FutureRef(Future):
     """An unpickled future: it names its key but belongs to no client (its status and
-    type are None, as distributed's unbound futures); anything else raises."""
+    type are None, as distributed's unbound futures); its other methods raise."""
 
     __slots__ = ()
 
@@ -722,8 +722,8 @@ class Client:
     _unsent = 0
 
     def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
-        """Any thread: send from the loop, after everything queued before; releases of
-        futures meanwhile follow it. ``keep`` stays referenced until then."""
+        """Any thread: send from the loop, after everything queued before; futures
+        released meanwhile are released after it. ``keep`` stays referenced until then."""
         with self._refcount_lock:
             self._unsent += 1
         self._call_soon(self._send_queued, header, payload, keep)
