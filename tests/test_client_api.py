@@ -4,23 +4,29 @@ secede/rejoin, get_worker/get_client, restart, run, nthreads/scheduler_info and
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import gc
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections import OrderedDict, namedtuple
+import traceback
+import weakref
+from collections import OrderedDict, defaultdict, namedtuple
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+import dask
 import pytest
 from conftest import cli_scheduler
 
 import squall
 from squall import fire_and_forget, get_client, get_worker, rejoin, secede
-from squall.client import CancelledError, Client, Future
+from squall.client import CancelledError, Client, Future, as_completed
 from squall.cluster import LocalCluster
 
 # Worker processes cannot import this test module: ship its functions by value.
@@ -135,6 +141,210 @@ def test_scatter_of_unpicklable_data_on_workers_fails_cleanly(client: Client) ->
 
 def _no_such_module_import() -> None:
     raise ImportError("this value cannot be rebuilt on a worker")
+
+
+def test_scattered_futures_travel_as_references(client: Client) -> None:
+    # As distributed: a future inside scattered data is pickled by key, and arrives as
+    # a future bound to no client; the scattered value does not depend on it.
+    x = client.submit(inc, 1)
+    refs, three = client.scatter([x, 3])
+    assert client.gather(three) == 3 and refs.type is Future
+    got = refs.result(timeout=10)
+    assert isinstance(got, Future) and got.key == x.key and got is not x
+    assert got.status is None and got.client is None and str(x.key) in repr(got)
+    with pytest.raises(RuntimeError, match="bound to no client"):
+        got.result()
+    [nested] = client.gather([client.scatter({"k": [x, 1]})["k"]])
+    assert nested[0].key == x.key and nested[1] == 1
+    seen = client.submit(lambda v: (type(v).__name__, v.key, v.status), client.scatter(x))
+    assert seen.result(timeout=10) == ("_FutureRef", x.key, None)
+
+
+# ----- futures nested in arguments ----------------------------------------------------------
+
+
+class Items(list):  # type: ignore[type-arg]
+    pass
+
+
+def describe(*args: Any, **kwargs: Any) -> Any:
+    """The types and values a task received."""
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, dict):
+            return (type(o).__name__, {k: walk(v) for k, v in o.items()})
+        if isinstance(o, (list, tuple, set, frozenset)):
+            return (type(o).__name__, sorted(map(walk, o), key=repr))
+        return o
+
+    return walk(args), {k: walk(v) for k, v in kwargs.items()}
+
+
+def test_futures_nested_in_arguments_are_dependencies(client: Client) -> None:
+    a, b = client.submit(inc, 1), client.submit(inc, 2)
+    # Any depth of lists, tuples, sets and dicts (their subclasses too), in args and
+    # kwargs; as distributed, subclasses holding futures arrive as their base type, a
+    # namedtuple as itself, and containers without futures untouched.
+    deep = client.submit(describe, [[({"k": [a]},)]], x={b}, y=OrderedDict(z=(a, b)))
+    assert deep.result(timeout=10) == (
+        ("tuple", [("list", [("list", [("tuple", [("dict", {"k": ("list", [2])})])])])]),
+        {"x": ("set", [3]), "y": ("dict", {"z": ("tuple", [2, 3])})},
+    )
+    pair = client.submit(lambda p: (type(p).__name__, p.a + p.b), Pair(a, b))
+    assert pair.result(timeout=10) == ("Pair", 5)
+    typed = client.submit(describe, Items([a]), Items([1]), defaultdict(int, k=b))
+    assert typed.result(timeout=10)[0] == (
+        "tuple",
+        [("Items", [1]), ("dict", {"k": 3}), ("list", [2])],
+    )
+    # map items holding futures, with futures in kwargs too
+    mapped = client.map(describe, [[a, 1], {"b": b}], extra=[a])
+    assert client.gather(mapped) == [
+        (("tuple", [("list", [1, 2])]), {"extra": ("list", [2])}),
+        (("tuple", [("dict", {"b": 3})]), {"extra": ("list", [2])}),
+    ]
+
+
+# ----- as_completed -----------------------------------------------------------------------
+
+
+def sleep_then(x: Any, delay: float) -> Any:
+    time.sleep(delay)
+    return x
+
+
+def div(a: float, b: float) -> float:
+    return a / b
+
+
+def test_as_completed_yields_every_addition(client: Client) -> None:
+    x = client.submit(sleep_then, "x", 0.5)
+    twin = Future(x.key, client)  # another future of the same key
+    ac = as_completed([x, twin, x])
+    assert ac.count() == 2  # pending futures count once each, as in distributed
+    got = list(as_completed([x, twin, x], timeout=10))
+    assert len(got) == 3 and sum(f is x for f in got) == 2 and sum(f is twin for f in got) == 1
+    assert ac.count() == 3 and len(ac.next_batch()) == 3 and ac.count() == 0
+    ac.add(x)
+    ac.update([twin])
+    assert {id(f) for f in ac} == {id(x), id(twin)}
+    with pytest.raises(TypeError, match="must be a future"):
+        as_completed([x, 1])
+    with pytest.raises(TypeError, match="must be a future"):
+        as_completed([[x]])
+    with pytest.raises(TypeError, match="must be a future"):
+        ac.add("x")  # type: ignore[arg-type]
+    slow = client.submit(sleep_then, "slow", 2, pure=False)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        next(as_completed([slow], timeout=0.3))
+    assert time.monotonic() - t0 < 1.5
+    slow.cancel()
+
+
+def test_as_completed_with_results_and_errors(client: Client) -> None:
+    good, bad = client.submit(inc, 1), client.submit(div, 1, 0)
+    cancelled = client.submit(sleep_then, "c", 1, pure=False)
+    cancelled.cancel()
+    fs = [good, bad, cancelled]
+    results = dict(as_completed(fs, with_results=True, raise_errors=False, timeout=10))
+    assert results[good] == 2
+    typ, exc, tb = results[bad]  # as distributed: (type, exception, traceback)
+    assert typ is ZeroDivisionError and isinstance(exc, ZeroDivisionError)
+    assert "div" in [fr.name for fr in traceback.extract_tb(tb)]
+    assert isinstance(results[cancelled], CancelledError)
+    # raise_errors (the default) raises the error, but not a cancellation
+    got = []
+    with pytest.raises(ZeroDivisionError):
+        for f, r in as_completed([cancelled, bad], with_results=True, timeout=10):
+            got.append((f, r))
+    assert [f for f, _ in got] == [cancelled]  # cancelled first, not raised
+
+
+# ----- remote tracebacks -------------------------------------------------------------------
+
+PLUMBING = tuple(
+    os.path.dirname(m.__file__) + os.sep
+    for m in (squall, asyncio, concurrent.futures)  # type: ignore[type-var]
+)
+
+
+def fails_in_user_code(x: float) -> float:
+    return div(x, 0)
+
+
+def raised_frames(call: Callable[[], Any]) -> list[traceback.FrameSummary]:
+    try:
+        call()
+    except ZeroDivisionError as e:
+        return traceback.extract_tb(e.__traceback__)
+    raise AssertionError("nothing raised")
+
+
+async def raised_frames_awaited(address: str) -> list[traceback.FrameSummary]:
+    async with Client(address, asynchronous=True) as c:
+        try:
+            await c.submit(fails_in_user_code, 5)
+        except ZeroDivisionError as e:
+            return traceback.extract_tb(e.__traceback__)
+    raise AssertionError("nothing raised")
+
+
+def test_remote_tracebacks_show_the_users_frames(client: Client) -> None:
+    tracebacks = [
+        raised_frames(call)
+        for call in [
+            lambda: client.submit(fails_in_user_code, 1).result(timeout=10),
+            lambda: client.gather([client.submit(fails_in_user_code, 2)]),
+            lambda: next(as_completed([client.submit(fails_in_user_code, 3)], with_results=True)),
+            lambda: dask.delayed(fails_in_user_code)(4).compute(scheduler=client),  # run_spec
+        ]
+    ]
+    tracebacks.append(asyncio.run(asyncio.wait_for(raised_frames_awaited(client.address), 20)))
+    for frames in tracebacks:
+        assert [fr.name for fr in frames[-2:]] == ["fails_in_user_code", "div"]
+        # distributed leaves one frame of its own (Future.result); squall none
+        assert [fr for fr in frames if fr.filename.startswith(PLUMBING)] == []
+    erred = client.submit(fails_in_user_code, 6)
+    remote = traceback.extract_tb(erred.traceback(timeout=10))
+    assert [fr.name for fr in remote] == ["fails_in_user_code", "div"]
+
+
+# ----- references ---------------------------------------------------------------------------
+
+
+def test_dropped_futures_die_at_once(client: Client) -> None:
+    """As distributed's test_no_future_references: nothing of squall's holds a future
+    (no cycle either: the collector is off), whether pending, finished or erred."""
+    baseline = client.scheduler_info()["n_tasks"]
+    gc.disable()
+    try:
+        alive: weakref.WeakSet[Future] = weakref.WeakSet()
+        assert client._loop is not None
+        client._loop.call_soon_threadsafe(time.sleep, 0.3)  # the graph waits on the loop
+        futures = client.map(inc, range(10), pure=False)
+        alive.update(futures)
+        del futures
+        assert not list(alive)
+        f = client.submit(inc, 1, pure=False)
+        f.result(timeout=10)
+        ref = weakref.ref(f)
+        del f
+        assert ref() is None
+        bad = client.submit(div, 1, 0, pure=False)
+        with pytest.raises(ZeroDivisionError):
+            bad.result(timeout=10)
+        ref = weakref.ref(bad)
+        del bad
+        assert ref() is None
+    finally:
+        gc.enable()
+    # Releases still follow the graphs naming the keys: a dependency dropped at once is
+    # not forgotten before its dependent's graph arrives, and nothing stays held.
+    for i in range(10):
+        client._loop.call_soon_threadsafe(time.sleep, 0.05)  # both graphs and the release wait
+        assert client.submit(inc, client.submit(inc, i, pure=False)).result(timeout=10) == i + 2
+    eventually(lambda: client.scheduler_info()["n_tasks"] == baseline)
 
 
 # ----- fire_and_forget --------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import operator
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import time
 import traceback
 
 import cloudpickle
+import psutil
 import pytest
 from conftest import cli_scheduler
 
@@ -80,6 +84,120 @@ def test_worker_killed_mid_graph_results_still_correct() -> None:
         time.sleep(0.5)
         os.kill(cluster.worker_processes[0].pid, signal.SIGKILL)
         assert total.result(timeout=60) == sum(range(1, 201))
+
+
+def squall_processes() -> set[int]:
+    """This process's descendants running squall's scheduler or worker."""
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(part.startswith("squall.") for part in p.cmdline()):
+                found.add(p.pid)
+    return found
+
+
+def test_asynchronous_client_with_its_own_cluster() -> None:
+    before = squall_processes()
+    # As distributed: not outside a running loop, and nothing is started then.
+    with pytest.raises(RuntimeError, match="without a running loop"):
+        Client(asynchronous=True)
+    assert squall_processes() == before
+
+    async def main() -> tuple[set[int], set[int]]:
+        async with Client(asynchronous=True) as c:
+            assert await c.submit(inc, 1) == 2
+            first = squall_processes() - before
+        c = await Client(asynchronous=True)
+        assert await c.submit(inc, 2) == 3
+        second = squall_processes() - before
+        await c.close()
+        return first, second
+
+    first, second = asyncio.run(asyncio.wait_for(main(), 120))
+    assert first and second  # each started a cluster, and closing the client stopped it
+    assert not squall_processes() & (first | second)
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped yet counts)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def pids_from(proc: subprocess.Popen[str], timeout: float = 60) -> list[int]:
+    """The pids ``proc`` prints on its first line."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "no pids printed"
+    return [int(pid) for pid in proc.stdout.readline().split()]
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_local_cluster_processes_end_with_the_process_that_started_them() -> None:
+    # The parent forks a child that lives on: a fork must not keep the cluster alive.
+    program = """if True:
+        import os, sys, time
+        from squall import Client
+        cluster = Client()._own_cluster
+        if os.fork():
+            print(cluster.scheduler_process.pid, *[p.pid for p in cluster.worker_processes])
+            sys.stdout.flush()
+            time.sleep(120)
+        else:
+            time.sleep(30)
+    """
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = pids_from(parent)
+        assert len(pids) == 1 + default_shape(os.cpu_count() or 1)[0]
+        forked = [c.pid for c in psutil.Process(parent.pid).children() if c.pid not in pids]
+        assert len(forked) == 1
+        pids += forked
+        parent.kill()  # SIGKILL: nothing of the parent's runs
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not all(map(gone, pids[:-1])):
+            assert time.monotonic() < deadline, "LocalCluster processes outlived their parent"
+            time.sleep(0.05)
+        assert not gone(forked[0])
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        kill_all(pids)
+
+
+def test_a_worker_started_by_hand_outlives_its_parent() -> None:
+    # Only --watch-stdin (what LocalCluster passes) ties a worker to its stdin.
+    with cli_scheduler() as address:
+        program = (
+            "import subprocess, sys, time; "
+            f"w = subprocess.Popen([sys.executable, '-m', 'squall.worker', {address!r}], "
+            "stdin=subprocess.PIPE); print(w.pid, flush=True); time.sleep(120)"
+        )
+        parent = subprocess.Popen(
+            [sys.executable, "-c", program], stdout=subprocess.PIPE, text=True
+        )
+        pids: list[int] = []
+        try:
+            pids = pids_from(parent)
+            parent.kill()  # the worker's stdin reaches end of file
+            parent.wait(timeout=10)
+            time.sleep(0.5)  # a watching process would be shutting down by now
+            with Client(address) as c:
+                assert c.submit(inc, 1).result(timeout=30) == 2  # the worker still runs
+            assert not gone(pids[0])
+        finally:
+            parent.kill()
+            parent.wait(timeout=10)
+            kill_all(pids)
 
 
 def test_cli_programs() -> None:

@@ -23,7 +23,9 @@ Protocol choices (see the message table in docs/runtime.md):
   a uuid (``pure=False``).
 * Futures on the same key share one :class:`FutureState`, which counts them; when the
   last one is released or garbage collected the key goes into a ``release-keys``
-  message, batched per event loop iteration and always sent before any later message.
+  message, batched per event loop iteration, sent after the graphs queued before the
+  release (they may name the key) and before any later message; ``submit`` and ``map``
+  keep no reference to their futures, which die on ``del``.
   A ``map`` makes its futures and states in bulk, under one lock acquisition per batch
   and without cyclic GC runs while it does.
 * Results: ``who-has`` to the scheduler, then ``get-data`` (role ``peer``) to one holder
@@ -44,6 +46,7 @@ import operator
 import pickle
 import random
 import threading
+import time
 import types
 import uuid
 from array import array
@@ -69,6 +72,7 @@ from squall.graph import (
     persist_expr,
 )
 from squall.spec import call_prefix, make_spec
+from squall.tracebacks import user_frames
 
 logger = logging.getLogger("squall.client")
 
@@ -264,21 +268,23 @@ class Future(TaskRef):
     def result(self, timeout: float | str | None = None) -> Any:
         """The value (fetched from a worker); re-raises the task's exception;
         ``TimeoutError`` after ``timeout`` seconds."""
-        return self._client.sync(self._result, callback_timeout=timeout)
+        with user_frames():
+            return self._client.sync(self._result, callback_timeout=timeout)
 
     async def _result(self, raiseit: bool = True) -> Any:
         st = self._state
-        while True:
-            await st.wait()
-            if st.status == "error" or st.status == "cancelled":
-                assert st.exception is not None
-                if raiseit:
-                    raise st.exception.with_traceback(st.traceback)
-                return st.exception
-            if st.status == "finished":
-                data = await self._client._gather_keys([self.key], [st], "raise")
-                if self.key in data:
-                    return data[self.key]
+        with user_frames():  # the outermost frame when awaited
+            while True:
+                await st.wait()
+                if st.status == "error" or st.status == "cancelled":
+                    assert st.exception is not None
+                    if raiseit:
+                        raise st.exception.with_traceback(st.traceback)
+                    return st.exception
+                if st.status == "finished":
+                    data = await self._client._gather_keys([self.key], [st], "raise")
+                    if self.key in data:
+                        return data[self.key]
 
     async def _exception(self) -> BaseException | None:
         await self._state.wait()
@@ -331,10 +337,9 @@ class Future(TaskRef):
             pass
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            "squall futures can be passed to tasks only as arguments, directly or inside "
-            "lists, tuples, sets and dicts"
-        )
+        # By key, as distributed's: a future inside scattered data, or inside an
+        # object a task receives, arrives as a reference bound to no client.
+        return _FutureRef, (self.key,)
 
     def __dask_tokenize__(self) -> Any:
         return ("Future", self.key)
@@ -344,6 +349,38 @@ class Future(TaskRef):
 
     def __repr__(self) -> str:
         return f"<Future: {self.status}, key: {self.key}>"
+
+
+class _FutureRef(Future):
+    """An unpickled future: it names its key but belongs to no client (its status and
+    type are None, as distributed's unbound futures); its other methods raise."""
+
+    __slots__ = ()
+
+    def __init__(self, key: Key) -> None:
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
+        self._cleared = True  # nothing to release
+
+    @property
+    def client(self) -> Any:
+        return None
+
+    @property
+    def executor(self) -> Any:
+        return None
+
+    @property
+    def status(self) -> Any:
+        return None
+
+    @property
+    def type(self) -> Any:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_client", "_state"):  # unset: what a bound future's methods use
+            raise RuntimeError(f"{self!r} was unpickled and is bound to no client")
+        raise AttributeError(name)
 
 
 # ----- the client -----------------------------------------------------------------------
@@ -420,19 +457,33 @@ def _timeout_seconds(timeout: float | str | None) -> float | None:
 
 async def _timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
     seconds = _timeout_seconds(timeout)
-    if seconds is None:
-        return await aw
-    # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not ours.
-    task = asyncio.ensure_future(aw)
+    with user_frames():  # the outermost frame of an asynchronous client's calls
+        if seconds is None:
+            return await aw
+        # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not
+        # ours.
+        task = asyncio.ensure_future(aw)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=seconds)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise TimeoutError(f"timed out after {seconds} s")
+        return task.result()
+
+
+def _require_running_loop() -> None:
+    """An asynchronous client runs on the caller's loop: like distributed's, it cannot
+    be made outside one."""
     try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if not done:
-        task.cancel()
-        raise TimeoutError(f"timed out after {seconds} s")
-    return task.result()
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "Constructing an asynchronous Client (asynchronous=True) without a running "
+            "loop is not supported"
+        ) from None
 
 
 class _WhoHas(NamedTuple):
@@ -444,8 +495,10 @@ class Client:
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.cluster.LocalCluster`
-    sized to the machine and stops it on ``close()``. ``timeout`` (for connecting)
-    defaults to ``squall.comm.timeouts.connect``."""
+    sized to the machine and stops it on ``close()`` (awaited, or leaving ``async with``,
+    for an asynchronous client, which is made on a running event loop, as
+    distributed's). ``timeout`` (for connecting) defaults to
+    ``squall.comm.timeouts.connect``."""
 
     def __init__(
         self,
@@ -458,6 +511,8 @@ class Client:
         direct_to_workers: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        if asynchronous:
+            _require_running_loop()  # before starting a cluster nothing would close
         self._own_cluster: Any = None
         if address is None:
             from squall.cluster import LocalCluster
@@ -497,9 +552,8 @@ class Client:
         self._started: asyncio.Future[None] | None = None
         self._kwargs = kwargs
         if asynchronous:
-            with contextlib.suppress(RuntimeError):
-                self._loop = asyncio.get_running_loop()
-                self._started = asyncio.ensure_future(self._start())
+            self._loop = asyncio.get_running_loop()
+            self._started = asyncio.ensure_future(self._start())
         else:
             self._loop = asyncio.new_event_loop()
             ready = threading.Event()
@@ -561,7 +615,7 @@ class Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._close()
+        await self._close_async(None)
 
     def __enter__(self) -> Client:
         if self.asynchronous:
@@ -572,9 +626,10 @@ class Client:
         self.close()
 
     def close(self, timeout: float | str | None = None) -> Any:
-        """Close the connection (the scheduler releases this client's keys)."""
+        """Close the connection (the scheduler releases this client's keys) and the
+        LocalCluster the client started, if any."""
         if self.asynchronous:
-            return _timed(self._close(), timeout)
+            return self._close_async(timeout)
         if self.status == "closed" or self._loop is None or self._loop.is_closed():
             return None
         try:
@@ -584,6 +639,14 @@ class Client:
             if self._own_cluster is not None:
                 self._own_cluster.close()
         return None
+
+    async def _close_async(self, timeout: float | str | None) -> None:
+        try:
+            await _timed(self._close(), timeout)
+        finally:
+            cluster, self._own_cluster = self._own_cluster, None
+            if cluster is not None:  # its close blocks while the processes stop
+                await asyncio.get_running_loop().run_in_executor(None, cluster.close)
 
     async def _close(self) -> None:
         if self.status == "closed":
@@ -657,7 +720,8 @@ class Client:
         coro = _timed(func(*args, **kwargs), callback_timeout)
         if asynchronous if asynchronous is not None else self.asynchronous:
             return coro
-        return self._run_sync(coro)
+        with user_frames():
+            return self._run_sync(coro)
 
     def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, after everything scheduled before (any thread)."""
@@ -678,14 +742,28 @@ class Client:
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", header["op"])
 
-    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
-        """Send from the loop, after everything queued before. ``keep`` (the futures the
-        message names) stays referenced until then, so that their releases follow it
-        (see ``_send_graph``)."""
-        self._call_soon(self._send_keeping, header, payload, keep)
+    #: Messages naming futures (graphs, fire-and-forget) queued for the loop but not on
+    #: the stream yet, counted under the refcount lock. While there are any, released
+    #: futures wait in ``_releasing``: a release sent first could reach the scheduler
+    #: before the message naming its key, which would then ignore the release of a key
+    #: it does not know yet (and keep it, wanted, forever) or forget a dependency the
+    #: graph needs. The futures themselves are not held, so they die on ``del``.
+    _unsent = 0
 
-    def _send_keeping(self, header: comm.Header, payload: bytes, _keep: object) -> None:
-        self._send(header, payload)
+    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
+        """Any thread: send from the loop, after everything queued before; futures
+        released meanwhile are released after it. ``keep`` stays referenced until then."""
+        with self._refcount_lock:
+            self._unsent += 1
+        self._call_soon(self._send_queued, header, payload, keep)
+
+    def _send_queued(self, header: comm.Header, payload: bytes, _keep: object) -> None:
+        try:
+            self._send(header, payload)
+        finally:
+            with self._refcount_lock:
+                self._unsent -= 1
+        self._drain_releasing()
 
     async def _request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
         rid = next(self._ids)
@@ -750,18 +828,24 @@ class Client:
     def _drain_releasing(self) -> None:
         """On the loop: apply the queued releases and send the keys they free."""
         self._drain_scheduled = False
-        if self._settle_releases() and not self._release_scheduled:
+        settled = self._settle_releases()
+        if settled is None:
+            # A message naming futures waits to be sent: sending it drains, so until
+            # then no release needs a wake-up.
+            self._drain_scheduled = True
+        elif settled and not self._release_scheduled:
             self._release_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_releases)
 
-    def _settle_releases(self) -> bool:
+    def _settle_releases(self) -> bool | None:
         """Any thread: drop the references queued by released futures now; the keys
-        they free join the next ``release-keys``. True if any did."""
-        releasing = self._releasing
-        states = [releasing.popleft() for _ in range(len(releasing))]
-        if not states:
-            return False
+        they free join the next ``release-keys``. True if any did; None (and nothing
+        done) while a message naming futures is unsent (``_unsent``)."""
         with self._refcount_lock:
+            if self._unsent:
+                return None
+            releasing = self._releasing
+            states = [releasing.popleft() for _ in range(len(releasing))]
             generation, futures = self.generation, self.futures
             gone = []
             for st in states:
@@ -887,13 +971,8 @@ class Client:
         data_producers: list[int] | None = None,
         keep: object = None,
     ) -> None:
-        """Queue one ``update-graph``. ``keep`` holds the futures the graph defines and
-        depends on until the message is on the stream: a caller dropping them at once
-        (``del futures``, or never keeping a future) queues their releases, which
-        ``_send`` flushes ahead of the messages it sends; without ``keep`` those could
-        reach the scheduler before this graph, which would then ignore the release of
-        keys it does not know yet (and keep them, wanted, forever) or forget
-        dependencies the graph needs."""
+        """Queue one ``update-graph`` (``_send_soon``: releases of the futures it
+        defines or depends on follow it, however soon they are dropped)."""
         if allow_other_workers not in (True, False):
             raise TypeError("allow_other_workers= must be True or False")
         if allow_other_workers and workers is None:
@@ -919,11 +998,8 @@ class Client:
             "allow_other_workers": allow_other_workers,
         }
 
-        def send(_keep: object) -> None:
-            self._graphs[rid] = keys
-            self._send(header, payload)
-
-        self._call_soon(send, keep)
+        self._graphs[rid] = keys
+        self._send_soon(header, payload, keep)
 
     def _check_running(self) -> None:
         if self.status != "running":
@@ -973,7 +1049,6 @@ class Client:
             resources=resources,
             retries=retries,
             allow_other_workers=allow_other_workers,
-            keep=(future, args, kwargs),
         )
         return future
 
@@ -1064,7 +1139,6 @@ class Client:
                         resources=resources,
                         retries=retries,
                         allow_other_workers=allow_other_workers,
-                        keep=(futures, columns, kwargs),
                     )
         return out
 
@@ -1097,8 +1171,9 @@ class Client:
         with self._refcount_lock:
             futures = {k: Future(k, self) for k in keys}
             # Keys this client holds are known to the scheduler: depend on them instead
-            # of defining them again, and hold them until the graph is sent, so that
-            # dropping their last future meanwhile releases them after the graph.
+            # of defining them again, and hold them until the graph is queued (from
+            # then on ``_unsent`` orders their releases after it), so that a future
+            # dropped meanwhile by another thread cannot release them first.
             held = [k in self.futures and k not in futures for k in g.keys]
             holds = [Future(k, self) for k, h in zip(g.keys, held, strict=True) if h]
         if holds:
@@ -1118,7 +1193,7 @@ class Client:
                 wanted=keys,
                 task_options=g.task_options,
                 data_producers=g.data_producers,
-                keep=(futures, holds, expr),
+                keep=holds,
             )
         return futures
 
@@ -1157,7 +1232,8 @@ class Client:
         if not sync:
             return packed
         try:
-            return self.gather(packed, asynchronous=asynchronous)
+            with user_frames():
+                return self.gather(packed, asynchronous=asynchronous)
         finally:
             for f in futures.values():
                 f.release()
@@ -1205,7 +1281,8 @@ class Client:
             )
         found = iter(names)
         out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
-        result = self.gather(out) if sync else out
+        with user_frames():
+            result = self.gather(out) if sync else out
         return result[0] if singleton else result
 
     def persist(
@@ -1262,7 +1339,8 @@ class Client:
             raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, asynchronous=asynchronous) for f in futures)
-        return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
+        with user_frames():
+            return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
 
     async def _gather(self, futures: Any, errors: str = "raise") -> Any:
         found = futures_of(futures)
@@ -1749,10 +1827,8 @@ def fire_and_forget(obj: Any) -> None:
     for f in futures_of(obj):
         by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
     for client, futures in by_client.values():
-        # After the graph that made them (loop order) and, as the futures are kept until
-        # it is sent, before any release of them.
-        keys = encode_keys([f.key for f in futures])
-        client._send_soon({"op": "fire-and-forget"}, keys, keep=futures)
+        # After the graph that made them (loop order) and before any release of them.
+        client._send_soon({"op": "fire-and-forget"}, encode_keys([f.key for f in futures]))
 
 
 def _to_dep(obj: Any) -> Key | None:
@@ -1860,7 +1936,8 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
         )
     # A future listed twice is harmless here: no need for futures_of's pass over them.
     futures = list(fs) if _flat_futures(fs) else futures_of(fs)
-    return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
+    with user_frames():
+        return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
 
 
 _STATE = operator.attrgetter("_state")
@@ -1920,11 +1997,16 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
 class as_completed:
     """Iterate over futures in the order they complete (sync ``for`` or ``async for``).
 
-    ``with_results=True`` yields ``(future, result)``; ``add``/``update`` grow it."""
+    As distributed's: a future is yielded once per time it was added (two futures of one
+    key are two futures); ``with_results=True`` yields ``(future, result)``, the result
+    of an erred future being ``(type, exception, traceback)`` with ``raise_errors=False``
+    (otherwise its exception is raised) and that of a cancelled one its CancelledError;
+    ``count()`` is the futures not completed yet plus the completions not yielded yet;
+    ``timeout`` counts from the construction."""
 
     def __init__(
         self,
-        futures: Any = None,
+        futures: Iterable[Future] | None = None,
         loop: Any = None,
         with_results: bool = False,
         raise_errors: bool = True,
@@ -1935,28 +2017,43 @@ class as_completed:
         self.raise_errors = raise_errors
         self._cond = threading.Condition()
         self._queue: deque[Future] = deque()
-        self._pending: set[Future] = set()
+        # Futures not completed yet by identity, with how many times each was added.
+        self._pending: dict[int, tuple[Future, int]] = {}
         self._event: asyncio.Event | None = None
-        self._timeout = _timeout_seconds(timeout)
-        self._client: Client | None = None
+        seconds = _timeout_seconds(timeout)
+        self._deadline = None if seconds is None else time.monotonic() + seconds
         if futures is not None:
             self.update(futures)
 
     def add(self, future: Future) -> None:
-        self._client = future.client
-        with self._cond:
-            self._pending.add(future)
-        future.client._call_soon(future.client._watch, future, self._notify)
+        self.update((future,))
 
-    def update(self, futures: Any) -> None:
-        for f in futures_of(list(futures) if not isinstance(futures, Future) else futures):
-            self.add(f)
+    def update(self, futures: Iterable[Future]) -> None:
+        fs = list(futures)
+        for f in fs:
+            if not isinstance(f, Future):
+                raise TypeError(f"Input must be a future, got {f}")
+        by_client: dict[int, tuple[Client, list[Future]]] = {}
+        with self._cond:
+            for f in fs:
+                self._pending[id(f)] = (f, self._pending.get(id(f), (f, 0))[1] + 1)
+                by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
+        for client, group in by_client.values():
+            client._call_soon(self._watch, client, group)
+
+    def _watch(self, client: Client, fs: list[Future]) -> None:
+        for f in fs:  # one watch per addition: each completes one of them
+            client._watch(f, self._notify)
 
     def _notify(self, future: Future) -> None:
         with self._cond:
-            if future not in self._pending:
+            entry = self._pending.get(id(future))
+            if entry is None:  # cleared
                 return
-            self._pending.discard(future)
+            if entry[1] > 1:
+                self._pending[id(future)] = (future, entry[1] - 1)
+            else:
+                del self._pending[id(future)]
             self._queue.append(future)
             self._cond.notify_all()
         if self._event is not None:
@@ -1978,6 +2075,14 @@ class as_completed:
             self._pending.clear()
             self._queue.clear()
 
+    def _remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("as_completed timed out")
+        return remaining
+
     def __iter__(self) -> as_completed:
         return self
 
@@ -1986,20 +2091,22 @@ class as_completed:
             while not self._queue:
                 if not self._pending:
                     raise StopIteration
-                if not self._cond.wait(self._timeout):
-                    raise TimeoutError(f"as_completed timed out after {self._timeout} s")
+                self._cond.wait(self._remaining())
             return self._queue.popleft()
 
-    def _with_result(self, f: Future, value: Any) -> Any:
-        if isinstance(value, BaseException) and f.status == "error" and self.raise_errors:
-            raise value
-        return f, value
+    def _yielded(self, f: Future, outcome: tuple[bool, Any]) -> Any:
+        erred, result = outcome
+        if erred and self.raise_errors:
+            _, exc, tb = result
+            raise exc.with_traceback(tb)
+        return f, result
 
     def __next__(self) -> Any:
         f = self._next_future()
         if not self.with_results:
             return f
-        return self._with_result(f, f.client.sync(f._result, raiseit=False))
+        with user_frames():
+            return self._yielded(f, f.client.sync(_outcome, f))
 
     def next_batch(self, block: bool = True) -> list[Any]:
         batch = [next(self)] if block else []
@@ -2028,7 +2135,18 @@ class as_completed:
                 if not self._pending:
                     raise StopAsyncIteration
                 self._event.clear()
-            await _timed(self._event.wait(), self._timeout)
+            await _timed(self._event.wait(), self._remaining())
         if not self.with_results:
             return f
-        return self._with_result(f, await f._result(raiseit=False))
+        with user_frames():
+            return self._yielded(f, await _outcome(f))
+
+
+async def _outcome(f: Future) -> tuple[bool, Any]:
+    """``(erred, result)`` of a done future for ``as_completed``: its value, its
+    CancelledError, or if it erred ``(type, exception, traceback)`` (distributed's)."""
+    value = await f._result(raiseit=False)
+    st = f._state
+    if st.status == "error":  # checked with no await since: the status it ended with
+        return True, (type(value), value, st.traceback)
+    return False, value

@@ -1,16 +1,32 @@
-"""``LocalCluster``: a scheduler and worker processes on this machine."""
+"""``LocalCluster``: a scheduler and worker processes on this machine.
+
+Its processes do not outlive the process that started them, however that one ends
+(SIGKILL included): each gets as stdin the read end of a pipe whose write end only the
+starting process holds, and runs with ``--watch-stdin``, which shuts it down when stdin
+reaches end of file (:func:`watch_stdin`); forks of the starting process close their
+copy of the write end. A pipe is portable and follows the process, where Linux's
+``PR_SET_PDEATHSIG`` follows the *thread* that started the child: a ``Client()`` made on
+a thread that then ends would take its cluster down with it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from squall import comm, config
+
+T = TypeVar("T")
 
 
 def default_shape(n_cores: int) -> tuple[int, int]:
@@ -63,7 +79,11 @@ class LocalCluster:
     def _start(self, host: str, port: int, timeout: float, log_level: str) -> None:
         cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", str(port)]
         self._scheduler = subprocess.Popen(
-            [*cmd, "--log-level", log_level], stdout=subprocess.PIPE, text=True, env=self._env
+            [*cmd, "--log-level", log_level, "--watch-stdin"],
+            stdin=_lifeline(),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=self._env,
         )
         assert self._scheduler.stdout is not None
         line = self._scheduler.stdout.readline()
@@ -78,10 +98,10 @@ class LocalCluster:
     def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
         cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
-        cmd += ["--log-level", log_level]
+        cmd += ["--log-level", log_level, "--watch-stdin"]
         if self.resources:
             cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
-        return subprocess.Popen(cmd, text=True, env=self._env)
+        return subprocess.Popen(cmd, stdin=_lifeline(), text=True, env=self._env)
 
     @property
     def scheduler_process(self) -> subprocess.Popen[str] | None:
@@ -92,7 +112,7 @@ class LocalCluster:
         return list(self._procs)
 
     def scheduler_info(self) -> dict[str, Any]:
-        return asyncio.run(scheduler_info(self.scheduler_address))
+        return _run(scheduler_info(self.scheduler_address))
 
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -140,6 +160,73 @@ async def scheduler_info(address: str) -> dict[str, Any]:
                     return dict(header)
     finally:
         await c.close()
+
+
+# (read end, write end) of this process's lifeline pipe, made on first use. Both ends
+# are non-inheritable: children get the read end only as their stdin, and the write end
+# stays open in this process until it exits.
+_lifeline_fds: tuple[int, int] | None = None
+_lifeline_lock = threading.Lock()
+
+
+def _lifeline() -> int:
+    """The read end of this process's lifeline pipe, for a child's stdin."""
+    global _lifeline_fds
+    with _lifeline_lock:
+        if _lifeline_fds is None:
+            _lifeline_fds = os.pipe()
+        return _lifeline_fds[0]
+
+
+def _forget_lifeline() -> None:
+    """In a forked child: the parent's pipe must not keep the parent's cluster alive
+    (and the lock may have been held by another thread of the parent)."""
+    global _lifeline_fds, _lifeline_lock
+    _lifeline_lock = threading.Lock()
+    if _lifeline_fds is not None:
+        for fd in _lifeline_fds:
+            os.close(fd)
+        _lifeline_fds = None
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_lifeline)
+
+WATCH_STDIN_HELP = (
+    "shut down when stdin reaches end of file (LocalCluster's processes: when the "
+    "process that started them ends)"
+)
+
+#: How long a process shutting down because its stdin closed may take (then it exits).
+STDIN_CLOSED_GRACE = 10.0
+
+
+def watch_stdin() -> None:
+    """``--watch-stdin``: shut this process down (SIGTERM to itself, the graceful path of
+    ``squall scheduler`` and ``squall worker``) once stdin reaches end of file, i.e. once
+    the process that started it is gone; exit regardless after
+    ``STDIN_CLOSED_GRACE`` seconds."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):  # an unreadable stdin counts as closed
+            while os.read(0, 1 << 16):
+                pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STDIN_CLOSED_GRACE)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="squall-watch-stdin", daemon=True).start()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``, also on a thread whose loop is running (an asynchronous
+    ``Client()`` starting its cluster), where it runs on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:

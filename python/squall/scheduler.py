@@ -21,6 +21,7 @@ from typing import Any
 
 from squall import comm, config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
+from squall.cluster import WATCH_STDIN_HELP, watch_stdin
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -525,7 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
     )
     p.add_argument("--log-level", help="default: squall.logging.level")
+    p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
     args = p.parse_args(argv)
+    if args.watch_stdin:
+        watch_stdin()
     try:
         level = config.log_level(args.log_level)
         host = str(config.get("scheduler.host")) if args.host is None else args.host

@@ -16,6 +16,7 @@ A spec is opaque bytes to the scheduler, one of two kinds:
 from __future__ import annotations
 
 import functools
+import operator
 import pickle
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -52,15 +53,31 @@ def call_prefix(func_blob: bytes) -> bytes:
 def _replace(
     obj: Any, deps: dict[Hashable, None], to_dep: Callable[[Any], Hashable | None]
 ) -> Any:
+    """``obj`` with the futures in it (at any depth of lists, tuples, sets and dicts,
+    their subclasses too, as distributed's ``parse_input``) replaced by :class:`Dep`
+    markers. A container holding none is returned as it is; one holding some is rebuilt
+    as its base type (a namedtuple as itself), as distributed does."""
     key = to_dep(obj)
     if key is not None:
         deps[key] = None  # a dict: ordered and O(1) for calls on many futures
         return Dep(key)
-    if type(obj) in (list, tuple, set, frozenset):
-        return type(obj)(_replace(o, deps, to_dep) for o in obj)
-    if type(obj) is dict:
-        return {k: _replace(v, deps, to_dep) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = [_replace(o, deps, to_dep) for o in obj]
+        if all(map(operator.is_, items, obj)):
+            return obj
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return obj._make(items)  # type: ignore[attr-defined]  # a namedtuple
+        return next(t for t in _BASES if isinstance(obj, t))(items)
+    if isinstance(obj, dict):
+        values = {k: _replace(v, deps, to_dep) for k, v in obj.items()}
+        if all(map(operator.is_, values.values(), obj.values())):
+            return obj
+        return values
     return obj
+
+
+# The types a container subclass holding futures can become.
+_BASES: tuple[type, ...] = (list, tuple, set, frozenset)
 
 
 def make_spec(
@@ -84,10 +101,13 @@ def make_spec(
 def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:
     if isinstance(obj, Dep):
         return data[obj.key]
-    if type(obj) in (list, tuple, set, frozenset):
-        return type(obj)(_fill(o, data) for o in obj)
-    if type(obj) is dict:
+    t = type(obj)
+    if t in _BASES:
+        return t(_fill(o, data) for o in obj)
+    if t is dict:
         return {k: _fill(v, data) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return obj._make(_fill(o, data) for o in obj)  # type: ignore[attr-defined]
     return obj
 
 

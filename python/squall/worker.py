@@ -15,6 +15,8 @@ docs/runtime.md. Choices the protocol table leaves open:
   ``pickle(traceback)`` using tblib's traceback pickling, so a client with tblib can
   ``raise exc.with_traceback(pickle.loads(tb))`` and show the remote frames;
   ``exception_text`` is ``repr(exc)`` and ``traceback_text`` the formatted traceback.
+  The traceback shows the user's code: frames of squall's and of dask's task-spec
+  nodes are trimmed (``squall.tracebacks``), as distributed's workers do.
 * Dependencies are fetched from their holders (batched per holder, cached peer
   connections, next holder on failure). Fetched copies are kept while a local task
   needs them, then dropped; both are told to the scheduler by key (``add-replicas``,
@@ -70,8 +72,9 @@ import cloudpickle  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 from tblib import pickling_support  # type: ignore[import-untyped]
 
-from squall import comm, config, context
+from squall import comm, config, context, tracebacks
 from squall._core import WorkerCore, decode_keys, encode_keys
+from squall.cluster import WATCH_STDIN_HELP, watch_stdin
 from squall.spec import PLAIN_TYPES, fill_call, load_function, run_spec
 
 if TYPE_CHECKING:
@@ -120,13 +123,16 @@ def _takes_arg(func: Any, name: str) -> bool:
 
 def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
     """``(repr, formatted traceback, pickled exception, pickled traceback)``; an
-    exception that cannot be shown or pickled is described by its type instead."""
+    exception that cannot be shown or pickled is described by its type instead. The
+    traceback starts in the user's code (squall's and dask's task-running frames
+    trimmed, as distributed's workers do)."""
     try:
         exc_text = repr(e)
     except Exception:
         exc_text = f"<{type(e).__name__}: its repr() failed>"
+    tb = tracebacks.trim(e.__traceback__)
     try:
-        tb_text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        tb_text = "".join(traceback.format_exception(type(e), e, tb))
     except Exception:
         tb_text = exc_text
     try:
@@ -135,7 +141,7 @@ def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
     except Exception:
         exc_blob = cloudpickle.dumps(RuntimeError(exc_text))
     try:
-        tb_blob = pickle.dumps(e.__traceback__)
+        tb_blob = pickle.dumps(tb)
     except Exception:
         tb_blob = pickle.dumps(None)
     return exc_text, tb_text, exc_blob, tb_blob
@@ -739,7 +745,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
     p.add_argument("--log-level", help="default: squall.logging.level")
+    p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
     args = p.parse_args(argv)
+    if args.watch_stdin:
+        watch_stdin()
     try:
         level = config.log_level(args.log_level)
     except config.ConfigError as e:
