@@ -62,7 +62,7 @@ def run(route: str, targets: list[str], report: str | None, extra: list[str]) ->
     with tempfile.TemporaryDirectory() as tmp:
         journal, skip = Path(tmp, "journal.jsonl"), Path(tmp, "skip.txt")
         merged: dict[str, Any] = {"route": route, "graphs": 0, "bypasses": [], "crashed": []}
-        merged |= {"graphs_per_test": {}, "outcomes": {}, "seconds": {}}
+        merged |= {"graphs_per_test": {}, "outcomes": {}, "seconds": {}, "errors": {}}
         for attempt in itertools.count():
             part = Path(tmp, f"report-{attempt}.json")
             cmd = pytest_command(route, targets) + extra
@@ -75,7 +75,7 @@ def run(route: str, targets: list[str], report: str | None, extra: list[str]) ->
                 done = json.loads(part.read_text())
                 merged["graphs"] += done["graphs"]
                 merged["bypasses"] += done["bypasses"]
-                for name in ("graphs_per_test", "outcomes", "seconds"):
+                for name in ("graphs_per_test", "outcomes", "seconds", "errors"):
                     merged[name] |= done[name]
                 break
             started, ended = _journal(journal, merged)
@@ -106,6 +106,8 @@ def _journal(path: Path, merged: dict[str, Any]) -> tuple[list[str], set[str]]:
             merged["outcomes"][entry["end"]] = entry["outcome"]
             merged["seconds"][entry["end"]] = entry["seconds"]
             merged["graphs"] += entry["graphs"]
+            if entry.get("error"):
+                merged["errors"][entry["end"]] = entry["error"]
     return started, ended
 
 

@@ -171,6 +171,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 _route: Route | None = None
 _outcomes: dict[str, str] = {}
 _seconds: Counter[str] = Counter()
+_errors: dict[str, str] = {}  # the first line of each failure's message
 _undo: list[Callable[[], None]] = []
 _journal: Any = None
 
@@ -224,6 +225,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
                 "outcome": outcome,
                 "seconds": seconds,
                 "graphs": _route.per_test[short],
+                "error": _errors.get(short),
             }
         )
 
@@ -243,6 +245,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         # The first non-pass wins (a setup error, a call failure), else the call's.
         if _outcomes.get(short) in (None, "passed"):
             _outcomes[short] = outcome
+            crash = getattr(report.longrepr, "reprcrash", None)
+            if report.failed and crash is not None:
+                _errors[short] = str(crash.message).split("\n", 1)[0][:300]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -261,6 +266,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                     "graphs_per_test": dict(_route.per_test),
                     "outcomes": _outcomes,
                     "seconds": {k: round(v, 3) for k, v in _seconds.items()},
+                    "errors": _errors,
                 },
                 f,
                 indent=1,
