@@ -16,6 +16,13 @@ def sched() -> squall.Scheduler:
     return squall.Scheduler({"validate": True})
 
 
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[squall.LocalCluster]:
+    """A cluster of 2 workers x 1 thread shared by a module's tests."""
+    with squall.LocalCluster(n_workers=2, threads_per_worker=1) as cluster:
+        yield cluster
+
+
 @contextmanager
 def cli_scheduler() -> Iterator[str]:
     """``squall scheduler --port 0`` in a subprocess; yields its address and checks it

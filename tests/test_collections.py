@@ -23,12 +23,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
 def client(cluster: LocalCluster) -> Iterator[Client]:
     with Client(cluster) as c:
         yield c
