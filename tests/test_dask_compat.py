@@ -54,6 +54,22 @@ def test_persist_compute_then_compute_again(client: Client) -> None:
         np.testing.assert_array_equal(y.compute(scheduler=client), x + 1)
 
 
+def test_no_task_outlives_its_use_when_keys_are_reused(cluster: LocalCluster) -> None:
+    """dask.array.linalg with a fixed name: later graphs of one computation give some
+    keys other (fused) dependencies. The tasks those new dependencies make are not
+    run, and every task is forgotten once released, so the next computation reusing
+    the name gets its own data (a lingering ("A", 0, 0) gave it the previous one)."""
+    rng = np.random.default_rng(1)
+    with Client(cluster, set_as_default=False) as client:
+        for m, chunks in [(20, 10), (20, (5, 10)), (40, (10, 10)), (20, 10)]:
+            mat = rng.random((m, 10))
+            data = da.from_array(mat, chunks=chunks, name="A")
+            q, r = da.linalg.tsqr(data)
+            assert_eq(mat, da.dot(q, r), scheduler=client)
+            assert_eq(np.eye(10), da.dot(q.T, q), scheduler=client)
+            assert client.scheduler_info()["n_tasks"] == 0
+
+
 def _double(dsk: Any, keys: Any) -> dict[Any, Any]:
     return {
         k: (operator.mul, 2, v) if not key_split(k).startswith("finalize") else v

@@ -252,6 +252,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     assert _route is not None
+    if _journal is not None:
+        _journal.close()
     for undo in _undo:
         undo()
     _route.stop()

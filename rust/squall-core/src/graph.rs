@@ -338,7 +338,10 @@ impl Scheduler {
         for &t in &touched {
             let ts = self.task(t);
             if ts.state == S::Released && ts.run_spec.is_some() {
-                recs.insert(t, S::Waiting);
+                // A task nothing wants nor depends on is an orphan (the new dependencies
+                // of a key that kept its first definition): not worth running.
+                let needed = !ts.who_wants.is_empty() || !ts.dependents.is_empty();
+                recs.insert(t, if needed { S::Waiting } else { S::Forgotten });
             }
         }
         for &t in &touched {

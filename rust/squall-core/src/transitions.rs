@@ -739,6 +739,11 @@ impl Scheduler {
             } else {
                 recs.insert(t, S::Waiting);
             }
+        } else if ts.dependents.is_empty() {
+            // Deviation from Dask (which keeps it): nothing can need it again (a later
+            // graph naming the key defines it anew), so it goes, and with it the
+            // dependencies it alone kept (docs/core.md).
+            recs.insert(t, S::Forgotten);
         }
         for w in self.task(t).waiters.to_vec() {
             match self.state_of(w) {

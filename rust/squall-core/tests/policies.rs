@@ -463,7 +463,7 @@ fn unknown_dependencies_and_keys_are_rejected() {
 #[test]
 fn a_known_key_keeps_its_definition_and_duplicates_within_a_graph_are_rejected() {
     let mut h = H::new();
-    h.submit(&[("a", &[]), ("b", &[])], &["a"]).unwrap();
+    h.submit(&[("a", &[]), ("b", &[])], &["a", "b"]).unwrap();
     // Same key, same definition: fine.
     h.submit(&[("a", &[])], &["a"]).unwrap();
     let a = h.t("a");
@@ -473,8 +473,14 @@ fn a_known_key_keeps_its_definition_and_duplicates_within_a_graph_are_rejected()
     // of the graph is accepted, and the redefinition is reported.
     let other = Submission {
         tasks: vec![
-            NewTask::new(key("a"), vec![DepRef::Key(key("b"))], spec("something else")),
+            NewTask::new(
+                key("a"),
+                vec![DepRef::Key(key("b")), DepRef::Local(2)],
+                spec("something else"),
+            ),
             NewTask::new(key("c"), vec![DepRef::Local(0)], spec("c")),
+            // Needed only by the new definition of "a", which is not used: an orphan.
+            NewTask::new(key("n"), vec![], spec("n")),
         ],
         wanted: vec![DepRef::Local(1)],
         ..Default::default()
@@ -487,6 +493,7 @@ fn a_known_key_keeps_its_definition_and_duplicates_within_a_graph_are_rejected()
     assert_eq!(h.s.task(a).run_spec, spec_before);
     assert!(h.s.task(a).dependencies.is_empty());
     assert!(h.s.task(h.t("c")).dependencies.contains(a));
+    assert_eq!(h.state("n"), TaskState::Forgotten, "an orphan is not run");
     h.s.validate().unwrap();
     // Another body alone (same dependencies) is kept silently, as distributed does.
     let body = Submission {
