@@ -50,7 +50,10 @@ fn encode(ob: &Bound<'_, PyAny>, e: &mut KeyEncoder, depth: usize) -> PyResult<(
 
 /// `operator.index(ob)` for integer-like objects that are not `int` (None otherwise).
 fn index_of(ob: &Bound<'_, PyAny>) -> Option<PyResult<i64>> {
-    if !ob.hasattr(pyo3::intern!(ob.py(), "__index__")).unwrap_or(false) {
+    if !ob
+        .hasattr(pyo3::intern!(ob.py(), "__index__"))
+        .unwrap_or(false)
+    {
         return None;
     }
     let i = ob.call_method0(pyo3::intern!(ob.py(), "__index__")).ok()?;
