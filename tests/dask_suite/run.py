@@ -31,16 +31,27 @@ DASK = Path(dask.__file__).resolve().parent
 #: The suite the yardstick covers.
 FULL = ("tests", "array/tests", "dataframe/tests", "bag/tests")
 
-#: What CI runs: the files where squall differed from distributed (released keys,
-#: redefined keys, numpy keys, the default client) and a spread of collections.
+#: What CI runs (about 700 tests, two minutes on two cores): the tests that found each
+#: cause squall differed by (released keys: delayed, base, bag; redefined keys and
+#: reused names: linalg; numpy keys: vindex; the default client: base) and a spread
+#: of collections.
 SLICE = (
     "tests/test_delayed.py",
-    "array/tests/test_linalg.py",
-    "array/tests/test_slicing.py",
+    "tests/test_base.py",
+    "array/tests/test_linalg.py::test_tsqr",
+    "array/tests/test_linalg.py::test_tsqr_uncertain",
+    "array/tests/test_linalg.py::test_sfqr",
+    "array/tests/test_linalg.py::test_qr",
+    "array/tests/test_linalg.py::test_dask_svd_self_consistent",
+    "array/tests/test_linalg.py::test_svd_compressed_compute",
+    "array/tests/test_array_core.py::test_vindex_basic",
+    "array/tests/test_array_core.py::test_vindex_nd",
+    "array/tests/test_array_core.py::test_vindex_negative",
+    "array/tests/test_array_core.py::test_vindex_merge",
+    "array/tests/test_array_core.py::test_vindex_identity",
     "array/tests/test_percentiles.py",
     "bag/tests/test_bag.py",
-    "dataframe/tests/test_multi.py::test_merge_tasks_passes_through",
-    "dataframe/tests/test_groupby.py::test_groupby_reduction_split",
+    "dataframe/tests/test_categorical.py",
 )
 
 PASSED = ("passed", "xpassed")

@@ -24,8 +24,10 @@ seconds as JSON; ``run.py compare`` turns three of them into the per-file table.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -217,7 +219,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         install.close()
+        # pytest keeps the last failure's traceback for debuggers: its frames would
+        # keep that test's futures (and keys) alive into the next tests.
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                setattr(sys, name, None)
         short = _route.current
+        if _outcomes.get(short) not in (None, "passed", "skipped"):
+            gc.collect()  # a failure's frames in reference cycles hold futures too
         outcome, seconds = _outcomes.get(short), _seconds[short]
         _log(
             {
