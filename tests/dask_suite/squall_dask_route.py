@@ -45,6 +45,8 @@ LOCAL_NAMES = (
     "processes",
     "multiprocessing",
 )
+# Names that must resolve to the session's client: those, and the default clients'.
+ROUTED_NAMES = frozenset({*LOCAL_NAMES, "squall", "dask.distributed", "distributed"})
 
 
 class Route:
@@ -141,8 +143,9 @@ class Route:
         def watched(get: Any = None, scheduler: Any = None, *args: Any, **kwargs: Any) -> Any:
             found = original(get, scheduler, *args, **kwargs)
             asked = scheduler if scheduler is not None else dask.config.get("scheduler", None)
-            explicit = asked is not None and not isinstance(asked, str)
-            if not explicit and route.client is not None and not route.is_client(found):
+            # A callable, or a name the test registered itself, is the test's choice.
+            routed = asked is None or (isinstance(asked, str) and asked in ROUTED_NAMES)
+            if routed and route.client is not None and not route.is_client(found):
                 route.bypasses.append(f"{route.current}: {scheduler!r} -> {found!r}")
             return found
 
@@ -150,7 +153,16 @@ class Route:
         return lambda: setattr(dask.base, "get_scheduler", original)
 
     def is_client(self, found: Any) -> bool:
-        return getattr(found, "__self__", found) is self.client
+        """Whether a resolved scheduler is the client's (directly, or squall's name for
+        the default client, which the client is)."""
+        owner = getattr(found, "__self__", found)
+        if owner is self.client:
+            return True
+        if self.kind != "squall":
+            return False
+        from squall.client import _DefaultClient, default_client
+
+        return isinstance(owner, _DefaultClient) and default_client() is self.client
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
