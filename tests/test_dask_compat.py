@@ -170,3 +170,26 @@ def test_the_core_reports_redefinitions_with_other_dependencies() -> None:
     assert s.take_redefined() == []
     s.submit(c, ["a"], [[]], now=0.2, specs=[b"a3"])  # another body alone: silent
     assert s.take_redefined() == []
+
+
+def _length(b: bytes) -> int:
+    return len(b)
+
+
+def test_a_graph_too_large_for_a_frame_fails_alone() -> None:
+    """dask's tensordot test sends a graph of over 1 GiB (the frame limit): that call
+    fails with a clear error, and the connection and the client's other futures live
+    on. Messages that fit are batched into frames that fit."""
+    with (
+        dask.config.set({"squall.comm.max-frame-bytes": 64 * 2**20}),
+        LocalCluster(n_workers=1, threads_per_worker=1) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        before = client.submit(operator.add, 1, 2)
+        big = client.submit(_length, b"x" * (60 * 2**20))
+        with pytest.raises(RuntimeError, match=r"not sent.*exceeds"):
+            big.result(timeout=30)
+        assert before.result(timeout=30) == 3
+        # Two messages that fit alone but not together: two frames, both arrive.
+        halves = [client.submit(_length, bytes([i]) * (30 * 2**20)) for i in range(2)]
+        assert client.gather(halves) == [30 * 2**20] * 2

@@ -741,6 +741,13 @@ class Client:
             self._stream.send(header, payload)
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", header["op"])
+        except comm.MessageTooLarge as e:
+            # That call fails alone; the connection and other futures are unharmed.
+            rid = header.get("id")
+            keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
+            if keys is None:
+                raise
+            self._graph_failed(keys, f"the graph was not sent: {e}")
 
     #: Messages naming futures (graphs, fire-and-forget) queued for the loop but not on
     #: the stream yet, counted under the refcount lock. While there are any, released
@@ -769,11 +776,10 @@ class Client:
         rid = next(self._ids)
         fut: asyncio.Future[comm.Message] = asyncio.get_running_loop().create_future()
         self._requests[rid] = fut
-        self._send({**header, "id": rid}, payload)
-        if self.status != "running":
-            self._requests.pop(rid, None)
-            raise comm.CommClosedError("the client is not connected")
         try:
+            self._send({**header, "id": rid}, payload)
+            if self.status != "running":
+                raise comm.CommClosedError("the client is not connected")
             return await fut
         finally:
             self._requests.pop(rid, None)
@@ -931,7 +937,7 @@ class Client:
             rid = h.get("id")
             keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
             if op == "request-failed" and keys is not None:
-                self._graph_failed(keys, str(h.get("error")))
+                self._graph_failed(keys, f"the scheduler refused the graph: {h.get('error')}")
             fut = self._requests.get(rid) if isinstance(rid, int) else None
             if fut is not None and not fut.done():
                 if op == "request-failed":
@@ -943,8 +949,8 @@ class Client:
         else:
             logger.debug("client: ignoring %r from the scheduler", op)
 
-    def _graph_failed(self, keys: list[Key], error: str) -> None:
-        exc = RuntimeError(f"the scheduler refused the graph: {error}")
+    def _graph_failed(self, keys: list[Key], message: str) -> None:
+        exc = RuntimeError(message)
         with self._refcount_lock:
             states = [st for st in map(self.futures.get, keys) if st is not None]
         for st in states:

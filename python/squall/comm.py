@@ -41,6 +41,15 @@ class HandshakeError(CommError):
     """The peers could not agree to talk (another protocol version, a refused role)."""
 
 
+class MessageTooLarge(ValueError):
+    """One message is larger than a frame may be (``squall.comm.max-frame-bytes``):
+    refused before it is sent, so only the call that made it fails."""
+
+
+#: Room left in a frame for the batch's headers (msgpack), beside its payloads.
+HEADER_ROOM = 16 * 2**20
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """``tcp://host:port`` (or ``host:port``) → (host, port), with a clear error."""
     rest = address
@@ -260,6 +269,8 @@ class BatchedSend:
         self._headers: list[Header] = []
         self._payloads: list[bytes | memoryview] = []
         self._size = 0
+        # Earlier batches that are full (a frame each), waiting for the next flush.
+        self._full: list[tuple[list[Header], list[bytes | memoryview]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_flush = float("-inf")
@@ -269,8 +280,18 @@ class BatchedSend:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def send(self, header: Header, payload: bytes | memoryview = b"") -> None:
+        """Queue one message; a batch that would outgrow a frame goes out as several."""
         if self.comm.closed:
             raise CommClosedError(f"{self.comm.peer}: cannot send on a closed connection")
+        limit = self.comm.max_frame_bytes - HEADER_ROOM
+        if len(payload) > limit:
+            raise MessageTooLarge(
+                f"a {header.get('op')!r} message of {len(payload)} bytes exceeds the "
+                f"{limit}-byte limit of squall.comm.max-frame-bytes"
+            )
+        if self._size + len(payload) > limit:
+            self._full.append((self._headers, self._payloads))
+            self._headers, self._payloads, self._size = [], [], 0
         if payload:
             header = {**header, "payload": [self._size, len(payload)]}
             self._payloads.append(payload)
@@ -290,12 +311,13 @@ class BatchedSend:
             await self._flush()
 
     async def _flush(self) -> None:
-        if not self._headers:
-            return
-        headers, payloads = self._headers, self._payloads
-        self._headers, self._payloads, self._size = [], [], 0
-        await self.comm.write({"op": "batch", "msgs": headers}, b"".join(payloads))
-        self.frames_sent += 1
+        batches, self._full = self._full, []
+        if self._headers:
+            batches.append((self._headers, self._payloads))
+            self._headers, self._payloads, self._size = [], [], 0
+        for headers, payloads in batches:
+            await self.comm.write({"op": "batch", "msgs": headers}, b"".join(payloads))
+            self.frames_sent += 1
 
     async def close(self) -> None:
         """Send what is pending, then stop. Never raises for a broken connection: a
