@@ -31,8 +31,88 @@ TASK_SHUFFLE = (
 )
 UNPICKLABLE = "the graph holds objects that cannot cross processes (generators, locks)"
 UNORDERABLE = "the test sorts persisted results, which are futures on a cluster"
+LOCAL_TARGET = (
+    "store() writes into an array (or memmap) of the test's own process; on a cluster "
+    "the workers write into copies"
+)
+NESTED_RESULTS = (
+    "compute_as_if_collection on nested keys: dask's local schedulers give tuples, a "
+    "cluster client gives lists (as distributed does)"
+)
+CLIENT_CONFIG = (
+    "the test sets dask config or registers an extension in its own process; the "
+    "workers run with their own"
+)
+
+_ARRAY = "dask/array/tests/test_array_core.py::"
+_GRAPH = "dask/tests/test_graph_manipulation.py::"
 
 GAPS: dict[str, str] = {
+    _ARRAY + "test_from_array_getitem[False-True]": CLIENT_STATE,
+    _ARRAY + "test_from_array_getitem[True-True]": CLIENT_STATE,
+    _ARRAY + "test_from_array_no_asarray[False-False-matrix]": NESTED_RESULTS,
+    _ARRAY + "test_from_array_no_asarray[False-True-ndarray]": NESTED_RESULTS,
+    _ARRAY + "test_from_array_no_asarray[True-False-matrix]": NESTED_RESULTS,
+    _ARRAY + "test_from_array_no_asarray[True-True-ndarray]": NESTED_RESULTS,
+    _ARRAY + "test_from_array_with_lock[False]": CLIENT_STATE,
+    _ARRAY + "test_from_array_with_lock[True]": CLIENT_STATE,
+    _ARRAY + "test_memmap": LOCAL_TARGET,
+    _ARRAY + "test_store": LOCAL_TARGET,
+    _ARRAY + "test_store_compute_false": LOCAL_TARGET,
+    _ARRAY + "test_store_delayed_target": LOCAL_TARGET,
+    _ARRAY + "test_store_regions": LOCAL_TARGET,
+    _ARRAY + "test_store_locks_count_calls[False]": UNPICKLABLE,
+    _ARRAY + "test_store_locks_count_calls[True]": UNPICKLABLE,
+    _ARRAY + "test_store_locks_dont_assume_threadsafe": UNPICKLABLE,
+    _ARRAY + "test_store_locks_failure_lock_released": UNPICKLABLE,
+    _ARRAY + "test_store_locks_no_lock": UNPICKLABLE,
+    _ARRAY + "test_store_locks_one_lock_two_stores": UNPICKLABLE,
+    _ARRAY + "test_store_sources_unoptimized_nocompute": CLIENT_STATE,
+    "dask/array/tests/test_reductions.py::"
+    "test_array_cumreduction_axis[blelloch-None-False-cumprod]": WARNING_IN_TASK,
+    "dask/array/tests/test_reductions.py::"
+    "test_array_cumreduction_axis[blelloch-None-False-nancumprod]": WARNING_IN_TASK,
+    "dask/array/tests/test_reductions.py::"
+    "test_array_cumreduction_axis[blelloch-None-True-cumprod]": WARNING_IN_TASK,
+    "dask/array/tests/test_reductions.py::"
+    "test_array_cumreduction_axis[blelloch-None-True-nancumprod]": WARNING_IN_TASK,
+    "dask/array/tests/test_routines.py::test_average_raises": WARNING_IN_TASK,
+    "dask/array/tests/test_ufunc.py::test_frompyfunc": UNPICKLABLE,
+    "dask/array/tests/test_wrap.py::test_full_detects_da_dtype": WARNING_IN_TASK,
+    "dask/bag/tests/test_text.py::test_files_per_partition": WARNING_IN_TASK,
+    "dask/dataframe/tests/test_dataframe.py::test_head_npartitions_warn": WARNING_IN_TASK,
+    "dask/dataframe/tests/test_extensions.py::test_register_extension_type": CLIENT_CONFIG,
+    "dask/dataframe/tests/test_shuffle.py::test_disk_shuffle_with_unknown_compression": (
+        CLIENT_CONFIG
+    ),
+    "dask/tests/test_composite_expr.py::test_composite_expr_persist_rebuilds_collection": (
+        PERSIST_FUTURES
+    ),
+    "dask/tests/test_distributed.py::test_get_scheduler_default_client_config_interleaving": (
+        SCHEDULER_CHOICE
+    ),
+    "dask/tests/test_distributed.py::test_get_scheduler_lock[None-expected_classes0]": (
+        SCHEDULER_CHOICE
+    ),
+    "dask/tests/test_distributed.py::test_get_scheduler_lock[processes-expected_classes2]": (
+        SCHEDULER_CHOICE
+    ),
+    _GRAPH + "test_bind[False]": CLIENT_STATE,
+    _GRAPH + "test_bind[True]": CLIENT_STATE,
+    _GRAPH + "test_checkpoint[False]": CLIENT_STATE,
+    _GRAPH + "test_checkpoint[True]": CLIENT_STATE,
+    _GRAPH + "test_checkpoint_collections": CLIENT_STATE,
+    _GRAPH + "test_wait_on_many[False]": CLIENT_STATE,
+    _GRAPH + "test_wait_on_many[True]": CLIENT_STATE,
+    _GRAPH + "test_wait_on_one[False]": CLIENT_STATE,
+    _GRAPH + "test_wait_on_one[True]": CLIENT_STATE,
+    "dask/tests/test_multiprocessing.py::"
+    "test_process_initializer[processes-proc_init-expected_results2]": SCHEDULER_CHOICE,
+    "dask/tests/test_multiprocessing.py::"
+    "test_process_initializer[threading-None-expected_results0]": SCHEDULER_CHOICE,
+    "dask/tests/test_traceback.py::test_persist_shorten_traceback[processes]": PERSIST_FUTURES,
+    "dask/tests/test_traceback.py::test_persist_shorten_traceback[sync]": PERSIST_FUTURES,
+    "dask/tests/test_traceback.py::test_persist_shorten_traceback[threads]": PERSIST_FUTURES,
     "dask/bag/tests/test_bag.py::test_bag_with_single_callable": IDENTITY,
     "dask/bag/tests/test_bag.py::test_groupby_with_indexer": TASK_SHUFFLE,
     "dask/bag/tests/test_bag.py::test_groupby_with_npartitions_changed": TASK_SHUFFLE,
