@@ -279,17 +279,26 @@ class BatchedSend:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    @property
+    def limit(self) -> int:
+        """The largest payload a message may have (see ``check``)."""
+        return self.comm.max_frame_bytes - HEADER_ROOM
+
+    def check(self, header: Header, payload: bytes | memoryview) -> None:
+        """MessageTooLarge if the message cannot fit a frame. Senders that can fail one
+        call alone check first; a message sent unchecked goes in a frame of its own,
+        which the peer refuses."""
+        if len(payload) > self.limit:
+            raise MessageTooLarge(
+                f"a {header.get('op')!r} message of {len(payload)} bytes exceeds the "
+                f"{self.limit}-byte limit of squall.comm.max-frame-bytes"
+            )
+
     def send(self, header: Header, payload: bytes | memoryview = b"") -> None:
         """Queue one message; a batch that would outgrow a frame goes out as several."""
         if self.comm.closed:
             raise CommClosedError(f"{self.comm.peer}: cannot send on a closed connection")
-        limit = self.comm.max_frame_bytes - HEADER_ROOM
-        if len(payload) > limit:
-            raise MessageTooLarge(
-                f"a {header.get('op')!r} message of {len(payload)} bytes exceeds the "
-                f"{limit}-byte limit of squall.comm.max-frame-bytes"
-            )
-        if self._size + len(payload) > limit:
+        if self._size and self._size + len(payload) > self.limit:
             self._full.append((self._headers, self._payloads))
             self._headers, self._payloads, self._size = [], [], 0
         if payload:
