@@ -124,6 +124,63 @@ def test_garbage_and_truncated_frames_close_only_that_connection() -> None:
     run(main())
 
 
+def test_a_message_larger_than_a_frame_travels_in_parts() -> None:
+    async def main() -> None:
+        listener, seen = await echo_server()
+        c = await comm.connect(listener.address, role="client")
+        limit, c.max_frame_bytes = c.max_frame_bytes, 1000  # parts of under 1000 bytes
+        big = bytes(range(256)) * 40
+        # Two writers at once: the parts of one message never interleave with the other.
+        await asyncio.gather(c.write({"op": "big"}, big), c.write({"op": "small"}, b"s"))
+        c.max_frame_bytes = limit  # the echoes come back in one frame each
+        replies = {h["of"]: bytes(p) for h, p in [await c.read(), await c.read()]}
+        assert replies == {"big": big, "small": b"s"}
+        assert ({"op": "big"}, big) in seen
+        with pytest.raises(comm.MessageTooLarge, match="max-message-bytes"):
+            c.max_message_bytes = 5000
+            await c.write({"op": "big"}, big)
+        await c.write({"op": "ping"})  # the connection lives on
+        assert (await c.read())[0]["of"] == "ping"
+        await c.close()
+        await listener.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    "frames, problem",
+    [
+        ([({"op": "part", "total": 2**40}, b"x")], "exceeds"),
+        ([({"op": "part", "total": "9"}, b"x")], "exceeds"),
+        ([({"op": "part", "total": 3}, b"xx"), ({"op": "part", "total": 4}, b"x")], "disagree"),
+        ([({"op": "part", "total": 3}, b"xx"), ({"op": "part", "total": 3}, b"xx")], "disagree"),
+        ([({"op": "part", "total": 3}, b"xx"), ({"op": "m", "parts": 3}, b"")], "add up"),
+        ([({"op": "part", "total": 2}, b"xx"), ({"op": "m", "parts": 2}, b"y")], "add up"),
+        ([({"op": "part", "total": 2}, b"xx"), ({"op": "m"}, b"")], "add up"),
+    ],
+)
+def test_malformed_parts_close_only_that_connection(
+    frames: list[tuple[dict[str, Any], bytes]], problem: str
+) -> None:
+    async def main() -> None:
+        listener, seen = await echo_server()
+        good = await comm.connect(listener.address, role="client")
+        bad = await comm.connect(listener.address, role="client")
+        for header, payload in frames:
+            bad._writer.write(comm.encode_frame(header, payload))
+        await bad._writer.drain()
+        with pytest.raises(comm.CommClosedError):
+            await bad.read()
+        errors = [str(e) for e in seen if isinstance(e, comm.ProtocolError)]
+        assert len(errors) == 1 and problem in errors[0], errors
+        await good.write({"op": "ping"})
+        assert (await good.read())[0]["of"] == "ping"
+        await good.close()
+        await listener.close()
+
+    run(main())
+
+
 def test_batched_send_coalesces_messages_with_payloads() -> None:
     async def main() -> None:
         got: asyncio.Queue[list[comm.Message]] = asyncio.Queue()

@@ -176,20 +176,27 @@ def _length(b: bytes) -> int:
     return len(b)
 
 
-def test_a_graph_too_large_for_a_frame_fails_alone() -> None:
-    """dask's tensordot test sends a graph of over 1 GiB (the frame limit): that call
-    fails with a clear error, and the connection and the client's other futures live
-    on. Messages that fit are batched into frames that fit."""
+def test_messages_larger_than_a_frame_go_in_parts() -> None:
+    """dask's tensordot test sends a graph of over 1 GiB (a frame's limit): it travels
+    in parts, and so does the task it holds. A message over the message limit fails
+    its own call with a clear error; the connection and other futures live on.
+    Messages that fit are batched into frames that fit."""
     with (
-        dask.config.set({"squall.comm.max-frame-bytes": 64 * 2**20}),
+        dask.config.set(
+            {"squall.comm.max-frame-bytes": 32 * 2**20, "squall.comm.max-message-bytes": "64MiB"}
+        ),
         LocalCluster(n_workers=1, threads_per_worker=1) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
         before = client.submit(operator.add, 1, 2)
-        big = client.submit(_length, b"x" * (60 * 2**20))
-        with pytest.raises(RuntimeError, match=r"not sent.*exceeds"):
+        parts = client.submit(_length, b"p" * (40 * 2**20))
+        assert parts.result(timeout=30) == 40 * 2**20
+        big = client.submit(_length, b"x" * (70 * 2**20))
+        with pytest.raises(RuntimeError, match=r"not sent.*exceeds.*max-message-bytes"):
             big.result(timeout=30)
         assert before.result(timeout=30) == 3
+        # A large result comes back in parts too.
+        assert len(client.submit(bytes, 48 * 2**20).result(timeout=30)) == 48 * 2**20
         # Two messages that fit alone but not together: two frames, both arrive.
-        halves = [client.submit(_length, bytes([i]) * (30 * 2**20)) for i in range(2)]
-        assert client.gather(halves) == [30 * 2**20] * 2
+        halves = [client.submit(_length, bytes([i]) * (12 * 2**20)) for i in range(2)]
+        assert client.gather(halves) == [12 * 2**20] * 2

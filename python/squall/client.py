@@ -738,7 +738,7 @@ class Client:
         if self._stream is None or self.status not in ("running",):
             return
         try:
-            self._stream.check(header, payload)
+            self._stream.comm.check(header, payload)
             self._stream.send(header, payload)
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", header["op"])

@@ -1,8 +1,8 @@
 """The wire protocol every squall process speaks (see docs/runtime.md).
 
 Frames are ``u32 header_len | u32 payload_len | msgpack header | payload`` on a TCP
-stream; connections start with a versioned handshake; small messages to one peer are
-coalesced by :class:`BatchedSend`.
+stream; a message larger than a frame travels as ``part`` frames; connections start with
+a versioned handshake; small messages to one peer are coalesced by :class:`BatchedSend`.
 """
 
 from __future__ import annotations
@@ -42,12 +42,15 @@ class HandshakeError(CommError):
 
 
 class MessageTooLarge(ValueError):
-    """One message is larger than a frame may be (``squall.comm.max-frame-bytes``):
+    """One message is larger than a message may be (``squall.comm.max-message-bytes``):
     refused before it is sent, so only the call that made it fails."""
 
 
 #: Room left in a frame for the batch's headers (msgpack), beside its payloads.
 HEADER_ROOM = 16 * 2**20
+#: A payload that does not fit one frame is sent in parts of at most this many bytes,
+#: so that neither side holds a second copy of the whole message in a frame buffer.
+PART_BYTES = 64 * 2**20
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -69,8 +72,11 @@ def format_address(host: str, port: int) -> str:
 
 
 def encode_frame(header: Header, payload: bytes | memoryview = b"") -> bytes:
-    head: bytes = msgpack.packb(header, use_bin_type=True)
-    return _LENGTHS.pack(len(head), len(payload)) + head + bytes(payload)
+    return _frame(msgpack.packb(header, use_bin_type=True), payload)
+
+
+def _frame(head: bytes, payload: bytes | memoryview = b"") -> bytes:
+    return _LENGTHS.pack(len(head), len(payload)) + head + payload
 
 
 def _decode_header(raw: bytes) -> Header:
@@ -94,13 +100,38 @@ class Comm:
         self.peer = peer
         self.peer_info: Header = {}
         self.max_frame_bytes = config.nbytes("comm.max-frame-bytes")
+        self.max_message_bytes = config.nbytes("comm.max-message-bytes")
+        # A message in parts must not interleave with another writer's frames.
+        self._writing = asyncio.Lock()
 
     @property
     def closed(self) -> bool:
         return self._writer.is_closing()
 
     async def read(self) -> Message:
-        """The next frame. Raises CommClosedError at EOF, ProtocolError on garbage."""
+        """The next message: one frame, or a message's parts put back together. Raises
+        CommClosedError at EOF, ProtocolError on garbage."""
+        header, payload = await self._read_frame()
+        if header["op"] != "part":
+            return header, payload
+        total = header.get("total")
+        if type(total) is not int or not 0 < total <= self.max_message_bytes:
+            raise ProtocolError(
+                f"{self.peer}: a message of {total!r} bytes exceeds the "
+                f"{self.max_message_bytes}-byte limit (squall.comm.max-message-bytes)"
+            )
+        # Grown only by bytes that arrived: the announced total is never allocated.
+        buf = bytearray()
+        while header["op"] == "part":
+            if header.get("total") != total or len(buf) + len(payload) > total:
+                raise ProtocolError(f"{self.peer}: message parts disagree on its size")
+            buf += payload
+            header, payload = await self._read_frame()
+        if header.pop("parts", None) != total or len(buf) != total or len(payload):
+            raise ProtocolError(f"{self.peer}: a message's parts do not add up to it")
+        return header, memoryview(buf)
+
+    async def _read_frame(self) -> Message:
         try:
             lengths = await self._reader.readexactly(_LENGTHS.size)
         except asyncio.IncompleteReadError as e:
@@ -146,12 +177,45 @@ class Comm:
             out.append((m, payload[start : start + length]))
         return out
 
+    def check(self, header: Header, payload: bytes | memoryview) -> None:
+        """MessageTooLarge if the peer would refuse the message. Senders that can fail
+        one call alone check first; ``write`` raises the same for an unchecked one."""
+        if len(payload) > self.max_message_bytes:
+            raise MessageTooLarge(
+                f"a {header.get('op')!r} message of {len(payload)} bytes exceeds the "
+                f"{self.max_message_bytes}-byte limit of squall.comm.max-message-bytes"
+            )
+
     async def write(self, header: Header, payload: bytes | memoryview = b"") -> None:
+        self.check(header, payload)
+        head: bytes = msgpack.packb(header, use_bin_type=True)
         try:
-            self._writer.write(encode_frame(header, payload))
-            await self._writer.drain()
+            if len(head) + len(payload) <= self.max_frame_bytes:
+                async with self._writing:
+                    self._writer.write(_frame(head, payload))
+                    await self._writer.drain()
+            else:
+                await self._write_parts(header, memoryview(payload))
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
+
+    async def _write_parts(self, header: Header, payload: memoryview) -> None:
+        """One message in ``part`` frames, then its own header with ``parts`` = its
+        size (docs/runtime.md); no other frame goes between them."""
+        total = len(payload)
+        part = msgpack.packb({"op": "part", "total": total}, use_bin_type=True)
+        step = min(PART_BYTES, self.max_frame_bytes - len(part))
+        last: bytes = msgpack.packb({**header, "parts": total}, use_bin_type=True)
+        if len(last) > self.max_frame_bytes:
+            raise MessageTooLarge(f"a {header.get('op')!r} message's header outgrows a frame")
+        async with self._writing:
+            for start in range(0, total, step):
+                chunk = payload[start : start + step]
+                self._writer.write(_LENGTHS.pack(len(part), len(chunk)) + part)
+                self._writer.write(chunk)  # not copied into a frame first
+                await self._writer.drain()
+            self._writer.write(_frame(last))
+            await self._writer.drain()
 
     async def close(self) -> None:
         if not self._writer.is_closing():
@@ -281,21 +345,12 @@ class BatchedSend:
 
     @property
     def limit(self) -> int:
-        """The largest payload a message may have (see ``check``)."""
+        """The payload a batch may gather; a larger message is a batch of its own."""
         return self.comm.max_frame_bytes - HEADER_ROOM
 
-    def check(self, header: Header, payload: bytes | memoryview) -> None:
-        """MessageTooLarge if the message cannot fit a frame. Senders that can fail one
-        call alone check first; a message sent unchecked goes in a frame of its own,
-        which the peer refuses."""
-        if len(payload) > self.limit:
-            raise MessageTooLarge(
-                f"a {header.get('op')!r} message of {len(payload)} bytes exceeds the "
-                f"{self.limit}-byte limit of squall.comm.max-frame-bytes"
-            )
-
     def send(self, header: Header, payload: bytes | memoryview = b"") -> None:
-        """Queue one message; a batch that would outgrow a frame goes out as several."""
+        """Queue one message; a batch that would outgrow a frame goes out as several,
+        and a message larger than a frame goes alone, in parts."""
         if self.comm.closed:
             raise CommClosedError(f"{self.comm.peer}: cannot send on a closed connection")
         if self._size and self._size + len(payload) > self.limit:
@@ -325,7 +380,8 @@ class BatchedSend:
             batches.append((self._headers, self._payloads))
             self._headers, self._payloads, self._size = [], [], 0
         for headers, payloads in batches:
-            await self.comm.write({"op": "batch", "msgs": headers}, b"".join(payloads))
+            payload = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+            await self.comm.write({"op": "batch", "msgs": headers}, payload)
             self.frames_sent += 1
 
     async def close(self) -> None:
