@@ -46,11 +46,11 @@ fn encode_tasks(tasks: &[ComputeTask<'_>]) -> (Vec<String>, Vec<u8>) {
     (table.into_addresses(), out)
 }
 
+/// A task of [`encode_graph`]: key, spec (None = data), dependency indices.
+type GraphTask<'a> = (Key, Option<&'a [u8]>, Vec<u32>);
+
 /// `squall.update_graph.encode`'s format: (payload, n, keys_bytes).
-fn encode_graph(
-    tasks: &[(Key, Option<&[u8]>, Vec<u32>)],
-    external: &[Key],
-) -> (Vec<u8>, usize, usize) {
+fn encode_graph(tasks: &[GraphTask<'_>], external: &[Key]) -> (Vec<u8>, usize, usize) {
     let keys = tasks.iter().map(|t| &t.0).chain(external);
     let mut out = write_keys(keys.map(Key::as_bytes));
     let keys_bytes = out.len();
