@@ -1,6 +1,6 @@
 """Type stubs for squall._core, the Rust scheduling core's Python face."""
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
 __version__: str
@@ -29,6 +29,9 @@ __all__ = [
 
 _Key = Hashable
 _Outcome = Literal["applied", "ignored"]
+# A task's failure as the worker reports it: (repr, formatted traceback, pickled
+# exception, pickled traceback).
+_PackedError = tuple[str, str, bytes, bytes]
 
 class SchedulerError(Exception): ...
 class CycleError(SchedulerError): ...
@@ -40,7 +43,9 @@ class UnknownWorkerError(SchedulerError): ...
 class StaleReportError(SchedulerError): ...
 class InternalError(SchedulerError): ...
 
-def order_mapping(dsk: dict[_Key, Any], dependencies: Any = None) -> dict[_Key, int]: ...
+def order_mapping(
+    dsk: dict[_Key, Any], dependencies: Mapping[_Key, Iterable[_Key]] | None = None
+) -> dict[_Key, int]: ...
 def simulate(
     *,
     workload_name: str | None = None,
@@ -83,11 +88,14 @@ class WorkerCore:
         nthreads: int,
         resources: list[tuple[str, float]],
         report_delay: float,
-        run_spec: Any,
-        fill_call: Any,
-        load_function: Any,
-        pack_error: Any,
-        sizeof: Any,
+        run_spec: Callable[[bytes, dict[_Key, Any]], Any],
+        fill_call: Callable[
+            [tuple[Any, ...], dict[str, Any], dict[_Key, Any]],
+            tuple[tuple[Any, ...], dict[str, Any]],
+        ],
+        load_function: Callable[[bytes], Callable[..., Any]],
+        pack_error: Callable[[BaseException], _PackedError],
+        sizeof: Callable[[Any], int],
     ) -> WorkerCore: ...
     def set_address(self, address: str) -> None: ...
     def compute(self, payload: bytes, addresses: list[str]) -> int: ...
@@ -99,7 +107,7 @@ class WorkerCore:
     def close(self) -> None: ...
     def take_reports(
         self,
-    ) -> tuple[tuple[int, bytes] | None, list[tuple[int, int, Any]], bytes, bytes]: ...
+    ) -> tuple[tuple[int, bytes] | None, list[tuple[int, int, _PackedError]], bytes, bytes]: ...
     def executing(self) -> list[tuple[int, float]]: ...
     @staticmethod
     def current_task() -> int | None: ...

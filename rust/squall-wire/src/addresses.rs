@@ -3,21 +3,21 @@
 
 use crate::error::{WireError, WireResult};
 use crate::reader::Reader;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::hash::Hash;
 
 /// The address table of one message, filled as holders are named; `K` identifies a
 /// holder cheaply (the scheduler's worker id).
 pub struct AddressTable<K> {
     addresses: Vec<String>,
-    index: HashMap<K, u16>,
+    index: FxHashMap<K, u16>,
 }
 
 impl<K> Default for AddressTable<K> {
     fn default() -> Self {
         Self {
             addresses: Vec::new(),
-            index: HashMap::new(),
+            index: FxHashMap::default(),
         }
     }
 }

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use squall_core::key::KeyEncoder;
 use squall_core::{
     ClientId, Config, DepRef, Finished, GraphOrder, Key, NewTask, Priority, RunSpec, Scheduler,
-    Submission, TaskOptions, WorkerId, WorkerSpec,
+    Submission, TaskId, TaskOptions, WorkerId, WorkerSpec,
 };
 use std::sync::Arc;
 
@@ -123,6 +123,24 @@ fn scheduler() -> (Scheduler, ClientId, WorkerId) {
     (s, c, w)
 }
 
+/// A scheduler where client `c` holds "x", computed on worker `w` (`nbytes` large);
+/// the commands since are not taken.
+fn x_in_memory(nbytes: i64) -> (Scheduler, ClientId, WorkerId, TaskId) {
+    let (mut s, c, w) = scheduler();
+    submit(
+        &mut s,
+        c,
+        vec![NewTask::new(key("x"), vec![], spec(b"sx"))],
+        0.0,
+    );
+    let x = s.lookup(&key("x")).unwrap();
+    let run = s.task(x).run_id;
+    s.take_commands();
+    let report = Finished::computed(x, run, nbytes, 0.0, 0.1);
+    s.task_finished(w, report, 0.1).unwrap();
+    (s, c, w, x)
+}
+
 fn submit(s: &mut Scheduler, c: ClientId, tasks: Vec<NewTask>, now: f64) {
     let n = tasks.len() as u32;
     let sub = Submission {
@@ -163,17 +181,7 @@ fn compute_task_round_trips() {
 
 #[test]
 fn compute_batches_are_encoded_from_the_scheduler() {
-    let (mut s, c, w) = scheduler();
-    submit(
-        &mut s,
-        c,
-        vec![NewTask::new(key("x"), vec![], spec(b"sx"))],
-        0.0,
-    );
-    let x = s.lookup(&key("x")).unwrap();
-    let run = s.task(x).run_id;
-    s.task_finished(w, Finished::computed(x, run, 1234, 0.0, 0.1), 0.1)
-        .unwrap();
+    let (mut s, c, w, _) = x_in_memory(1234);
     s.take_commands();
     let y = NewTask::new(key("y"), vec![DepRef::Key(key("x"))], spec(b"sy"));
     submit(&mut s, c, vec![y], 0.2);
@@ -234,18 +242,7 @@ fn update_graph_round_trips() {
 
 #[test]
 fn notices_and_who_has_round_trip() {
-    let (mut s, c, w) = scheduler();
-    submit(
-        &mut s,
-        c,
-        vec![NewTask::new(key("x"), vec![], spec(b"sx"))],
-        0.0,
-    );
-    let x = s.lookup(&key("x")).unwrap();
-    let run = s.task(x).run_id;
-    s.take_commands();
-    s.task_finished(w, Finished::computed(x, run, 8, 0.0, 0.1), 0.1)
-        .unwrap();
+    let (mut s, c, w, x) = x_in_memory(8);
     let cmds = s.take_commands();
     let n = encode_notices(&s, &cmds);
     let payload = &n.to_clients[&(c.0, "key-in-memory")];

@@ -79,6 +79,20 @@ impl WorkerCore {
         Ok(d)
     }
 
+    /// Applies `f` to each task id of a packed u32 payload (`what` names it in errors).
+    fn each_task(
+        &self,
+        payload: &[u8],
+        what: &'static str,
+        f: impl Fn(&mut Machine<Py<PyAny>>, u32),
+    ) -> PyResult<()> {
+        let ids = packed::<u32>(payload, what)?;
+        let mut g = self.lock();
+        ids.into_iter().for_each(|id| f(&mut g.m, id));
+        Self::unlock(g);
+        Ok(())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the machine as it was at the panic;
         // keep serving rather than poison every later call.
@@ -214,20 +228,12 @@ impl WorkerCore {
 
     /// `free-keys`: packed u32 task ids.
     fn free(&self, payload: &[u8]) -> PyResult<()> {
-        let ids = packed::<u32>(payload, "free-keys")?;
-        let mut g = self.lock();
-        ids.into_iter().for_each(|id| g.m.free(id));
-        Self::unlock(g);
-        Ok(())
+        self.each_task(payload, "free-keys", Machine::free)
     }
 
     /// `remove-replicas`: packed u32 task ids.
     fn remove_replicas(&self, payload: &[u8]) -> PyResult<()> {
-        let ids = packed::<u32>(payload, "remove-replicas")?;
-        let mut g = self.lock();
-        ids.into_iter().for_each(|id| g.m.remove_replica(id));
-        Self::unlock(g);
-        Ok(())
+        self.each_task(payload, "remove-replicas", Machine::remove_replica)
     }
 
     /// `steal-request`: the task's state when asked (None if unknown); queued tasks go.
