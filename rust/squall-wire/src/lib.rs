@@ -14,7 +14,6 @@ pub mod packed;
 mod reader;
 pub mod who_has;
 
-pub use addresses::AddressTable;
 pub use error::{WireError, WireResult};
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Round trips for every message, every truncation of a valid message is an error, and
 //! no input makes a decoder panic.
 
+use crate::addresses::AddressTable;
 use crate::compute::{decode_compute, encode_compute, put_task, ComputeDep, ComputeTask, TaskHead};
 use crate::graph::decode_update_graph;
 use crate::keys::{put_key, read_keys, write_keys};
@@ -8,7 +9,7 @@ use crate::notices::encode_notices;
 use crate::packed;
 use crate::reader::Reader;
 use crate::who_has::encode_who_has;
-use crate::{AddressTable, WireError};
+use crate::WireError;
 use proptest::prelude::*;
 use squall_core::key::KeyEncoder;
 use squall_core::{

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use rustc_hash::FxHashMap;
 use squall_core::Key;
-use squall_wire::compute::decode_compute as read_compute;
+use squall_wire::compute::decode_compute;
 use squall_wire::keys::{read_keys, write_keys};
 use squall_worker::{DepIn, KeyId, Machine, Priority, Slot, TaskIn};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -134,8 +134,8 @@ impl WorkerCore {
 }
 
 /// A `compute` payload as the machine's input.
-fn decode_compute(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>> {
-    let tasks = read_compute(payload, addresses).map_err(wire_error)?;
+fn compute_inputs(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>> {
+    let tasks = decode_compute(payload, addresses).map_err(wire_error)?;
     let tasks = tasks.into_iter().map(|t| TaskIn {
         id: t.task,
         run_id: t.run_id,
@@ -215,7 +215,7 @@ impl WorkerCore {
 
     /// Takes a `compute` payload; returns how many tasks it held.
     fn compute(&self, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
-        let tasks = decode_compute(payload, &addresses)?;
+        let tasks = compute_inputs(payload, &addresses)?;
         let n = tasks.len();
         let mut g = self.lock();
         for t in tasks {
