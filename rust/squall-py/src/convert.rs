@@ -88,6 +88,11 @@ fn seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     })
 }
 
+/// Seconds, or None to disable.
+fn optional_seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
+    (!v.is_none()).then(|| seconds(v, name)).transpose()
+}
+
 /// Builds a core config from Dask-style names (`worker-saturation`, …); durations in
 /// seconds, sizes in bytes (the Python layer parses "500ms"/"1kiB" first).
 pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
@@ -129,20 +134,8 @@ pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
             }
             "default-data-size" => c.default_data_size = v.extract()?,
             "bandwidth" => c.bandwidth = v.extract()?,
-            "worker-ttl" => {
-                c.worker_ttl = if v.is_none() {
-                    None
-                } else {
-                    Some(seconds(&v, &name)?)
-                }
-            }
-            "no-workers-timeout" => {
-                c.no_workers_timeout = if v.is_none() {
-                    None
-                } else {
-                    Some(seconds(&v, &name)?)
-                }
-            }
+            "worker-ttl" => c.worker_ttl = optional_seconds(&v, &name)?,
+            "no-workers-timeout" => c.no_workers_timeout = optional_seconds(&v, &name)?,
             "transition-log-length" => c.transition_log_length = v.extract()?,
             "erred-tasks-max-history" => c.erred_tasks_max_history = v.extract()?,
             "memory-terminate" => c.memory_terminate = v.extract()?,
