@@ -133,7 +133,7 @@ impl Key {
     /// Checks that raw bytes are one well-formed key (for keys arriving off the wire).
     pub fn from_encoded(b: &[u8]) -> Option<Key> {
         let mut pos = 0;
-        skip_value(b, &mut pos)?;
+        skip_value(b, &mut pos, 0)?;
         (pos == b.len()).then(|| Key(b.into()))
     }
 
@@ -231,7 +231,10 @@ impl std::fmt::Display for Key {
     }
 }
 
-fn skip_value(b: &[u8], pos: &mut usize) -> Option<()> {
+/// Tuples nested deeper than this are refused: validating them would recurse that deep.
+const MAX_NESTING: usize = 64;
+
+fn skip_value(b: &[u8], pos: &mut usize, depth: usize) -> Option<()> {
     let tag = *b.get(*pos)?;
     *pos += 1;
     match tag {
@@ -253,9 +256,12 @@ fn skip_value(b: &[u8], pos: &mut usize) -> Option<()> {
             *pos += 8;
         }
         T_TUPLE => {
+            if depth >= MAX_NESTING {
+                return None;
+            }
             let n = get_varint(b, pos)?;
             for _ in 0..n {
-                skip_value(b, pos)?;
+                skip_value(b, pos, depth + 1)?;
             }
         }
         _ => return None,

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use squall_core::{CancelReason, Command};
+use squall_wire::packed;
 use std::collections::BTreeMap;
 
 #[pyclass(module = "squall._core", frozen)]
@@ -111,9 +112,9 @@ impl Commands {
                 run_id,
             } = c
             {
-                w.extend_from_slice(&worker.0.to_le_bytes());
-                t.extend_from_slice(&task.0.to_le_bytes());
-                r.extend_from_slice(&run_id.to_le_bytes());
+                packed::put(&mut w, worker.0);
+                packed::put(&mut t, task.0);
+                packed::put(&mut r, *run_id);
             }
         }
         (
@@ -121,17 +122,5 @@ impl Commands {
             PyBytes::new(py, &t).unbind(),
             PyBytes::new(py, &r).unbind(),
         )
-    }
-
-    /// Tasks the client learns are in memory, as packed u32 (client, task) pairs.
-    fn in_memory(&self, py: Python<'_>) -> (Py<PyBytes>, Py<PyBytes>) {
-        let (mut c, mut t) = (Vec::new(), Vec::new());
-        for cmd in &self.cmds {
-            if let Command::KeyInMemory { client, task } = cmd {
-                c.extend_from_slice(&client.0.to_le_bytes());
-                t.extend_from_slice(&task.0.to_le_bytes());
-            }
-        }
-        (PyBytes::new(py, &c).unbind(), PyBytes::new(py, &t).unbind())
     }
 }

@@ -1,10 +1,12 @@
 //! Conversions between Python objects and core values.
 
+use crate::errors::wire_error;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use squall_core::key::KeyEncoder;
 use squall_core::{Config, Key, KeyValue};
+use squall_wire::packed::Packed;
 
 /// Encodes a Dask key (str, bytes, int, float, or a tuple of those) without building
 /// an intermediate tree.
@@ -86,6 +88,11 @@ fn seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     })
 }
 
+/// Seconds, or None to disable.
+fn optional_seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
+    (!v.is_none()).then(|| seconds(v, name)).transpose()
+}
+
 /// Builds a core config from Dask-style names (`worker-saturation`, …); durations in
 /// seconds, sizes in bytes (the Python layer parses "500ms"/"1kiB" first).
 pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
@@ -127,20 +134,8 @@ pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
             }
             "default-data-size" => c.default_data_size = v.extract()?,
             "bandwidth" => c.bandwidth = v.extract()?,
-            "worker-ttl" => {
-                c.worker_ttl = if v.is_none() {
-                    None
-                } else {
-                    Some(seconds(&v, &name)?)
-                }
-            }
-            "no-workers-timeout" => {
-                c.no_workers_timeout = if v.is_none() {
-                    None
-                } else {
-                    Some(seconds(&v, &name)?)
-                }
-            }
+            "worker-ttl" => c.worker_ttl = optional_seconds(&v, &name)?,
+            "no-workers-timeout" => c.no_workers_timeout = optional_seconds(&v, &name)?,
             "transition-log-length" => c.transition_log_length = v.extract()?,
             "erred-tasks-max-history" => c.erred_tasks_max_history = v.extract()?,
             "memory-terminate" => c.memory_terminate = v.extract()?,
@@ -155,19 +150,7 @@ pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     Ok(c)
 }
 
-/// Reads a packed little-endian array of `T` from a bytes-like buffer.
-pub fn le_array<T: Copy, const N: usize>(
-    b: &[u8],
-    from: fn([u8; N]) -> T,
-    what: &str,
-) -> PyResult<Vec<T>> {
-    if !b.len().is_multiple_of(N) {
-        return Err(PyValueError::new_err(format!(
-            "{what}: buffer length {} is not a multiple of {N}",
-            b.len()
-        )));
-    }
-    Ok(b.chunks_exact(N)
-        .map(|c| from(c.try_into().expect("exact chunk")))
-        .collect())
+/// A packed little-endian array from a bytes-like buffer (a ragged one is a ValueError).
+pub fn packed<T: Packed>(b: &[u8], what: &'static str) -> PyResult<Vec<T>> {
+    squall_wire::packed::decode(b, what).map_err(wire_error)
 }

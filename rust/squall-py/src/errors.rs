@@ -1,9 +1,10 @@
-//! Core errors → Python exceptions, in one place.
+//! Core and wire errors → Python exceptions, in one place.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use squall_core::CoreError;
+use squall_wire::WireError;
 
 create_exception!(
     _core,
@@ -74,6 +75,11 @@ pub fn to_py(e: CoreError) -> PyErr {
         }
         CoreError::StaleRunId { .. } => StaleReportError::new_err(msg),
     }
+}
+
+/// A malformed message is a ValueError saying what is wrong with it.
+pub fn wire_error(e: WireError) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }
 
 /// Runs core work without the GIL and turns a panic into `InternalError` instead of

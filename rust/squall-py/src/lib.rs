@@ -29,8 +29,6 @@ mod _core {
     #[pymodule_export]
     use super::microbench::microbench;
     #[pymodule_export]
-    use super::order::order_graph;
-    #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]
     use super::scheduler::Scheduler;

@@ -1,0 +1,108 @@
+//! Client events: futures wanted and released, cancellation, retries, scattered data.
+
+use super::Scheduler;
+use crate::convert::{key_from_py, packed};
+use pyo3::prelude::*;
+use squall_core::{ClientId, TaskId, WorkerId};
+
+#[pymethods]
+impl Scheduler {
+    #[pyo3(signature = (client, keys, *, now))]
+    fn client_desires_keys(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| {
+            s.client_desires_keys(ClientId(client), keys, now)
+        })
+    }
+
+    #[pyo3(signature = (client, keys, *, now))]
+    fn client_releases_keys(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| {
+            s.client_releases_keys(ClientId(client), keys, now)
+        })
+    }
+
+    /// Releases tasks by id (packed little-endian u32).
+    #[pyo3(signature = (client, tasks, *, now))]
+    fn client_releases_tasks(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        tasks: &[u8],
+        now: f64,
+    ) -> PyResult<()> {
+        let tasks: Vec<TaskId> = packed::<u32>(tasks, "tasks")?
+            .into_iter()
+            .map(TaskId)
+            .collect();
+        self.core(py, move |s| {
+            s.client_releases_tasks(ClientId(client), &tasks, now)
+        })
+    }
+
+    #[pyo3(signature = (client, keys, *, now, force=false))]
+    fn cancel(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+        force: bool,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| {
+            s.cancel_keys(ClientId(client), keys, force, now)
+        })
+    }
+
+    #[pyo3(signature = (keys, *, now))]
+    fn retry(&mut self, py: Python<'_>, keys: Vec<Bound<'_, PyAny>>, now: f64) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| s.retry(keys, now))
+    }
+
+    #[pyo3(signature = (client, *, now))]
+    fn remove_client(&mut self, py: Python<'_>, client: u32, now: f64) -> PyResult<()> {
+        self.core(py, move |s| s.remove_client(ClientId(client), now))
+    }
+
+    #[pyo3(signature = (keys, *, now))]
+    fn fire_and_forget(
+        &mut self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| s.fire_and_forget(keys, now))
+    }
+
+    /// Data placed on workers by a client: `items` = [(key, nbytes)]. Returns task ids.
+    #[pyo3(signature = (client, items, workers, *, now))]
+    fn scatter(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        items: Vec<(Bound<'_, PyAny>, i64)>,
+        workers: Vec<u32>,
+        now: f64,
+    ) -> PyResult<Vec<u32>> {
+        let items = items
+            .iter()
+            .map(|(k, n)| Ok((key_from_py(k)?, *n)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let workers: Vec<WorkerId> = workers.into_iter().map(WorkerId).collect();
+        let ids = self.core(py, move |s| {
+            s.scatter(ClientId(client), &items, &workers, now)
+        })?;
+        Ok(ids.into_iter().map(|t| t.0).collect())
+    }
+}

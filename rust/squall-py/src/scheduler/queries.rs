@@ -1,0 +1,164 @@
+//! Read-only queries: keys and ids, states, snapshots for diagnostics, counts.
+
+use super::Scheduler;
+use crate::convert::{key_from_py, key_to_py};
+use crate::errors::{UnknownTaskError, UnknownWorkerError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use squall_core::{TaskId, WorkerId, WorkerStatus};
+use std::collections::BTreeMap;
+
+fn unknown_task(task: u32) -> PyErr {
+    UnknownTaskError::new_err(format!("unknown task id {task}"))
+}
+
+#[pymethods]
+impl Scheduler {
+    fn lookup(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+        Ok(self.inner.lookup(&key_from_py(key)?).map(|t| t.0))
+    }
+
+    fn key_of<'py>(&self, py: Python<'py>, task: u32) -> PyResult<Bound<'py, PyAny>> {
+        let ts = self
+            .inner
+            .task_slot(TaskId(task))
+            .ok_or_else(|| unknown_task(task))?;
+        key_to_py(py, &ts.key)
+    }
+
+    /// The state name of a key ("forgotten" if unknown).
+    fn state(&self, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        let k = key_from_py(key)?;
+        Ok(self
+            .inner
+            .lookup(&k)
+            .map_or("forgotten", |t| self.inner.state_of(t).name()))
+    }
+
+    /// A snapshot of one task's scheduler state, for diagnostics and the runtime.
+    fn task_info<'py>(&self, py: Python<'py>, task: u32) -> PyResult<Bound<'py, PyDict>> {
+        let ts = self
+            .inner
+            .get_task(TaskId(task))
+            .ok_or_else(|| unknown_task(task))?;
+        let s = &self.inner;
+        let d = PyDict::new(py);
+        d.set_item("key", key_to_py(py, &ts.key)?)?;
+        d.set_item("state", ts.state.name())?;
+        d.set_item(
+            "priority",
+            (
+                ts.priority.neg_user,
+                ts.priority.generation,
+                ts.priority.order,
+            ),
+        )?;
+        d.set_item("run_id", ts.run_id)?;
+        d.set_item("nbytes", ts.nbytes)?;
+        d.set_item(
+            "processing_on",
+            ts.processing_on.map(|w| s.worker(w).address.clone()),
+        )?;
+        d.set_item(
+            "who_has",
+            ts.who_has
+                .iter()
+                .map(|w| s.worker(w).address.clone())
+                .collect::<Vec<_>>(),
+        )?;
+        let deps: Vec<Bound<'py, PyAny>> = ts
+            .dependencies
+            .iter()
+            .map(|t| key_to_py(py, &s.task(t).key))
+            .collect::<PyResult<_>>()?;
+        d.set_item("dependencies", deps)?;
+        d.set_item("suspicious", ts.suspicious)?;
+        d.set_item("group", &s.group(ts.group).name)?;
+        d.set_item("prefix", &s.prefix(s.group(ts.group).prefix).name)?;
+        if let Some(e) = ts.error() {
+            d.set_item("exception", PyBytes::new(py, &e.exception))?;
+            d.set_item("traceback", PyBytes::new(py, &e.traceback))?;
+            d.set_item("exception_text", &e.exception_text)?;
+            d.set_item("traceback_text", &e.traceback_text)?;
+            d.set_item("error_kind", format!("{:?}", e.kind))?;
+        }
+        if let Some(spec) = &ts.run_spec {
+            d.set_item("run_spec", PyBytes::new(py, spec))?;
+        }
+        Ok(d)
+    }
+
+    fn worker_info<'py>(&self, py: Python<'py>, worker: u32) -> PyResult<Bound<'py, PyDict>> {
+        let Some(ws) = self.inner.get_worker(WorkerId(worker)) else {
+            return Err(UnknownWorkerError::new_err(format!(
+                "unknown worker id {worker}"
+            )));
+        };
+        let d = PyDict::new(py);
+        d.set_item("address", &ws.address)?;
+        d.set_item("name", &ws.name)?;
+        d.set_item("host", &ws.host)?;
+        d.set_item("nthreads", ws.nthreads)?;
+        d.set_item("status", ws.status.name())?;
+        d.set_item("processing", ws.processing.len())?;
+        d.set_item("long_running", ws.long_running.len())?;
+        d.set_item("has_what", ws.has_what.len())?;
+        d.set_item("nbytes", ws.nbytes)?;
+        d.set_item("bandwidth", ws.bandwidth)?;
+        d.set_item(
+            "occupancy",
+            if ws.status == WorkerStatus::Closed {
+                0.0
+            } else {
+                self.inner.occupancy(WorkerId(worker))
+            },
+        )?;
+        Ok(d)
+    }
+
+    /// Addresses → ids of the registered workers, in address order.
+    fn workers(&self) -> Vec<(String, u32)> {
+        self.inner
+            .worker_ids()
+            .map(|w| (self.inner.worker(w).address.clone(), w.0))
+            .collect()
+    }
+
+    /// The retained transitions of a key: (start, finish, stimulus, time).
+    fn story(
+        &self,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<(&'static str, &'static str, u64, f64)>> {
+        let k = key_from_py(key)?;
+        Ok(self
+            .inner
+            .story(&k)
+            .into_iter()
+            .map(|e| (e.start.name(), e.finish.name(), e.stimulus, e.time))
+            .collect())
+    }
+
+    #[getter]
+    fn n_tasks(&self) -> usize {
+        self.inner.n_tasks()
+    }
+
+    #[getter]
+    fn n_queued(&self) -> usize {
+        self.inner.n_queued()
+    }
+
+    #[getter]
+    fn total_nthreads(&self) -> u64 {
+        self.inner.total_nthreads()
+    }
+
+    /// Task-state counts over all live tasks.
+    fn state_counts(&self) -> BTreeMap<&'static str, usize> {
+        let mut m = BTreeMap::new();
+        for t in self.inner.task_ids() {
+            *m.entry(self.inner.state_of(t).name()).or_insert(0) += 1;
+        }
+        m
+    }
+}

@@ -1,0 +1,412 @@
+//! Graph submission: from Python lists (`submit`), an `update-graph` payload as it
+//! came off the wire (`submit_wire`), CSR index arrays (`submit_csr`) and `client.map`
+//! batches (`submit_map`).
+
+use super::Scheduler;
+use crate::convert::{key_from_py, packed};
+use crate::errors::wire_error;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
+use squall_core::{
+    ClientId, DepRef, GraphOrder, Key, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
+};
+use squall_wire::graph::decode_update_graph;
+use std::sync::Arc;
+
+fn graph_order(order: &str, given: Option<Vec<u64>>) -> PyResult<GraphOrder> {
+    Ok(match (order, given) {
+        (_, Some(v)) => GraphOrder::Given(v),
+        ("compute", None) => GraphOrder::Compute,
+        ("zero", None) => GraphOrder::Zero,
+        ("sequential", None) => GraphOrder::Sequential,
+        (other, None) => {
+            return Err(PyValueError::new_err(format!(
+                "order must be 'compute', 'zero' or 'sequential', not {other:?}"
+            )))
+        }
+    })
+}
+
+/// Per-call options (`priority=`, `retries=`, `workers=` …) as task defaults.
+#[allow(clippy::too_many_arguments)]
+fn defaults(
+    priority: i64,
+    retries: Option<u32>,
+    workers: Option<Vec<String>>,
+    hosts: Option<Vec<String>>,
+    resources: Option<Vec<(String, f64)>>,
+    allow_other_workers: bool,
+    actor: bool,
+    annotations: Option<Vec<u8>>,
+) -> TaskOptions {
+    let r = Restrictions {
+        workers: workers.unwrap_or_default(),
+        hosts: hosts.unwrap_or_default(),
+        resources: resources.unwrap_or_default(),
+        loose: allow_other_workers,
+    };
+    TaskOptions {
+        priority: Some(priority),
+        retries,
+        restrictions: (!r.is_empty()).then_some(r),
+        actor,
+        queueable: None,
+        annotations: annotations.map(Arc::from),
+    }
+}
+
+fn task_at(tasks: &mut [NewTask], i: u32) -> PyResult<&mut NewTask> {
+    let n = tasks.len();
+    tasks
+        .get_mut(i as usize)
+        .ok_or_else(|| PyValueError::new_err(format!("task index {i} out of range for {n} keys")))
+}
+
+/// Per-task annotations and data producers (indices into `tasks`).
+fn annotate(
+    tasks: &mut [NewTask],
+    task_options: Option<&Bound<'_, PyAny>>,
+    data_producers: Option<Vec<u32>>,
+) -> PyResult<()> {
+    if let Some(classes) = task_options {
+        apply_task_options(tasks, classes)?;
+    }
+    for i in data_producers.unwrap_or_default() {
+        task_at(tasks, i)?.data_producer = true;
+    }
+    Ok(())
+}
+
+/// Per-task annotations, given as classes `(options, task indices)` so that a layer's
+/// tasks share one decoded set; options use the per-call keyword names.
+fn apply_task_options(tasks: &mut [NewTask], classes: &Bound<'_, PyAny>) -> PyResult<()> {
+    for item in classes.try_iter()? {
+        let (opts, indices): (Bound<'_, PyDict>, Vec<u32>) = item?.extract()?;
+        let opts = Box::new(task_options_from(&opts)?);
+        for i in indices {
+            task_at(tasks, i)?.options = Some(opts.clone());
+        }
+    }
+    Ok(())
+}
+
+fn task_options_from(d: &Bound<'_, PyDict>) -> PyResult<TaskOptions> {
+    let mut r = Restrictions::default();
+    let mut o = TaskOptions::default();
+    for (name, value) in d.iter() {
+        if value.is_none() {
+            continue;
+        }
+        match name.extract::<String>()?.as_str() {
+            "priority" => o.priority = Some(value.extract()?),
+            "retries" => o.retries = Some(value.extract()?),
+            "workers" => r.workers = value.extract()?,
+            "hosts" => r.hosts = value.extract()?,
+            "resources" => r.resources = value.extract()?,
+            "allow_other_workers" => r.loose = value.extract()?,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown task option {other:?} (expected priority, retries, workers, \
+                     hosts, resources or allow_other_workers)"
+                )))
+            }
+        }
+    }
+    o.restrictions = (!r.is_empty()).then_some(r);
+    Ok(o)
+}
+
+fn spec_of(ob: &Bound<'_, PyAny>) -> PyResult<Option<RunSpec>> {
+    if ob.is_none() {
+        Ok(None)
+    } else {
+        Ok(Some(Arc::from(ob.cast::<PyBytes>()?.as_bytes())))
+    }
+}
+
+/// A submission of `tasks`; `wanted` (task indices) defaults to all of them.
+fn submission(
+    tasks: Vec<NewTask>,
+    wanted: Option<Vec<u32>>,
+    order: GraphOrder,
+    defaults: TaskOptions,
+    fifo_timeout: f64,
+) -> Submission {
+    let wanted = match wanted {
+        Some(w) => w.into_iter().map(DepRef::Local).collect(),
+        None => (0..tasks.len() as u32).map(DepRef::Local).collect(),
+    };
+    Submission {
+        tasks,
+        wanted,
+        defaults,
+        fifo_timeout,
+        submitting_task: None,
+        order,
+    }
+}
+
+/// Defaults for the submit formats that take no per-call options but `priority`.
+fn with_priority(priority: i64) -> TaskOptions {
+    TaskOptions {
+        priority: Some(priority),
+        ..TaskOptions::default()
+    }
+}
+
+impl Scheduler {
+    /// Submits on the core (GIL released); returns the task ids as packed u32.
+    fn submit_graph(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        sub: Submission,
+        now: f64,
+    ) -> PyResult<Py<PyBytes>> {
+        let r = self.core(py, move |s| s.update_graph(ClientId(client), sub, now))?;
+        let inner = &self.inner;
+        self.redefined
+            .extend(r.redefined.iter().map(|&t| inner.task(t).key.clone()));
+        let ids = squall_wire::packed::encode(r.ids.iter().map(|t| t.0));
+        Ok(PyBytes::new(py, &ids).unbind())
+    }
+}
+
+#[pymethods]
+impl Scheduler {
+    /// Submits a graph: `keys[i]` depends on `deps[i]` (indices into `keys`, or keys
+    /// already known to the scheduler). `specs[i]` are opaque run specs (None = data).
+    /// Returns the task ids as packed little-endian u32.
+    #[pyo3(signature = (client, keys, deps=None, *, now, specs=None, wanted=None, order="compute",
+        order_given=None, priority=0, fifo_timeout=0.0, retries=None, workers=None, hosts=None,
+        resources=None, allow_other_workers=false, actor=false, annotations=None, submitting_task=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: &Bound<'_, PyAny>,
+        deps: Option<&Bound<'_, PyAny>>,
+        now: f64,
+        specs: Option<&Bound<'_, PyAny>>,
+        wanted: Option<Vec<u32>>,
+        order: &str,
+        order_given: Option<Vec<u64>>,
+        priority: i64,
+        fifo_timeout: f64,
+        retries: Option<u32>,
+        workers: Option<Vec<String>>,
+        hosts: Option<Vec<String>>,
+        resources: Option<Vec<(String, f64)>>,
+        allow_other_workers: bool,
+        actor: bool,
+        annotations: Option<Vec<u8>>,
+        submitting_task: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyBytes>> {
+        let mut tasks: Vec<NewTask> = Vec::new();
+        for k in keys.try_iter()? {
+            tasks.push(NewTask::new(key_from_py(&k?)?, Vec::new(), None));
+        }
+        let n = tasks.len();
+        if let Some(deps) = deps {
+            for (i, ds) in deps.try_iter()?.enumerate() {
+                let t = tasks
+                    .get_mut(i)
+                    .ok_or_else(|| PyValueError::new_err("more deps entries than keys"))?;
+                for d in ds?.try_iter()? {
+                    let d = d?;
+                    t.deps.push(match d.extract::<u32>() {
+                        Ok(j) if !d.is_instance_of::<PyBool>() => DepRef::Local(j),
+                        _ => DepRef::Key(key_from_py(&d)?),
+                    });
+                }
+            }
+        }
+        match specs {
+            Some(specs) => {
+                let mut count = 0;
+                for (i, s) in specs.try_iter()?.enumerate() {
+                    let t = tasks
+                        .get_mut(i)
+                        .ok_or_else(|| PyValueError::new_err("more specs than keys"))?;
+                    t.run_spec = spec_of(&s?)?;
+                    count += 1;
+                }
+                if count != n {
+                    return Err(PyValueError::new_err(format!("{count} specs for {n} keys")));
+                }
+            }
+            // Without specs every task is computable with an empty spec.
+            None => {
+                let empty: RunSpec = Arc::from(&[][..]);
+                for t in &mut tasks {
+                    t.run_spec = Some(empty.clone());
+                }
+            }
+        }
+        let order = graph_order(order, order_given)?;
+        let opts = defaults(
+            priority,
+            retries,
+            workers,
+            hosts,
+            resources,
+            allow_other_workers,
+            actor,
+            annotations,
+        );
+        let sub = Submission {
+            submitting_task: submitting_task.map(key_from_py).transpose()?,
+            ..submission(tasks, wanted, order, opts, fifo_timeout)
+        };
+        self.submit_graph(py, client, sub, now)
+    }
+
+    /// Submits an `update-graph` payload as it came off the wire (see
+    /// squall-wire's `graph`), so the scheduler makes no Python object per task.
+    /// Options are `submit`'s. Returns packed u32 task ids.
+    #[pyo3(signature = (client, payload, n, keys_bytes, *, now, wanted=None, order="compute",
+        priority=0, fifo_timeout=0.0, retries=None, workers=None, hosts=None, resources=None,
+        allow_other_workers=false, task_options=None, data_producers=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_wire(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        payload: &[u8],
+        n: usize,
+        keys_bytes: usize,
+        now: f64,
+        wanted: Option<Vec<u32>>,
+        order: &str,
+        priority: i64,
+        fifo_timeout: f64,
+        retries: Option<u32>,
+        workers: Option<Vec<String>>,
+        hosts: Option<Vec<String>>,
+        resources: Option<Vec<(String, f64)>>,
+        allow_other_workers: bool,
+        task_options: Option<&Bound<'_, PyAny>>,
+        data_producers: Option<Vec<u32>>,
+    ) -> PyResult<Py<PyBytes>> {
+        let mut tasks = decode_update_graph(payload, n, keys_bytes).map_err(wire_error)?;
+        annotate(&mut tasks, task_options, data_producers)?;
+        let opts = defaults(
+            priority,
+            retries,
+            workers,
+            hosts,
+            resources,
+            allow_other_workers,
+            false,
+            None,
+        );
+        let sub = submission(tasks, wanted, graph_order(order, None)?, opts, fifo_timeout);
+        self.submit_graph(py, client, sub, now)
+    }
+
+    /// Submits a graph with dependencies in CSR form: task i depends on
+    /// `dep_indices[dep_offsets[i]..dep_offsets[i+1]]` (packed little-endian u32 buffers).
+    #[pyo3(signature = (client, keys, dep_offsets, dep_indices, *, now, order="compute", priority=0,
+        fifo_timeout=0.0, wanted=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_csr(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: &Bound<'_, PyList>,
+        dep_offsets: &[u8],
+        dep_indices: &[u8],
+        now: f64,
+        order: &str,
+        priority: i64,
+        fifo_timeout: f64,
+        wanted: Option<Vec<u32>>,
+    ) -> PyResult<Py<PyBytes>> {
+        let offsets = packed::<u32>(dep_offsets, "dep_offsets")?;
+        let indices = packed::<u32>(dep_indices, "dep_indices")?;
+        if offsets.len() != keys.len() + 1 {
+            return Err(PyValueError::new_err(
+                "dep_offsets must have len(keys) + 1 entries",
+            ));
+        }
+        let empty: RunSpec = Arc::from(&[][..]);
+        let mut tasks = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+            let ds = indices
+                .get(a..b)
+                .ok_or_else(|| PyValueError::new_err("dep_offsets out of range"))?
+                .iter()
+                .map(|&j| DepRef::Local(j))
+                .collect();
+            tasks.push(NewTask::new(key_from_py(&k)?, ds, Some(empty.clone())));
+        }
+        let order = graph_order(order, None)?;
+        let sub = submission(tasks, wanted, order, with_priority(priority), fifo_timeout);
+        self.submit_graph(py, client, sub, now)
+    }
+
+    /// `client.map` in one call: `n` independent tasks keyed `"{prefix}-{start + i}"`,
+    /// sharing one spec, ordered by index. Returns packed u32 task ids.
+    #[pyo3(signature = (client, prefix, n, *, now, start=0, spec=None, priority=0, fifo_timeout=0.1))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_map(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        prefix: &str,
+        n: u64,
+        now: f64,
+        start: u64,
+        spec: Option<Vec<u8>>,
+        priority: i64,
+        fifo_timeout: f64,
+    ) -> PyResult<Py<PyBytes>> {
+        let spec: RunSpec = Arc::from(spec.unwrap_or_default());
+        let prefix = prefix.to_owned();
+        let tasks = py.detach(|| {
+            let mut buf = String::with_capacity(prefix.len() + 12);
+            (start..start + n)
+                .map(|i| {
+                    buf.clear();
+                    buf.push_str(&prefix);
+                    buf.push('-');
+                    buf.push_str(itoa(i).as_str());
+                    NewTask::new(Key::str(&buf), Vec::new(), Some(spec.clone()))
+                })
+                .collect::<Vec<_>>()
+        });
+        let order = GraphOrder::Sequential;
+        let sub = submission(tasks, None, order, with_priority(priority), fifo_timeout);
+        self.submit_graph(py, client, sub, now)
+    }
+}
+
+/// Decimal digits of `i` without going through `format!`.
+fn itoa(mut i: u64) -> ItoaBuf {
+    let mut buf = ItoaBuf {
+        bytes: [0; 20],
+        start: 20,
+    };
+    loop {
+        buf.start -= 1;
+        buf.bytes[buf.start] = b'0' + (i % 10) as u8;
+        i /= 10;
+        if i == 0 {
+            return buf;
+        }
+    }
+}
+
+struct ItoaBuf {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl ItoaBuf {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[self.start..]).expect("ascii digits")
+    }
+}

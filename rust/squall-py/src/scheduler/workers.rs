@@ -1,0 +1,314 @@
+//! Worker events: membership and heartbeats, task reports, replicas, steal answers.
+
+use super::Scheduler;
+use crate::convert::packed;
+use crate::errors::wire_error;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use squall_core::{
+    ErrorInfo, ErrorKind, Finished, Outcome, TaskId, WorkerId, WorkerSpec, WorkerStatus,
+    WorkerTaskState,
+};
+use squall_wire::keys::read_keys;
+use std::sync::Arc;
+
+fn outcome(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Applied => "applied",
+        Outcome::Ignored => "ignored",
+    }
+}
+
+#[pymethods]
+impl Scheduler {
+    #[pyo3(signature = (address, nthreads, *, now, name=None, host=None, memory_limit=0, resources=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_worker(
+        &mut self,
+        py: Python<'_>,
+        address: String,
+        nthreads: u32,
+        now: f64,
+        name: Option<String>,
+        host: Option<String>,
+        memory_limit: u64,
+        resources: Option<Vec<(String, f64)>>,
+    ) -> PyResult<u32> {
+        let host = host.unwrap_or_else(|| host_of(&address));
+        let spec = WorkerSpec {
+            name: name.unwrap_or_else(|| address.clone()),
+            address,
+            host,
+            nthreads,
+            memory_limit,
+            resources: resources.unwrap_or_default(),
+        };
+        Ok(self.core(py, move |s| s.add_worker(spec, now))?.0)
+    }
+
+    #[pyo3(signature = (worker, *, now, expected=false))]
+    fn remove_worker(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        now: f64,
+        expected: bool,
+    ) -> PyResult<()> {
+        self.core(py, move |s| {
+            s.remove_worker(WorkerId(worker), expected, now)
+        })
+    }
+
+    #[pyo3(signature = (worker, status, *, now))]
+    fn worker_status_change(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        status: &str,
+        now: f64,
+    ) -> PyResult<()> {
+        let status = WorkerStatus::parse(status)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown worker status {status:?}")))?;
+        self.core(py, move |s| {
+            s.worker_status_change(WorkerId(worker), status, now)
+        })
+    }
+
+    /// Returns the heartbeat interval the worker should keep.
+    #[pyo3(signature = (worker, *, now, bandwidth=None, executing=None))]
+    fn heartbeat(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        now: f64,
+        bandwidth: Option<f64>,
+        executing: Option<Vec<(u32, f64)>>,
+    ) -> PyResult<f64> {
+        let executing: Vec<(TaskId, f64)> = executing
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(t, s)| (TaskId(t), s))
+            .collect();
+        self.core(py, move |s| {
+            s.heartbeat(WorkerId(worker), now, bandwidth, &executing)
+        })
+    }
+
+    #[pyo3(signature = (worker, task, run_id, nbytes, *, now, start=0.0, stop=0.0, typename=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn task_finished(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        task: u32,
+        run_id: u64,
+        nbytes: i64,
+        now: f64,
+        start: f64,
+        stop: f64,
+        typename: Option<String>,
+    ) -> PyResult<&'static str> {
+        let mut f = Finished::computed(TaskId(task), run_id, nbytes, start, stop);
+        f.typename = typename;
+        self.core(py, move |s| s.task_finished(WorkerId(worker), f, now))
+            .map(outcome)
+    }
+
+    /// Many finished reports as packed little-endian buffers: the reporting worker of
+    /// each (u32, or one int for all), u32 task ids, u64 run ids, i64 sizes and optional
+    /// f64 compute seconds. Handled in order, as Dask handles a batch; returns the
+    /// indices rejected (stale or unknown).
+    #[pyo3(signature = (workers, tasks, run_ids, nbytes, durations=None, *, now))]
+    #[allow(clippy::too_many_arguments)]
+    fn tasks_finished(
+        &mut self,
+        py: Python<'_>,
+        workers: &Bound<'_, PyAny>,
+        tasks: &[u8],
+        run_ids: &[u8],
+        nbytes: &[u8],
+        durations: Option<&[u8]>,
+        now: f64,
+    ) -> PyResult<Vec<usize>> {
+        let tasks = packed::<u32>(tasks, "tasks")?;
+        let n = tasks.len();
+        let workers = match workers.extract::<u32>() {
+            Ok(w) => vec![w; n],
+            Err(_) => packed::<u32>(workers.cast::<PyBytes>()?.as_bytes(), "workers")?,
+        };
+        let runs = packed::<u64>(run_ids, "run_ids")?;
+        let sizes = packed::<i64>(nbytes, "nbytes")?;
+        let durs = durations
+            .map(|d| packed::<f64>(d, "durations"))
+            .transpose()?;
+        if workers.len() != n
+            || runs.len() != n
+            || sizes.len() != n
+            || durs.as_ref().is_some_and(|d| d.len() != n)
+        {
+            return Err(PyValueError::new_err(
+                "workers, tasks, run_ids, nbytes and durations must have equal lengths",
+            ));
+        }
+        self.core(py, move |s| {
+            let mut rejected = Vec::new();
+            for i in 0..n {
+                let d = durs.as_ref().map_or(0.0, |d| d[i]);
+                let r = Finished::computed(TaskId(tasks[i]), runs[i], sizes[i], now - d, now);
+                if s.task_finished(WorkerId(workers[i]), r, now).is_err() {
+                    rejected.push(i);
+                }
+            }
+            Ok(rejected)
+        })
+    }
+
+    #[pyo3(signature = (worker, task, run_id, *, now, exception=None, traceback=None,
+        exception_text=None, traceback_text=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn task_erred(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        task: u32,
+        run_id: u64,
+        now: f64,
+        exception: Option<Vec<u8>>,
+        traceback: Option<Vec<u8>>,
+        exception_text: Option<String>,
+        traceback_text: Option<String>,
+    ) -> PyResult<&'static str> {
+        let e = ErrorInfo {
+            kind: ErrorKind::Remote,
+            exception: Arc::from(exception.unwrap_or_default()),
+            traceback: Arc::from(traceback.unwrap_or_default()),
+            exception_text: exception_text.unwrap_or_default(),
+            traceback_text: traceback_text.unwrap_or_default(),
+        };
+        self.core(py, move |s| {
+            s.task_erred(WorkerId(worker), TaskId(task), run_id, e, now)
+        })
+        .map(outcome)
+    }
+
+    #[pyo3(signature = (worker, task, run_id, compute_duration, *, now))]
+    fn long_running(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        task: u32,
+        run_id: u64,
+        compute_duration: f64,
+        now: f64,
+    ) -> PyResult<&'static str> {
+        self.core(py, move |s| {
+            s.long_running(
+                WorkerId(worker),
+                TaskId(task),
+                run_id,
+                compute_duration,
+                now,
+            )
+        })
+        .map(outcome)
+    }
+
+    #[pyo3(signature = (worker, task, *, now))]
+    fn reschedule(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        task: u32,
+        now: f64,
+    ) -> PyResult<&'static str> {
+        self.core(py, move |s| {
+            s.reschedule(WorkerId(worker), TaskId(task), now)
+        })
+        .map(outcome)
+    }
+
+    #[pyo3(signature = (worker, task, *, now))]
+    fn release_worker_data(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        task: u32,
+        now: f64,
+    ) -> PyResult<&'static str> {
+        self.core(py, move |s| {
+            s.release_worker_data(WorkerId(worker), TaskId(task), now)
+        })
+        .map(outcome)
+    }
+
+    #[pyo3(signature = (worker, tasks, *, now))]
+    fn add_keys(&mut self, py: Python<'_>, worker: u32, tasks: Vec<u32>, now: f64) -> PyResult<()> {
+        let tasks: Vec<TaskId> = tasks.into_iter().map(TaskId).collect();
+        self.core(py, move |s| s.add_keys(WorkerId(worker), &tasks, now))
+    }
+
+    /// `add-replicas` (keys in `encode_keys` form): a worker fetched these; those in
+    /// memory count it as a holder, others are sent back as `remove-replicas`, unknown
+    /// keys are ignored.
+    #[pyo3(signature = (worker, keys, *, now))]
+    fn add_replicas(&mut self, py: Python<'_>, worker: u32, keys: &[u8], now: f64) -> PyResult<()> {
+        let keys = read_keys(keys).map_err(wire_error)?;
+        self.core(py, move |s| {
+            let tasks: Vec<TaskId> = keys.iter().filter_map(|k| s.lookup(k)).collect();
+            s.add_keys(WorkerId(worker), &tasks, now)
+        })
+    }
+
+    /// `drop-replicas` (keys in `encode_keys` form): a worker no longer holds these
+    /// fetched copies; keys it was not counted for, or unknown ones, are ignored.
+    #[pyo3(signature = (worker, keys, *, now))]
+    fn drop_replicas(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        keys: &[u8],
+        now: f64,
+    ) -> PyResult<()> {
+        let keys = read_keys(keys).map_err(wire_error)?;
+        self.core(py, move |s| {
+            for k in &keys {
+                if let Some(t) = s.lookup(k) {
+                    s.release_worker_data(WorkerId(worker), t, now)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The victim's answer to a steal request; True if the task moved or was rescheduled.
+    #[pyo3(signature = (worker, task, state, stimulus, *, now))]
+    fn steal_response(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        task: u32,
+        state: Option<&str>,
+        stimulus: u64,
+        now: f64,
+    ) -> PyResult<bool> {
+        let state = match state {
+            None => None,
+            Some(s) => Some(WorkerTaskState::parse(s).ok_or_else(|| {
+                PyValueError::new_err(format!("unknown worker task state {s:?}"))
+            })?),
+        };
+        self.core(py, move |s| {
+            s.steal_response(WorkerId(worker), TaskId(task), state, stimulus, now)
+        })
+    }
+}
+
+/// Host part of a `proto://host:port` address.
+fn host_of(address: &str) -> String {
+    let rest = address.split_once("://").map_or(address, |(_, r)| r);
+    match rest.rsplit_once(':') {
+        Some((h, _)) => h.trim_matches(|c| c == '[' || c == ']').to_owned(),
+        None => rest.to_owned(),
+    }
+}

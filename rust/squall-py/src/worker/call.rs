@@ -1,0 +1,153 @@
+//! Calling a task: call specs run directly (their functions unpickled once per
+//! process), other specs through `squall.spec.run_spec`; failures packed for the report.
+
+use super::{key_of, WorkerCore};
+use crate::convert::key_to_py;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+use squall_core::Key;
+use squall_worker::Job;
+
+/// First byte of a call spec (`squall.spec.CALL_TAG`).
+const CALL_TAG: u8 = 1;
+/// Functions kept unpickled per process; beyond this the cache starts over.
+const MAX_FUNCTIONS: usize = 256;
+
+impl WorkerCore {
+    /// The function of a call spec, unpickled once per process.
+    fn function(&self, py: Python<'_>, blob: &[u8]) -> PyResult<Py<PyAny>> {
+        if let Some(f) = self.lock().functions.get(blob) {
+            return Ok(f.clone_ref(py));
+        }
+        let f = self
+            .hooks
+            .load_function
+            .call1(py, (PyBytes::new(py, blob),))?;
+        let mut g = self.lock();
+        let old = (g.functions.len() >= MAX_FUNCTIONS).then(|| std::mem::take(&mut g.functions));
+        // Another thread may have loaded it meanwhile: that copy goes too.
+        let replaced = g.functions.insert(blob.into(), f.clone_ref(py));
+        drop(g);
+        drop((old, replaced));
+        Ok(f)
+    }
+
+    /// Calls a job; Ok((value, nbytes)) or the packed error.
+    pub(super) fn call(
+        &self,
+        py: Python<'_>,
+        job: &Job,
+        deps: &[(Key, Py<PyAny>)],
+    ) -> Result<(Py<PyAny>, i64), Py<PyAny>> {
+        // A Rust panic inside the task (a PyO3-based library's, re-raised by PyO3 when
+        // the task's exception is fetched) is the task's failure, not the worker's.
+        let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let value = self.call_spec(py, &job.spec, deps)?;
+            let n = self.hooks.sizeof.call1(py, (value.bind(py),))?;
+            Ok((value, n.extract::<i64>(py)?))
+        }));
+        let failed: PyErr = match called {
+            Ok(Ok(done)) => return Ok(done),
+            Ok(Err(e)) => e,
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                PyRuntimeError::new_err(format!("the task panicked in Rust code: {msg}"))
+            }
+        };
+        Err(self.pack_error(py, failed))
+    }
+
+    /// `(exception text, traceback text, pickled exception, pickled traceback)` for an
+    /// error; if packing it fails too, a plain RuntimeError saying so is packed.
+    fn pack_error(&self, py: Python<'_>, e: PyErr) -> Py<PyAny> {
+        let name = e
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        self.hooks
+            .pack_error
+            .call1(py, (e.into_value(py),))
+            .or_else(|_| {
+                let plain = PyRuntimeError::new_err(format!(
+                    "the task raised {name}, which could not be reported"
+                ));
+                self.hooks.pack_error.call1(py, (plain.into_value(py),))
+            })
+            .unwrap_or_else(|e| {
+                let text = format!("the task failed and its error could not be reported: {e}");
+                (text, "", PyBytes::new(py, b""), PyBytes::new(py, b""))
+                    .into_pyobject(py)
+                    .map(|t| t.into_any().unbind())
+                    .unwrap_or_else(|_| py.None())
+            })
+    }
+
+    fn call_spec(
+        &self,
+        py: Python<'_>,
+        spec: &[u8],
+        deps: &[(Key, Py<PyAny>)],
+    ) -> PyResult<Py<PyAny>> {
+        let data = || -> PyResult<Bound<'_, PyDict>> {
+            let d = PyDict::new(py);
+            for (k, v) in deps {
+                d.set_item(key_to_py(py, k)?, v.bind(py))?;
+            }
+            Ok(d)
+        };
+        if spec.first() != Some(&CALL_TAG) {
+            return self
+                .hooks
+                .run_spec
+                .call1(py, (PyBytes::new(py, spec), data()?));
+        }
+        let n = spec
+            .get(1..5)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .filter(|n| 5 + n <= spec.len())
+            .ok_or_else(|| PyValueError::new_err("malformed call spec"))?;
+        let func = self.function(py, &spec[5..5 + n])?;
+        let call = self
+            .hooks
+            .loads
+            .call1(py, (PyBytes::new(py, &spec[5 + n..]),))?;
+        let mut call = call.bind(py).clone();
+        if !deps.is_empty() {
+            let (args, kwargs) = call.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+            call = self
+                .hooks
+                .fill_call
+                .bind(py)
+                .call1((args, kwargs, data()?))?;
+        }
+        let (args, kwargs) = call.extract::<(Bound<'_, PyTuple>, Bound<'_, PyDict>)>()?;
+        let kwargs = if kwargs.is_empty() {
+            None
+        } else {
+            Some(&kwargs)
+        };
+        Ok(func.bind(py).call(args, kwargs)?.unbind())
+    }
+
+    /// The error of a job whose dependency's value went away before it ran.
+    pub(super) fn lost_dependency(
+        &self,
+        py: Python<'_>,
+        dep: &Key,
+        job: &Job,
+    ) -> PyResult<Py<PyAny>> {
+        let key = key_of(&self.lock().m, job.key);
+        let msg = format!(
+            "dependency {} of {} is no longer held",
+            key_to_py(py, dep)?.repr()?,
+            key_to_py(py, &key)?.repr()?
+        );
+        Ok(self.pack_error(py, PyKeyError::new_err(msg)))
+    }
+}

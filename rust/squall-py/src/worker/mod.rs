@@ -1,0 +1,407 @@
+//! `WorkerCore`: a worker process's task state (the `squall-worker` machine holding
+//! Python values) and its compiled task loop. Python keeps the IO: it hands whole
+//! messages in and flushes buffered reports; task threads call `run`, which takes ready
+//! tasks, calls them and records their results without a Python frame of squall's own
+//! per task.
+//!
+//! Locking: one mutex guards the machine. It is taken only while holding the GIL and
+//! never held across a call into Python, so it is never contended while blocking the
+//! GIL; threads wait for work on a condition variable with the GIL released.
+
+mod call;
+mod threads;
+
+use crate::convert::{key_from_py, key_to_py, packed};
+use crate::errors::wire_error;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use rustc_hash::FxHashMap;
+use squall_core::Key;
+use squall_wire::compute::decode_compute;
+use squall_wire::keys::{read_keys, write_keys};
+use squall_worker::{DepIn, KeyId, Machine, Priority, Slot, TaskIn};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+struct Inner {
+    m: Machine<Py<PyAny>>,
+    closing: bool,
+    threads: usize,
+    wake_pending: bool,
+    /// When the oldest result not yet taken by the event loop was recorded.
+    reports_since: Option<Instant>,
+    /// Failed tasks to report: (task, run id, packed error).
+    erred: Vec<(u32, u64, Py<PyAny>)>,
+    functions: FxHashMap<Box<[u8]>, Py<PyAny>>,
+}
+
+/// Python helpers the loop calls: `(run_spec, fill_call, load_function, pack_error,
+/// sizeof)`, as in `squall.worker`.
+struct Hooks {
+    run_spec: Py<PyAny>,
+    fill_call: Py<PyAny>,
+    load_function: Py<PyAny>,
+    pack_error: Py<PyAny>,
+    sizeof: Py<PyAny>,
+    loads: Py<PyAny>,
+}
+
+#[pyclass(module = "squall._core", frozen)]
+pub struct WorkerCore {
+    inner: Mutex<Inner>,
+    work: Condvar,
+    nthreads: usize,
+    report_delay: Duration,
+    epoch: Instant,
+    hooks: Hooks,
+}
+
+impl WorkerCore {
+    /// `{key: f(slot)}` for the keys where `f` gives something, read under the lock;
+    /// the dict is made after unlocking (making Python objects may run `__del__`).
+    fn held<'py, T: IntoPyObject<'py>>(
+        &self,
+        py: Python<'py>,
+        f: impl Fn(&Slot<Py<PyAny>>) -> Option<T>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let held: Vec<(Key, T)> = {
+            let g = self.lock();
+            let slots = g.m.keys.iter();
+            slots
+                .filter_map(|(k, slot)| Some((key_of(&g.m, k), f(slot)?)))
+                .collect()
+        };
+        let d = PyDict::new(py);
+        for (k, v) in held {
+            d.set_item(key_to_py(py, &k)?, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Applies `f` to each task id of a packed u32 payload (`what` names it in errors).
+    fn each_task(
+        &self,
+        payload: &[u8],
+        what: &'static str,
+        f: impl Fn(&mut Machine<Py<PyAny>>, u32),
+    ) -> PyResult<()> {
+        let ids = packed::<u32>(payload, what)?;
+        let mut g = self.lock();
+        ids.into_iter().for_each(|id| f(&mut g.m, id));
+        Self::unlock(g);
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the machine as it was at the panic;
+        // keep serving rather than poison every later call.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Unlocks, then drops the values the machine let go of: freeing a Python value
+    /// may run arbitrary code (`__del__`), which must not run under the lock.
+    fn unlock(mut g: MutexGuard<'_, Inner>) {
+        let dead = std::mem::take(&mut g.m.graveyard);
+        drop(g);
+        drop(dead);
+    }
+
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    fn wake_threads(&self, g: &Inner) {
+        if g.m.runnable() || g.closing {
+            self.work.notify_all();
+        }
+    }
+
+    /// Blocks (GIL released) until a task or rejoin may be runnable, or closing.
+    fn wait_for_work(&self, py: Python<'_>) {
+        py.detach(|| {
+            let mut g = self.lock();
+            while !g.closing && !g.m.runnable() && !self.surplus(&g) {
+                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        });
+    }
+
+    /// More threads than slots plus seceded tasks: the extra one may leave.
+    fn surplus(&self, g: &Inner) -> bool {
+        g.threads > self.nthreads + g.m.n_seceded()
+    }
+}
+
+/// A `compute` payload as the machine's input.
+fn compute_inputs(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>> {
+    let tasks = decode_compute(payload, addresses).map_err(wire_error)?;
+    let tasks = tasks.into_iter().map(|t| TaskIn {
+        id: t.task,
+        run_id: t.run_id,
+        key: t.key.as_bytes().to_vec(),
+        priority: Priority {
+            neg_user: t.priority.neg_user,
+            generation: t.priority.generation,
+            order: t.priority.order,
+        },
+        spec: t.spec.to_vec(),
+        resources: t.resources,
+        deps: t
+            .deps
+            .into_iter()
+            .map(|d| DepIn {
+                key: d.key.as_bytes().to_vec(),
+                holders: d.holders,
+            })
+            .collect(),
+    });
+    Ok(tasks.collect())
+}
+
+fn key_of<V>(m: &Machine<V>, k: KeyId) -> Key {
+    Key::from_encoded(&m.keys.get(k).bytes).expect("interned keys are valid")
+}
+
+#[pymethods]
+impl WorkerCore {
+    #[new]
+    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, load_function, pack_error, sizeof))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        address: &str,
+        nthreads: usize,
+        resources: Vec<(String, f64)>,
+        report_delay: f64,
+        run_spec: Py<PyAny>,
+        fill_call: Py<PyAny>,
+        load_function: Py<PyAny>,
+        pack_error: Py<PyAny>,
+        sizeof: Py<PyAny>,
+    ) -> PyResult<Self> {
+        if nthreads == 0 {
+            return Err(PyValueError::new_err("nthreads must be at least 1"));
+        }
+        let loads = py.import("pickle")?.getattr("loads")?.unbind();
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                m: Machine::new(address, nthreads, resources),
+                closing: false,
+                threads: 0,
+                wake_pending: false,
+                reports_since: None,
+                erred: Vec::new(),
+                functions: FxHashMap::default(),
+            }),
+            work: Condvar::new(),
+            nthreads,
+            report_delay: Duration::from_secs_f64(report_delay.max(0.0)),
+            epoch: Instant::now(),
+            hooks: Hooks {
+                run_spec,
+                fill_call,
+                load_function,
+                pack_error,
+                sizeof,
+                loads,
+            },
+        })
+    }
+
+    fn set_address(&self, address: &str) {
+        self.lock().m.set_address(address);
+    }
+
+    /// Takes a `compute` payload; returns how many tasks it held.
+    fn compute(&self, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
+        let tasks = compute_inputs(payload, &addresses)?;
+        let n = tasks.len();
+        let mut g = self.lock();
+        for t in tasks {
+            g.m.compute(t);
+        }
+        self.wake_threads(&g);
+        Self::unlock(g);
+        Ok(n)
+    }
+
+    /// `free-keys`: packed u32 task ids.
+    fn free(&self, payload: &[u8]) -> PyResult<()> {
+        self.each_task(payload, "free-keys", Machine::free)
+    }
+
+    /// `remove-replicas`: packed u32 task ids.
+    fn remove_replicas(&self, payload: &[u8]) -> PyResult<()> {
+        self.each_task(payload, "remove-replicas", Machine::remove_replica)
+    }
+
+    /// `steal-request`: the task's state when asked (None if unknown); queued tasks go.
+    fn steal(&self, task: u32) -> Option<&'static str> {
+        let mut g = self.lock();
+        let state = g.m.steal(task).map(|s| s.name());
+        Self::unlock(g);
+        state
+    }
+
+    /// The buffered reports: `finished` as `(n, payload)` or None; failed tasks as
+    /// `[(task, run_id, packed error)]`; keys of fetched copies gained and dropped
+    /// (`encode_keys` form, empty if none). The event loop's wake-up is taken too.
+    #[allow(clippy::type_complexity)]
+    fn take_reports<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> (
+        Option<(usize, Bound<'py, PyBytes>)>,
+        Vec<(u32, u64, Py<PyAny>)>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    ) {
+        let mut g = self.lock();
+        g.wake_pending = false;
+        g.reports_since = None;
+        let finished = std::mem::take(&mut g.m.finished);
+        let erred = std::mem::take(&mut g.erred);
+        let added = std::mem::take(&mut g.m.replicas_added);
+        let dropped = std::mem::take(&mut g.m.replicas_dropped);
+        drop(g);
+        let finished =
+            (!finished.is_empty()).then(|| (finished.len(), PyBytes::new(py, &finished.encode())));
+        let keys = |ks: Vec<Box<[u8]>>| PyBytes::new(py, &write_keys(ks.iter().map(|k| &k[..])));
+        (finished, erred, keys(added), keys(dropped))
+    }
+
+    /// Fetches to start, `[(holder, [key], [key id])]`, and keys nobody can provide,
+    /// `[(key, [(task, run_id)])]`. `connected` peers are preferred.
+    #[allow(clippy::type_complexity)]
+    fn take_fetches<'py>(
+        &self,
+        py: Python<'py>,
+        connected: Vec<String>,
+    ) -> PyResult<(
+        Vec<(String, Vec<Bound<'py, PyAny>>, Vec<u32>)>,
+        Vec<(Bound<'py, PyAny>, Vec<(u32, u64)>)>,
+    )> {
+        let mut g = self.lock();
+        let (plan, missing) = g.m.take_fetches(&|h| connected.iter().any(|c| c == h));
+        // Python objects are made after unlocking: allocating may run the cyclic GC,
+        // and with it any `__del__`, which must not run under the lock.
+        let plan: Vec<_> = plan
+            .into_iter()
+            .map(|(holder, ks)| {
+                (
+                    holder,
+                    ks.iter().map(|&k| key_of(&g.m, k)).collect::<Vec<_>>(),
+                    ks,
+                )
+            })
+            .collect();
+        let missing: Vec<_> = missing
+            .into_iter()
+            .map(|m| (key_of(&g.m, m.key), m.waiters))
+            .collect();
+        Self::unlock(g);
+        let mut fetches = Vec::with_capacity(plan.len());
+        for (holder, keys, ks) in plan {
+            let keys = keys
+                .iter()
+                .map(|k: &Key| key_to_py(py, k))
+                .collect::<PyResult<_>>()?;
+            fetches.push((holder, keys, ks.iter().map(|k: &KeyId| k.0).collect()));
+        }
+        let mut gone = Vec::with_capacity(missing.len());
+        for (key, waiters) in missing {
+            gone.push((key_to_py(py, &key)?, waiters));
+        }
+        Ok((fetches, gone))
+    }
+
+    /// A fetched value arrived.
+    fn fetched(&self, holder: &str, key_id: u32, value: Py<PyAny>, nbytes: i64) {
+        let mut g = self.lock();
+        g.m.fetched(holder, KeyId(key_id), Ok(Some((value, nbytes))));
+        self.wake_threads(&g);
+        Self::unlock(g);
+    }
+
+    /// `holder` does not have the key (or could not be reached).
+    fn not_fetched(&self, holder: &str, key_id: u32) {
+        let mut g = self.lock();
+        g.m.fetched(holder, KeyId(key_id), Ok(None));
+        Self::unlock(g);
+    }
+
+    /// The key's bytes would not load: its waiters erred, `[(task, run_id)]`.
+    fn fetch_failed(&self, holder: &str, key_id: u32) -> Vec<(u32, u64)> {
+        let mut g = self.lock();
+        let erred = g.m.fetched(holder, KeyId(key_id), Err(()));
+        Self::unlock(g);
+        erred
+    }
+
+    /// Tasks still waiting on a missing key go back: the ids to `reschedule`.
+    fn give_back(&self, waiters: Vec<(u32, u64)>) -> Vec<u32> {
+        let mut g = self.lock();
+        let back = g.m.give_back(&waiters);
+        Self::unlock(g);
+        back
+    }
+
+    /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held.
+    fn get_data(
+        &self,
+        py: Python<'_>,
+        keys: &[u8],
+        missing: Py<PyAny>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let keys = read_keys(keys).map_err(wire_error)?;
+        let g = self.lock();
+        let values = keys.iter().map(|k| match g.m.value(k.as_bytes()) {
+            Some(v) => v.clone_ref(py),
+            None => missing.clone_ref(py),
+        });
+        Ok(values.collect())
+    }
+
+    /// Scattered data registered by the scheduler as task `task`.
+    fn put_scattered(
+        &self,
+        task: u32,
+        key: &Bound<'_, PyAny>,
+        value: Py<PyAny>,
+        nbytes: i64,
+    ) -> PyResult<()> {
+        let key = key_from_py(key)?;
+        let mut g = self.lock();
+        g.m.put_scattered(task, key.as_bytes(), value, nbytes);
+        self.wake_threads(&g);
+        Self::unlock(g);
+        Ok(())
+    }
+
+    /// The values held: `{key: value}` (a snapshot).
+    fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.held(py, |slot| slot.value.as_ref().map(|v| v.clone_ref(py)))
+    }
+
+    /// Sizes of the values held: `{key: nbytes}` (a snapshot).
+    fn nbytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.held(py, |slot| slot.value.as_ref().map(|_| slot.nbytes))
+    }
+
+    /// The tasks known: `{task: (key, state)}` (a snapshot).
+    fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let known: Vec<(u32, Key, &'static str)> = {
+            let g = self.lock();
+            let tasks = g.m.tasks();
+            tasks
+                .map(|t| (t.id, key_of(&g.m, t.key), t.state.name()))
+                .collect()
+        };
+        let d = PyDict::new(py);
+        for (id, k, state) in known {
+            d.set_item(id, (key_to_py(py, &k)?, state))?;
+        }
+        Ok(d)
+    }
+}

@@ -1,0 +1,184 @@
+//! Task threads: the compiled run loop, its time slices and report wake-ups, and
+//! `secede` / `rejoin`.
+
+use super::{key_of, WorkerCore};
+use pyo3::prelude::*;
+use squall_worker::Outcome;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+/// `run` returns to Python at least this often, so that the event loop thread gets the
+/// GIL even when tasks are C functions that never offer it.
+const SLICE: Duration = Duration::from_millis(5);
+
+/// `run` results.
+const EXIT: u8 = 0;
+const WAKE: u8 = 1;
+const AGAIN: u8 = 2;
+const WAKE_LATER: u8 = 3;
+
+thread_local! {
+    /// The call this thread is running, as (task id, instance), for `secede` and
+    /// `rejoin`.
+    static CURRENT: Cell<Option<(u32, u64)>> = const { Cell::new(None) };
+}
+
+/// The instance of the call of `task` the calling thread runs (None if it runs none).
+fn current_call(task: u32) -> Option<u64> {
+    CURRENT
+        .with(Cell::get)
+        .and_then(|(id, instance)| (id == task).then_some(instance))
+}
+
+#[pymethods]
+impl WorkerCore {
+    /// A task thread's body: run ready tasks until told otherwise. Returns 0 (leave:
+    /// closing, or a surplus thread), 1 (results are waiting: have the event loop send
+    /// them now, then call again), 2 (a time slice ended: call again) or 3 (have the
+    /// loop send the results `report_delay` from now, then call again).
+    fn run(&self, py: Python<'_>) -> PyResult<u8> {
+        let entered = Instant::now();
+        loop {
+            let mut g = self.lock();
+            if g.closing {
+                g.threads -= 1;
+                return Ok(EXIT);
+            }
+            // Results wait up to `report_delay` for more to share their message.
+            let due = g
+                .reports_since
+                .is_some_and(|t| t.elapsed() >= self.report_delay);
+            if due && !g.wake_pending {
+                g.wake_pending = true;
+                return Ok(WAKE);
+            }
+            if entered.elapsed() >= SLICE {
+                return Ok(AGAIN);
+            }
+            if g.reports_since.is_some() && !g.wake_pending && g.m.runnable() {
+                // The next task may run long: have the loop send these reports
+                // `report_delay` from now whether or not it has finished.
+                g.wake_pending = true;
+                return Ok(WAKE_LATER);
+            }
+            let Some(job) = g.m.take_ready(self.now()) else {
+                if g.reports_since.is_some() && !g.wake_pending {
+                    g.wake_pending = true; // nothing else to run here: report now
+                    return Ok(WAKE);
+                }
+                if self.surplus(&g) {
+                    g.threads -= 1;
+                    return Ok(EXIT);
+                }
+                drop(g);
+                self.wait_for_work(py);
+                continue;
+            };
+            let mut deps = Vec::with_capacity(job.deps.len());
+            let mut lost = None;
+            for &d in &job.deps {
+                let key = key_of(&g.m, d);
+                match &g.m.keys.get(d).value {
+                    Some(v) => deps.push((key, v.clone_ref(py))),
+                    None => lost = Some(key),
+                }
+            }
+            drop(g);
+            let start = Instant::now();
+            let result = match lost {
+                Some(key) => Err(self.lost_dependency(py, &key, &job)?),
+                None => {
+                    CURRENT.with(|c| c.set(Some((job.id, job.instance))));
+                    let r = self.call(py, &job, &deps);
+                    CURRENT.with(|c| c.set(None));
+                    r
+                }
+            };
+            let seconds = start.elapsed().as_secs_f64();
+            drop(deps);
+            let mut g = self.lock();
+            let id = job.id;
+            let mut unreported = None; // dropped after unlocking, like every value
+            let reported = match result {
+                Ok(value) => g.m.complete(job, Some(value), seconds) == Outcome::Finished,
+                Err(packed) => match g.m.complete(job, None, seconds) {
+                    Outcome::Erred { run_id } => {
+                        g.erred.push((id, run_id, packed));
+                        true
+                    }
+                    _ => {
+                        unreported = Some(packed);
+                        false
+                    }
+                },
+            };
+            if reported && g.reports_since.is_none() {
+                g.reports_since = Some(Instant::now());
+            }
+            self.wake_threads(&g);
+            Self::unlock(g);
+            drop(unreported);
+        }
+    }
+
+    /// A new task thread is about to call `run`.
+    fn add_thread(&self) {
+        self.lock().threads += 1;
+    }
+
+    /// Stop: waiting threads leave, running ones leave after their task.
+    fn close(&self) {
+        let mut g = self.lock();
+        g.closing = true;
+        self.work.notify_all();
+    }
+
+    /// Running tasks and seconds since they started (heartbeats).
+    fn executing(&self) -> Vec<(u32, f64)> {
+        let now = self.now();
+        let g = self.lock();
+        g.m.executing()
+            .map(|(id, start)| (id, now - start))
+            .collect()
+    }
+
+    /// The task the calling thread runs, if any.
+    #[staticmethod]
+    fn current_task() -> Option<u32> {
+        CURRENT.with(Cell::get).map(|(id, _)| id)
+    }
+
+    /// Seconds since `task` started.
+    fn elapsed(&self, task: u32) -> Option<f64> {
+        let now = self.now();
+        self.lock().m.started(task).map(|s| now - s)
+    }
+
+    /// `secede()` from the thread running `task`: `None` if nothing changed, else
+    /// `(run_id to report as long-running or None, whether another thread is needed)`.
+    fn secede(&self, task: u32) -> Option<(Option<u64>, bool)> {
+        let instance = current_call(task)?;
+        let mut g = self.lock();
+        let report = g.m.secede(task, instance)?;
+        let need_thread = g.threads < self.nthreads + g.m.n_seceded();
+        self.wake_threads(&g);
+        Some((report, need_thread))
+    }
+
+    /// `rejoin()` from the thread running `task`: blocks (GIL released) until the call
+    /// has a slot again or the worker closes.
+    fn rejoin(&self, py: Python<'_>, task: u32) {
+        let Some(instance) = current_call(task) else {
+            return;
+        };
+        if self.lock().m.rejoin(instance) {
+            return;
+        }
+        py.detach(|| {
+            let mut g = self.lock();
+            while !g.closing && !g.m.poll_rejoin(instance) {
+                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        });
+    }
+}
