@@ -18,8 +18,10 @@ __all__ = [
     "UnknownWorkerError",
     "WorkerCore",
     "__version__",
+    "check_config",
     "decode_compute",
     "decode_keys",
+    "default_config",
     "encode_keys",
     "heap_bytes",
     "microbench",
@@ -43,6 +45,8 @@ class UnknownWorkerError(SchedulerError): ...
 class StaleReportError(SchedulerError): ...
 class InternalError(SchedulerError): ...
 
+def check_config(config: dict[str, Any]) -> None: ...
+def default_config() -> dict[str, Any]: ...
 def order_mapping(
     dsk: dict[_Key, Any], dependencies: Mapping[_Key, Iterable[_Key]] | None = None
 ) -> dict[_Key, int]: ...

@@ -10,7 +10,6 @@ paths.
 
 from __future__ import annotations
 
-import math
 import pathlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import dask.config
 import yaml  # type: ignore[import-untyped]
 from dask.utils import parse_bytes, parse_timedelta
+
+from squall._core import check_config
 
 _DEFAULTS_FILE = pathlib.Path(__file__).with_name("squall.yaml")
 
@@ -123,12 +124,9 @@ def _saturation(value: Any, where: str) -> float:
     try:
         if isinstance(value, bool):
             raise TypeError
-        out = float(value)  # also "inf"
+        return float(value)  # also "inf"; the range is the core's to check
     except (TypeError, ValueError):
-        out = math.nan
-    if not out > 0:
-        raise ConfigError(f"{where}: expected a number > 0 or 'inf', got {value!r}")
-    return out
+        raise ConfigError(f"{where}: expected a number or 'inf', got {value!r}") from None
 
 
 def _task_durations(value: Any, where: str) -> dict[str, float]:
@@ -190,6 +188,10 @@ def core_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
             known = _CORE_KEYS.keys() | _SERVER_KEYS
             raise ConfigError(_unknown(f"squall.scheduler.{name}", "configuration key", known))
         out[name] = parse(value, f"squall.scheduler.{name}")
+    try:
+        check_config(out)  # the knobs' ranges live in the core (Config::check)
+    except ValueError as e:
+        raise ConfigError(f"squall.scheduler.{e}") from None
     return out
 
 

@@ -65,3 +65,70 @@ impl Default for Config {
         }
     }
 }
+
+impl Config {
+    /// The one place the knobs' ranges are checked: an error names the knob (Dask's
+    /// name) and what it must be.
+    pub fn check(&self) -> Result<(), String> {
+        let seconds = [
+            (
+                "worker-saturation-duration",
+                Some(self.worker_saturation_duration),
+            ),
+            ("work-stealing-interval", Some(self.work_stealing_interval)),
+            ("unknown-task-duration", Some(self.unknown_task_duration)),
+            ("worker-ttl", self.worker_ttl),
+            ("no-workers-timeout", self.no_workers_timeout),
+        ];
+        let durations = self
+            .default_task_durations
+            .values()
+            .map(|&d| ("default-task-durations", Some(d)));
+        for (name, value) in seconds.into_iter().chain(durations) {
+            if let Some(v) = value.filter(|v| v.is_nan() || *v < 0.0) {
+                return Err(format!("{name}: must be >= 0 seconds, got {v}"));
+            }
+        }
+        if self.worker_saturation.is_nan() || self.worker_saturation <= 0.0 {
+            let v = self.worker_saturation;
+            return Err(format!("worker-saturation: must be > 0 or 'inf', got {v}"));
+        }
+        if self.default_data_size < 0 {
+            let v = self.default_data_size;
+            return Err(format!("default-data-size: must be >= 0 bytes, got {v}"));
+        }
+        if self.bandwidth.is_nan() || self.bandwidth < 0.0 {
+            let v = self.bandwidth;
+            return Err(format!("bandwidth: must be >= 0 bytes/s, got {v}"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    #[test]
+    fn check_names_the_knob_out_of_range() {
+        assert_eq!(Config::default().check(), Ok(()));
+        let ttl = Config {
+            worker_ttl: Some(-1.0),
+            ..Config::default()
+        };
+        assert_eq!(
+            ttl.check(),
+            Err("worker-ttl: must be >= 0 seconds, got -1".into())
+        );
+        let sat = Config {
+            worker_saturation: f64::NAN,
+            ..Config::default()
+        };
+        assert!(sat.check().unwrap_err().starts_with("worker-saturation:"));
+        let inf = Config {
+            worker_saturation: f64::INFINITY,
+            ..Config::default()
+        };
+        assert_eq!(inf.check(), Ok(()));
+    }
+}

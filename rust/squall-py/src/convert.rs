@@ -3,9 +3,9 @@
 use crate::errors::wire_error;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyFloat, PyInt, PyString, PyTuple};
 use squall_core::key::KeyEncoder;
-use squall_core::{Config, Key, KeyValue};
+use squall_core::{Key, KeyValue};
 use squall_wire::packed::Packed;
 
 /// Encodes a Dask key (str, bytes, int, float, or a tuple of those) without building
@@ -80,74 +80,6 @@ fn value_to_py<'py>(py: Python<'py>, v: &KeyValue) -> PyResult<Bound<'py, PyAny>
             PyTuple::new(py, items)?.into_any()
         }
     })
-}
-
-fn seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
-    v.extract::<f64>().map_err(|_| {
-        PyValueError::new_err(format!("config {name:?}: expected seconds as a number"))
-    })
-}
-
-/// Seconds, or None to disable.
-fn optional_seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
-    (!v.is_none()).then(|| seconds(v, name)).transpose()
-}
-
-/// Builds a core config from Dask-style names (`worker-saturation`, …); durations in
-/// seconds, sizes in bytes (the Python layer parses "500ms"/"1kiB" first).
-pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
-    let mut c = Config::default();
-    let Some(d) = d else { return Ok(c) };
-    for (k, v) in d.iter() {
-        let name: String = k.extract()?;
-        match name.replace('_', "-").as_str() {
-            "worker-saturation" => {
-                c.worker_saturation = match v.extract::<String>() {
-                    Ok(s) if s == "inf" => f64::INFINITY,
-                    _ => v.extract::<f64>()?,
-                };
-                if c.worker_saturation.is_nan() || c.worker_saturation <= 0.0 {
-                    return Err(PyValueError::new_err(
-                        "worker-saturation must be > 0 or 'inf'",
-                    ));
-                }
-            }
-            "worker-saturation-duration" => {
-                c.worker_saturation_duration = seconds(&v, &name)?;
-                if c.worker_saturation_duration.is_nan() || c.worker_saturation_duration < 0.0 {
-                    return Err(PyValueError::new_err(
-                        "worker-saturation-duration must be >= 0 seconds",
-                    ));
-                }
-            }
-            "rootish-taskgroup" => c.rootish_taskgroup = v.extract()?,
-            "rootish-taskgroup-dependencies" => c.rootish_taskgroup_dependencies = v.extract()?,
-            "work-stealing" => c.work_stealing = v.extract()?,
-            "work-stealing-interval" => c.work_stealing_interval = seconds(&v, &name)?,
-            "allowed-failures" => c.allowed_failures = v.extract()?,
-            "unknown-task-duration" => c.unknown_task_duration = seconds(&v, &name)?,
-            "default-task-durations" => {
-                for (p, s) in v.cast::<PyDict>()?.iter() {
-                    c.default_task_durations
-                        .insert(p.extract()?, seconds(&s, &name)?);
-                }
-            }
-            "default-data-size" => c.default_data_size = v.extract()?,
-            "bandwidth" => c.bandwidth = v.extract()?,
-            "worker-ttl" => c.worker_ttl = optional_seconds(&v, &name)?,
-            "no-workers-timeout" => c.no_workers_timeout = optional_seconds(&v, &name)?,
-            "transition-log-length" => c.transition_log_length = v.extract()?,
-            "erred-tasks-max-history" => c.erred_tasks_max_history = v.extract()?,
-            "memory-terminate" => c.memory_terminate = v.extract()?,
-            "validate" => c.validate = v.extract()?,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown scheduler config option {other:?}"
-                )))
-            }
-        }
-    }
-    Ok(c)
 }
 
 /// A packed little-endian array from a bytes-like buffer (a ragged one is a ValueError).

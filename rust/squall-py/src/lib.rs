@@ -3,6 +3,7 @@
 //! ([`errors::to_py`]). Nothing here is called once per task from Python.
 
 mod commands;
+mod config;
 mod convert;
 mod errors;
 mod heap;
@@ -19,6 +20,8 @@ use pyo3::prelude::*;
 mod _core {
     #[pymodule_export]
     use super::commands::Commands;
+    #[pymodule_export]
+    use super::config::{check_config, default_config};
     #[pymodule_export]
     use super::errors::{
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,

@@ -1,7 +1,8 @@
 //! `simulate`: runs squall-sim (the real core against simulated workers) and returns
 //! its report as plain Python data.
 
-use crate::convert::{config_from_py, key_from_py};
+use crate::config::config_from_py;
+use crate::convert::key_from_py;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};

@@ -9,7 +9,8 @@ mod queries;
 mod submit;
 mod workers;
 
-use crate::convert::{config_from_py, key_from_py, key_to_py};
+use crate::config::config_from_py;
+use crate::convert::{key_from_py, key_to_py};
 use crate::errors::{guarded, InternalError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
