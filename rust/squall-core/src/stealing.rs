@@ -470,7 +470,7 @@ impl Scheduler {
         self.attach_to_worker(t, thief);
         self.tm(t).processing_on = Some(thief);
         self.put_key_in_stealable(t);
-        let run_id = self.next_counter();
+        let run_id = self.next_run_id();
         self.tm(t).run_id = run_id;
         self.emit(Command::ComputeTask {
             worker: thief,

@@ -295,16 +295,17 @@ impl Scheduler {
 
     fn enter_queued(&mut self, t: TaskId) {
         self.set_state(t, S::Queued);
-        let seq = self.next_counter();
+        let seq = self.next_queue_seq();
         let ts = self.tm(t);
-        ts.run_id = seq;
+        ts.queue_seq = seq;
         let p = ts.priority;
         self.queued.insert(p, seq, t);
     }
 
     fn leave_queued(&mut self, t: TaskId) {
-        // Invalidate the entry first: the queue recognises live entries by run id.
-        self.tm(t).run_id = self.next_counter();
+        // Invalidate the entry first: the queue recognises live entries by sequence, and
+        // no entry has sequence 0.
+        self.tm(t).queue_seq = 0;
         let tasks = &self.tasks;
         self.queued
             .remove(|t, seq| crate::state::is_queued(tasks, t, seq));
@@ -312,14 +313,14 @@ impl Scheduler {
 
     fn enter_no_worker(&mut self, t: TaskId) {
         self.set_state(t, S::NoWorker);
-        let seq = self.next_counter();
-        self.tm(t).run_id = seq;
+        let seq = self.next_queue_seq();
+        self.tm(t).queue_seq = seq;
         let now = self.now;
         self.unrunnable.insert(seq, (t, now));
     }
 
     fn leave_no_worker(&mut self, t: TaskId) {
-        let seq = self.task(t).run_id;
+        let seq = self.task(t).queue_seq;
         self.unrunnable.remove(&seq);
     }
 
@@ -432,7 +433,7 @@ impl Scheduler {
             self.transition(t, S::Erred, stim, recs, args);
             return;
         }
-        let run_id = self.next_counter();
+        let run_id = self.next_run_id();
         self.tm(t).run_id = run_id;
         self.emit(Command::ComputeTask {
             worker: w,
