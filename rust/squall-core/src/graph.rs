@@ -5,12 +5,12 @@ use crate::commands::Command;
 use crate::error::{CoreError, CoreResult};
 use crate::ids::{ClientId, TaskId};
 use crate::key::Key;
-use crate::priority::Priority;
 use crate::recs::Recs;
 use crate::state::Scheduler;
 use crate::stimuli::Slots;
 use crate::task::{Restrictions, RunSpec, TaskState as S, F_DATA_PRODUCER, F_HAS_PRIORITY};
 use hashbrown::HashTable;
+use squall_priority::Priority;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 

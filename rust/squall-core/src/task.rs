@@ -4,7 +4,7 @@ use crate::ids::{GroupId, TaskId, WorkerId};
 use crate::idset::IdSet;
 use crate::key::Key;
 use crate::links::{Holders, Wanters};
-use crate::priority::Priority;
+use squall_priority::Priority;
 use std::sync::Arc;
 
 /// The 8 scheduler task states (reference §1.1).

@@ -5,6 +5,7 @@
 
 use crate::keys::{Fetch, KeyId, Keys};
 use rustc_hash::{FxHashMap, FxHashSet};
+use squall_priority::Priority;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -36,15 +37,6 @@ impl State {
     fn queued(self) -> bool {
         matches!(self, State::Waiting | State::Ready | State::Constrained)
     }
-}
-
-/// The scheduler's priority of a task: `(−user priority, generation, order)`, smallest
-/// first.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Priority {
-    pub neg_user: i32,
-    pub generation: f64,
-    pub order: u32,
 }
 
 pub struct DepIn {
@@ -143,11 +135,9 @@ struct Entry {
 impl Entry {
     /// Greater = runs first (BinaryHeap is a max-heap).
     fn rank(&self, other: &Self) -> Ordering {
-        let (a, b) = (&self.priority, &other.priority);
-        b.neg_user
-            .cmp(&a.neg_user)
-            .then(b.generation.total_cmp(&a.generation))
-            .then(b.order.cmp(&a.order))
+        other
+            .priority
+            .cmp(&self.priority)
             .then(self.instance.cmp(&other.instance))
     }
 }
