@@ -454,14 +454,6 @@ impl Scheduler {
         self.group(self.task(t).group).prefix
     }
 
-    pub fn group_by_name(&self, name: &str) -> Option<&TaskGroup> {
-        self.group_index.get(name).map(|&g| self.group(g))
-    }
-
-    pub fn prefix_by_name(&self, name: &str) -> Option<&TaskPrefix> {
-        self.prefix_index.get(name).map(|&p| self.prefix(p))
-    }
-
     // ----- workers and clients -----------------------------------------------------
 
     #[inline]
@@ -634,10 +626,6 @@ impl Scheduler {
 
     pub fn idle_workers(&self) -> Vec<WorkerId> {
         self.idle.iter().collect()
-    }
-
-    pub fn saturated_workers(&self) -> Vec<WorkerId> {
-        self.saturated.iter().collect()
     }
 
     /// The queued tasks, best first.

@@ -122,16 +122,4 @@ impl Commands {
             PyBytes::new(py, &r).unbind(),
         )
     }
-
-    /// Tasks the client learns are in memory, as packed u32 (client, task) pairs.
-    fn in_memory(&self, py: Python<'_>) -> (Py<PyBytes>, Py<PyBytes>) {
-        let (mut c, mut t) = (Vec::new(), Vec::new());
-        for cmd in &self.cmds {
-            if let Command::KeyInMemory { client, task } = cmd {
-                c.extend_from_slice(&client.0.to_le_bytes());
-                t.extend_from_slice(&task.0.to_le_bytes());
-            }
-        }
-        (PyBytes::new(py, &c).unbind(), PyBytes::new(py, &t).unbind())
-    }
 }

@@ -494,10 +494,6 @@ impl WorkerCore {
         (finished, erred, keys(added), keys(dropped))
     }
 
-    fn n_executing(&self) -> usize {
-        self.lock().m.n_executing()
-    }
-
     /// Running tasks and seconds since they started (heartbeats).
     fn executing(&self) -> Vec<(u32, f64)> {
         let now = self.now();
