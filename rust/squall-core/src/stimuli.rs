@@ -429,22 +429,21 @@ impl Scheduler {
         }
     }
 
-    /// Many `task-finished` reports from one worker, handled one after another as Dask
-    /// would; stale reports are skipped and their indices returned.
+    /// A batch of (reporting worker, `task-finished`) reports, each its own stimulus,
+    /// handled one after another as Dask would; the indices of the rejected ones (stale,
+    /// or naming an unknown worker or task) are returned.
     pub fn tasks_finished(
         &mut self,
-        w: WorkerId,
-        reports: Vec<Finished>,
+        reports: impl IntoIterator<Item = (WorkerId, Finished)>,
         now: f64,
-    ) -> CoreResult<Vec<usize>> {
-        self.check_worker(w)?;
+    ) -> Vec<usize> {
         let mut rejected = Vec::new();
-        for (i, r) in reports.into_iter().enumerate() {
+        for (i, (w, r)) in reports.into_iter().enumerate() {
             if self.task_finished(w, r, now).is_err() {
                 rejected.push(i);
             }
         }
-        Ok(rejected)
+        rejected
     }
 
     /// `task-erred` (§8.3).
@@ -559,6 +558,18 @@ impl Scheduler {
         Ok(Outcome::Applied)
     }
 
+    /// `drop-replicas`: the worker no longer holds these fetched copies, one
+    /// `release-worker-data` stimulus per key. Keys it was not counted for, or unknown
+    /// ones, are ignored.
+    pub fn drop_replicas(&mut self, w: WorkerId, keys: &[Key], now: f64) -> CoreResult<()> {
+        for k in keys {
+            if let Some(t) = self.lookup(k) {
+                self.release_worker_data(w, t, now)?;
+            }
+        }
+        Ok(())
+    }
+
     /// `w` lost its copy of `t`: tasks processing there that depend on `t` must fetch
     /// it again (`needs_what`, network occupancy), as if assigned without it.
     fn restore_needs(&mut self, t: TaskId, w: WorkerId) {
@@ -599,6 +610,12 @@ impl Scheduler {
                 None => {}
             }
         }
+    }
+
+    /// `add-replicas`: [`Self::add_keys`] by key; unknown keys are ignored.
+    pub fn add_replicas(&mut self, w: WorkerId, keys: &[Key], now: f64) -> CoreResult<()> {
+        let tasks: Vec<TaskId> = keys.iter().filter_map(|k| self.lookup(k)).collect();
+        self.add_keys(w, &tasks, now)
     }
 
     /// `request-refresh-who-has`: who holds these keys now? Unknown keys are freed.

@@ -579,15 +579,12 @@ impl Scheduler {
         }
         let inner = &mut self.inner;
         guarded(py, move || {
-            let mut rejected = Vec::new();
-            for i in 0..n {
+            let reports = (0..n).map(|i| {
                 let d = durs.as_ref().map_or(0.0, |d| d[i]);
                 let r = Finished::computed(TaskId(tasks[i]), runs[i], sizes[i], now - d, now);
-                if inner.task_finished(WorkerId(workers[i]), r, now).is_err() {
-                    rejected.push(i);
-                }
-            }
-            Ok(rejected)
+                (WorkerId(workers[i]), r)
+            });
+            Ok(inner.tasks_finished(reports, now))
         })
     }
 
@@ -687,10 +684,7 @@ impl Scheduler {
     fn add_replicas(&mut self, py: Python<'_>, worker: u32, keys: &[u8], now: f64) -> PyResult<()> {
         let keys = crate::wire::read_keys(keys)?;
         let inner = &mut self.inner;
-        guarded(py, move || {
-            let tasks: Vec<TaskId> = keys.iter().filter_map(|k| inner.lookup(k)).collect();
-            inner.add_keys(WorkerId(worker), &tasks, now)
-        })
+        guarded(py, move || inner.add_replicas(WorkerId(worker), &keys, now))
     }
 
     /// `drop-replicas` (keys in `encode_keys` form): a worker no longer holds these
@@ -706,12 +700,7 @@ impl Scheduler {
         let keys = crate::wire::read_keys(keys)?;
         let inner = &mut self.inner;
         guarded(py, move || {
-            for k in &keys {
-                if let Some(t) = inner.lookup(k) {
-                    inner.release_worker_data(WorkerId(worker), t, now)?;
-                }
-            }
-            Ok(())
+            inner.drop_replicas(WorkerId(worker), &keys, now)
         })
     }
 
