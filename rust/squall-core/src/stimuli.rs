@@ -618,19 +618,6 @@ impl Scheduler {
         self.add_keys(w, &tasks, now)
     }
 
-    /// `request-refresh-who-has`: who holds these keys now? Unknown keys are freed.
-    pub fn request_refresh_who_has(&mut self, w: WorkerId, keys: &[Key]) -> CoreResult<Vec<Key>> {
-        self.check_worker(w)?;
-        let mut unknown = Vec::new();
-        for k in keys {
-            match self.lookup(k) {
-                Some(t) => self.emit(Command::RefreshWhoHas { worker: w, task: t }),
-                None => unknown.push(k.clone()),
-            }
-        }
-        Ok(unknown)
-    }
-
     // ----- clients -----------------------------------------------------------------
 
     fn check_client(&self, c: ClientId) -> CoreResult<()> {
