@@ -1,2 +1,7 @@
-//! Criterion benchmarks of squall-core live in `benches/`; the kernels they time are
-//! `squall_core::microbench` (shared with `squall bench core`).
+//! Measuring squall-core: the kernels of its benchmarks ([`microbench`], which live in
+//! the core behind its `microbench` feature as they time internals; run by the
+//! criterion benches in `benches/` and by `squall bench core`) and a counting
+//! allocator for its memory ([`heap`]).
+
+pub mod heap;
+pub use squall_core::microbench;

@@ -2,7 +2,7 @@
 //! `squall bench core` runs the same kernels at 1,000,000 tasks and prints a table.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use squall_core::microbench as mb;
+use squall_bench::microbench as mb;
 use squall_core::GraphOrder;
 use std::time::Duration;
 

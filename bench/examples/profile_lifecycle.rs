@@ -1,8 +1,8 @@
 //! `cargo run --release -p squall-bench --example profile_lifecycle [map|tree|ingest|memory] [n]`:
 //! one lifecycle run of the core, for profilers (perf, callgrind).
 
-use squall_core::heap::{live_bytes, CountingAlloc};
-use squall_core::microbench as mb;
+use squall_bench::heap::{live_bytes, CountingAlloc};
+use squall_bench::microbench as mb;
 use squall_core::GraphOrder;
 
 #[global_allocator]

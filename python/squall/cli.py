@@ -22,7 +22,6 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--threads", type=int, default=2, help="threads per worker")
     sim.add_argument("--no-queuing", action="store_true", help="worker-saturation = inf")
     sim.add_argument("--no-stealing", action="store_true")
-    sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", action="store_true", help="print the report as JSON")
 
     bench = sub.add_parser("bench", help="benchmarks")

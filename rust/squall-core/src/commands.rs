@@ -38,11 +38,6 @@ pub enum Command {
         worker: WorkerId,
         task: TaskId,
     },
-    /// Tell the worker who holds the task's data now.
-    RefreshWhoHas {
-        worker: WorkerId,
-        task: TaskId,
-    },
     /// Tell `worker` that `removed` left the cluster.
     WorkerRemoved {
         worker: WorkerId,

@@ -5,10 +5,12 @@ use crate::commands::Command;
 use crate::error::{CoreError, CoreResult};
 use crate::ids::{ClientId, TaskId};
 use crate::key::Key;
-use crate::priority::Priority;
+use crate::recs::Recs;
 use crate::state::Scheduler;
+use crate::stimuli::Slots;
 use crate::task::{Restrictions, RunSpec, TaskState as S, F_DATA_PRODUCER, F_HAS_PRIORITY};
 use hashbrown::HashTable;
+use squall_priority::Priority;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -109,8 +111,10 @@ impl Scheduler {
             return Err(CoreError::UnknownClient(client.0));
         }
         let plan = self.validate_submission(&sub)?;
-        let stim = self.next_stimulus(now);
-        Ok(self.apply_submission(client, sub, plan, stim, now))
+        Ok(self.stimulus(now, |s, st| {
+            let result = s.apply_submission(client, sub, plan, &mut st.recs, now);
+            (result, Slots::Unchanged)
+        }))
     }
 
     fn validate_submission(&self, sub: &Submission) -> CoreResult<Plan> {
@@ -232,7 +236,7 @@ impl Scheduler {
         client: ClientId,
         mut sub: Submission,
         plan: Plan,
-        stim: u64,
+        recs: &mut Recs,
         now: f64,
     ) -> SubmitResult {
         let Plan {
@@ -333,7 +337,6 @@ impl Scheduler {
         touched.extend(earlier);
         // Descending priority, so the best is popped first (already so for map order).
         touched.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
-        let mut recs = self.new_recs();
         recs.reserve(touched.len());
         for &t in &touched {
             let ts = self.task(t);
@@ -376,8 +379,6 @@ impl Scheduler {
                 _ => {}
             }
         }
-        self.transitions(recs, stim);
-        self.after_stimulus();
         SubmitResult {
             ids,
             wanted,

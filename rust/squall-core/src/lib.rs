@@ -3,47 +3,52 @@
 //! come out and are drained by the I/O layer. No clocks, no threads, no I/O: every
 //! input carries the time it happened.
 
-pub mod commands;
-pub mod config;
+mod commands;
+mod config;
 mod decide;
-pub mod error;
-pub mod graph;
-pub mod group;
-pub mod heap;
-pub mod ids;
-pub mod idset;
+mod error;
+mod graph;
+mod group;
+mod ids;
+mod idset;
 pub mod key;
-pub mod links;
+mod links;
+#[cfg(feature = "microbench")]
 pub mod microbench;
 mod occupancy;
-pub mod priority;
 mod queue;
 mod recs;
-pub mod state;
-pub mod stealing;
-pub mod stimuli;
-pub mod story;
-pub mod task;
+mod state;
+mod stealing;
+mod stimuli;
+mod story;
+mod task;
 mod transitions;
 mod validate;
-pub mod worker;
+mod worker;
 
+// The public API is what is re-exported here; modules stay private so that their
+// helpers do not become API by accident.
 pub use commands::{CancelReason, Command};
 pub use config::Config;
 pub use error::{CoreError, CoreResult};
 pub use graph::{DepRef, GraphOrder, NewTask, Submission, SubmitResult, TaskOptions};
+pub use group::{TaskGroup, TaskPrefix};
 pub use ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
+pub use idset::{IdSet, IdSetIter};
 pub use key::{Key, KeyValue};
-pub use priority::Priority;
-pub use state::Scheduler;
-pub use stealing::WorkerTaskState;
+pub use links::{Holders, Links, Wanters};
+pub use squall_priority::Priority;
+pub use state::{Client, Scheduler};
+pub use stealing::{Stealing, WorkerTaskState};
 pub use stimuli::{heartbeat_interval, Finished, Outcome};
-pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, TaskState};
-pub use worker::{WorkerSpec, WorkerStatus};
+pub use story::LogEntry;
+pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState};
+pub use worker::{Worker, WorkerSpec, WorkerStatus};
 
 impl Scheduler {
     /// The retained transitions of `key`, oldest first.
-    pub fn story(&self, key: &Key) -> Vec<story::LogEntry> {
+    pub fn story(&self, key: &Key) -> Vec<LogEntry> {
         self.log.story(key, &self.tasks)
     }
 }

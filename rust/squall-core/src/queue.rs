@@ -7,7 +7,7 @@
 //! `is_live`) and dropped when it reaches the front, or by compaction.
 
 use crate::ids::TaskId;
-use crate::priority::Priority;
+use squall_priority::Priority;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 

@@ -120,8 +120,12 @@ pub struct Scheduler {
     pub(crate) last_fifo_time: f64,
     /// Number of `_add_to_processing` calls ever (round-robin cursor).
     pub(crate) n_processing_assignments: u64,
-    /// Global counter behind run ids and queue sequences.
-    pub(crate) counter: u64,
+    /// Last run id handed out (one per compute-task).
+    pub(crate) last_run_id: u64,
+    /// Last place in line handed out (queued and no-worker tasks).
+    pub(crate) last_queue_seq: u64,
+    /// Last group uid handed out (tells a reused group slot from its predecessor).
+    pub(crate) last_group_uid: u64,
     pub(crate) stimulus_counter: u64,
     pub(crate) now: f64,
     pub(crate) no_workers_since: Option<f64>,
@@ -180,7 +184,9 @@ impl Scheduler {
             generation: 0.0,
             last_fifo_time: 0.0,
             n_processing_assignments: 0,
-            counter: 0,
+            last_run_id: 0,
+            last_queue_seq: 0,
+            last_group_uid: 0,
             stimulus_counter: 0,
             now: 0.0,
             no_workers_since: None,
@@ -399,7 +405,8 @@ impl Scheduler {
             return g;
         }
         let prefix = self.prefix_for(&key_split(key));
-        let uid = self.next_counter();
+        self.last_group_uid += 1;
+        let uid = self.last_group_uid;
         let group = TaskGroup::new(name.clone().into_owned(), prefix, uid);
         let g = match self.free_groups.pop() {
             Some(g) => {
@@ -445,14 +452,6 @@ impl Scheduler {
     #[inline]
     pub(crate) fn prefix_of(&self, t: TaskId) -> PrefixId {
         self.group(self.task(t).group).prefix
-    }
-
-    pub fn group_by_name(&self, name: &str) -> Option<&TaskGroup> {
-        self.group_index.get(name).map(|&g| self.group(g))
-    }
-
-    pub fn prefix_by_name(&self, name: &str) -> Option<&TaskPrefix> {
-        self.prefix_index.get(name).map(|&p| self.prefix(p))
     }
 
     // ----- workers and clients -----------------------------------------------------
@@ -553,9 +552,16 @@ impl Scheduler {
     // ----- counters and outputs ----------------------------------------------------
 
     #[inline]
-    pub(crate) fn next_counter(&mut self) -> u64 {
-        self.counter += 1;
-        self.counter
+    pub(crate) fn next_run_id(&mut self) -> u64 {
+        self.last_run_id += 1;
+        self.last_run_id
+    }
+
+    /// Sequences start at 1: 0 marks a task in no line.
+    #[inline]
+    pub(crate) fn next_queue_seq(&mut self) -> u64 {
+        self.last_queue_seq += 1;
+        self.last_queue_seq
     }
 
     pub(crate) fn next_stimulus(&mut self, now: f64) -> u64 {
@@ -622,10 +628,6 @@ impl Scheduler {
         self.idle.iter().collect()
     }
 
-    pub fn saturated_workers(&self) -> Vec<WorkerId> {
-        self.saturated.iter().collect()
-    }
-
     /// The queued tasks, best first.
     pub fn queued_tasks(&self) -> Vec<TaskId> {
         let tasks = &self.tasks;
@@ -668,7 +670,7 @@ fn digit_stem(key: &Key) -> Option<&[u8]> {
 pub(crate) fn is_queued(tasks: &[Option<Task>], t: TaskId, seq: u64) -> bool {
     tasks[t.idx()]
         .as_ref()
-        .is_some_and(|ts| ts.state == TaskState::Queued && ts.run_id == seq)
+        .is_some_and(|ts| ts.state == TaskState::Queued && ts.queue_seq == seq)
 }
 
 #[cfg(test)]

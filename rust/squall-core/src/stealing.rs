@@ -5,6 +5,7 @@ use crate::commands::Command;
 use crate::error::{CoreError, CoreResult};
 use crate::ids::{PrefixId, TaskId, WorkerId};
 use crate::state::Scheduler;
+use crate::stimuli::{Slots, Stimulus};
 use crate::task::TaskState as S;
 use crate::worker::{IdIndexMap, IdIndexSet};
 
@@ -222,7 +223,7 @@ impl Scheduler {
     }
 
     /// One balance pass (§7.4).
-    pub(crate) fn balance(&mut self, _stim: u64) {
+    pub(crate) fn balance(&mut self) {
         let mut snapshot = vec![0.0; self.workers.len()];
         for w in self.worker_ids().collect::<Vec<_>>() {
             snapshot[w.idx()] = self.occupancy(w);
@@ -414,31 +415,41 @@ impl Scheduler {
                 "steal-response with unexpected worker state {state:?}"
             )));
         }
-        let stim = self.next_stimulus(now);
+        Ok(self.stimulus(now, |s, st| {
+            (s.steal_response_in(t, state, st), Slots::Unchanged)
+        }))
+    }
+
+    fn steal_response_in(
+        &mut self,
+        t: TaskId,
+        state: Option<WorkerTaskState>,
+        st: &mut Stimulus,
+    ) -> bool {
+        use WorkerTaskState as W;
         let d = self.remove_from_in_flight(t).expect("checked in flight");
         let (thief, victim) = (d.thief, d.victim);
-        let reschedule = |s: &mut Scheduler| {
+        let reschedule = |s: &mut Scheduler, st: &mut Stimulus| {
             if s.task(t).state == S::Processing && s.task(t).processing_on == Some(victim) {
-                let mut recs = s.new_recs();
-                recs.insert(t, S::Released);
-                s.transitions(recs, stim);
+                st.recs.insert(t, S::Released);
+                s.settle(st);
             }
         };
         let moved = match state {
             None | Some(W::Released) => {
-                reschedule(self);
+                reschedule(self, st);
                 true
             }
             Some(W::Ready | W::Constrained | W::Waiting) => {
                 if !self.is_registered(thief)
                     || self.worker(thief).status != crate::worker::WorkerStatus::Running
                 {
-                    reschedule(self);
+                    reschedule(self, st);
                 } else if self.task(t).processing_on == Some(victim) && self.is_registered(victim) {
                     self.move_processing(t, victim, thief);
                     self.stealing.moves += 1;
                 } else {
-                    reschedule(self);
+                    reschedule(self, st);
                 }
                 true
             }
@@ -449,8 +460,7 @@ impl Scheduler {
                 self.check_idle_saturated(w, None);
             }
         }
-        self.after_stimulus();
-        Ok(moved)
+        moved
     }
 
     /// Moves a processing task from victim to thief and dispatches it there afresh.
@@ -460,7 +470,7 @@ impl Scheduler {
         self.attach_to_worker(t, thief);
         self.tm(t).processing_on = Some(thief);
         self.put_key_in_stealable(t);
-        let run_id = self.next_counter();
+        let run_id = self.next_run_id();
         self.tm(t).run_id = run_id;
         self.emit(Command::ComputeTask {
             worker: thief,

@@ -58,6 +58,24 @@ pub fn heartbeat_interval(n: usize) -> f64 {
     }
 }
 
+/// A stimulus being handled: its id (for the transition log) and the recommendations
+/// its handler makes, settled by [`Scheduler::stimulus`] once the handler returns.
+pub(crate) struct Stimulus {
+    pub(crate) id: u64,
+    pub(crate) recs: Recs,
+}
+
+/// Whether a stimulus may have freed processing slots, which queued tasks then take.
+/// Every handler must say (it is part of its return type): a forgotten refill would
+/// leave queued tasks waiting beside idle threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slots {
+    /// Refill them from the queue (`stimulus_queue_slots_maybe_opened`, §3.3).
+    MayHaveOpened,
+    /// No refill: as in Dask, which refills only after the stimuli that free slots.
+    Unchanged,
+}
+
 impl Scheduler {
     fn check_worker(&self, w: WorkerId) -> CoreResult<()> {
         if self.is_registered(w) {
@@ -74,18 +92,41 @@ impl Scheduler {
         }
     }
 
-    /// Work that follows most stimuli: re-fill queuing slots, then check invariants in tests.
-    pub(crate) fn after_stimulus_with_queue(&mut self, stim: u64) {
-        self.queue_slots_maybe_opened(stim);
-        self.after_stimulus();
-    }
-
-    pub(crate) fn after_stimulus(&mut self) {
+    /// The one way in for an event. The handler runs with a fresh stimulus id and an
+    /// empty set of recommendations; afterwards the same epilogue always follows: the
+    /// recommendations run to their fixpoint, queuing slots are refilled if the handler
+    /// says they may have opened, and tests check the invariants. Generic over the
+    /// handler so that it inlines: no allocation or indirection per stimulus.
+    #[inline]
+    pub(crate) fn stimulus<R>(
+        &mut self,
+        now: f64,
+        handler: impl FnOnce(&mut Self, &mut Stimulus) -> (R, Slots),
+    ) -> R {
+        let id = self.next_stimulus(now);
+        let mut st = Stimulus {
+            id,
+            recs: self.new_recs(),
+        };
+        let (result, slots) = handler(self, &mut st);
+        self.transitions(st.recs, id);
+        if slots == Slots::MayHaveOpened {
+            self.queue_slots_maybe_opened(id);
+        }
         if self.config.validate {
             if let Err(e) = self.validate() {
                 panic!("scheduler invariant violated: {e}");
             }
         }
+        result
+    }
+
+    /// Runs the stimulus's recommendations so far to their fixpoint, for handlers with
+    /// work that must see the settled state.
+    pub(crate) fn settle(&mut self, st: &mut Stimulus) {
+        let recs = std::mem::take(&mut st.recs);
+        self.transitions(recs, st.id);
+        st.recs = self.new_recs();
     }
 
     /// `stimulus_queue_slots_maybe_opened` (§3.3).
@@ -128,19 +169,19 @@ impl Scheduler {
                 spec.address
             )));
         }
-        let stim = self.next_stimulus(now);
-        let w = WorkerId(self.workers.len() as u32);
-        self.total_nthreads += u64::from(spec.nthreads);
-        self.total_memory += spec.memory_limit;
-        self.worker_index.insert(spec.address.clone(), w);
-        self.workers
-            .push(Some(Worker::new(spec, now, self.config.bandwidth)));
-        self.rerank_workers();
-        self.worker_became_running(w, stim);
-        Ok(w)
+        Ok(self.stimulus(now, |s, st| {
+            let w = WorkerId(s.workers.len() as u32);
+            s.total_nthreads += u64::from(spec.nthreads);
+            s.total_memory += spec.memory_limit;
+            s.worker_index.insert(spec.address.clone(), w);
+            s.workers
+                .push(Some(Worker::new(spec, now, s.config.bandwidth)));
+            s.rerank_workers();
+            (w, s.worker_became_running(w, st))
+        }))
     }
 
-    fn worker_became_running(&mut self, w: WorkerId, stim: u64) {
+    fn worker_became_running(&mut self, w: WorkerId, st: &mut Stimulus) -> Slots {
         let rank = self.rank(w);
         self.running.insert(rank, w);
         self.check_idle_saturated(w, None);
@@ -155,13 +196,12 @@ impl Scheduler {
             }
         }
         runnable.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
-        let mut recs = self.new_recs();
         for t in runnable {
-            recs.insert(t, S::Processing);
+            st.recs.insert(t, S::Processing);
         }
-        self.transitions(recs, stim);
+        self.settle(st);
         self.refresh_no_workers_since();
-        self.after_stimulus_with_queue(stim);
+        Slots::MayHaveOpened
     }
 
     /// `worker-status-change`: running ⇄ paused / closing_gracefully.
@@ -177,33 +217,23 @@ impl Scheduler {
                 "use remove_worker to close a worker".into(),
             ));
         }
-        let stim = self.next_stimulus(now);
-        let old = self.worker(w).status;
-        self.wm(w).status = status;
-        if old == status {
-            return Ok(());
-        }
-        if status == WorkerStatus::Running {
-            self.worker_became_running(w, stim);
-        } else {
-            let rank = self.rank(w);
-            for set in [
-                &mut self.running,
-                &mut self.idle,
-                &mut self.idle_task_count,
-                &mut self.saturated,
-            ] {
-                set.remove(rank, w);
+        self.stimulus(now, |s, st| {
+            let old = s.worker(w).status;
+            s.wm(w).status = status;
+            if old == status {
+                return ((), Slots::Unchanged);
             }
-            self.after_stimulus();
-        }
+            if status == WorkerStatus::Running {
+                return ((), s.worker_became_running(w, st));
+            }
+            s.leave_worker_sets(w);
+            ((), Slots::Unchanged)
+        });
         Ok(())
     }
 
-    /// `remove_worker` (§8.1). `expected` (retirement) spares tasks a suspicious mark.
-    pub fn remove_worker(&mut self, w: WorkerId, expected: bool, now: f64) -> CoreResult<()> {
-        self.check_worker(w)?;
-        let stim = self.next_stimulus(now);
+    /// Takes `w` out of the sets of workers that may be given tasks.
+    fn leave_worker_sets(&mut self, w: WorkerId) {
         let rank = self.rank(w);
         for set in [
             &mut self.running,
@@ -213,6 +243,21 @@ impl Scheduler {
         ] {
             set.remove(rank, w);
         }
+    }
+
+    /// `remove_worker` (§8.1). `expected` (retirement) spares tasks a suspicious mark.
+    pub fn remove_worker(&mut self, w: WorkerId, expected: bool, now: f64) -> CoreResult<()> {
+        self.check_worker(w)?;
+        self.stimulus(now, |s, st| {
+            s.remove_worker_in(w, expected, st);
+            ((), Slots::Unchanged)
+        });
+        Ok(())
+    }
+
+    fn remove_worker_in(&mut self, w: WorkerId, expected: bool, st: &mut Stimulus) {
+        let stim = st.id;
+        self.leave_worker_sets(w);
         let (address, nthreads, memory) = {
             let ws = self.worker(w);
             (ws.address.clone(), ws.nthreads, ws.memory_limit)
@@ -223,7 +268,7 @@ impl Scheduler {
         self.wm(w).status = WorkerStatus::Closed;
         self.rerank_workers();
 
-        let mut recs = self.new_recs();
+        let recs = &mut st.recs;
         let allowed = self.config.allowed_failures;
         for t in self
             .worker(w)
@@ -258,7 +303,7 @@ impl Scheduler {
                         cause: Some(t),
                         error: Some(Arc::new(err)),
                     };
-                    self.transition(t, S::Erred, stim, &mut recs, args);
+                    self.transition(t, S::Erred, stim, recs, args);
                 }
             }
         }
@@ -277,7 +322,7 @@ impl Scheduler {
                 recs.insert(t, target);
             }
         }
-        self.transitions(recs, stim);
+        self.settle(st);
         self.refresh_no_workers_since();
         self.stealing_remove_worker(w);
         let others: Vec<WorkerId> = self.worker_ids().collect();
@@ -294,8 +339,6 @@ impl Scheduler {
         ws.needs_what = Default::default();
         ws.task_prefix_count = Default::default();
         ws.actors = Default::default();
-        self.after_stimulus();
-        Ok(())
     }
 
     /// A heartbeat: liveness, bandwidth learning and running times (§2.4).
@@ -338,35 +381,41 @@ impl Scheduler {
         self.check_worker(w)?;
         let t = report.task;
         self.check_task(t)?;
-        let stim = self.next_stimulus(now);
+        self.stimulus(now, |s, st| s.task_finished_in(w, report, st))
+    }
+
+    fn task_finished_in(
+        &mut self,
+        w: WorkerId,
+        report: Finished,
+        st: &mut Stimulus,
+    ) -> (CoreResult<Outcome>, Slots) {
+        let t = report.task;
         let ts = self.task(t);
         if ts.run_id != report.run_id {
             if ts.state == S::Processing && ts.processing_on == Some(w) {
-                let mut recs = self.new_recs();
-                recs.insert(t, S::Released);
-                self.transitions(recs, stim);
-                self.after_stimulus_with_queue(stim);
-                return Ok(Outcome::Applied);
+                st.recs.insert(t, S::Released);
+                return (Ok(Outcome::Applied), Slots::MayHaveOpened);
             }
-            return Err(CoreError::StaleRunId {
+            let stale = CoreError::StaleRunId {
                 key: ts.key.clone(),
                 got: report.run_id,
                 current: ts.run_id,
-            });
+            };
+            return (Err(stale), Slots::Unchanged);
         }
         match ts.state {
             S::Forgotten | S::Released | S::Queued | S::NoWorker | S::Erred => {
                 self.emit(Command::FreeKeys { worker: w, task: t });
-                Ok(Outcome::Ignored)
+                (Ok(Outcome::Ignored), Slots::Unchanged)
             }
             S::Memory => {
-                self.add_keys(w, &[t], now)?;
-                Ok(Outcome::Applied)
+                self.add_replicas_in(w, &[t]);
+                (Ok(Outcome::Applied), Slots::Unchanged)
             }
             // The race of row 5: its dependency was lost meanwhile; the cancel is on its way.
-            S::Waiting => Ok(Outcome::Ignored),
+            S::Waiting => (Ok(Outcome::Ignored), Slots::Unchanged),
             S::Processing => {
-                let mut recs = self.new_recs();
                 let args = Args::Finished {
                     worker: w,
                     nbytes: report.nbytes,
@@ -374,30 +423,27 @@ impl Scheduler {
                     compute: report.compute,
                     startstops: report.startstops,
                 };
-                self.transition(t, S::Memory, stim, &mut recs, args);
-                self.transitions(recs, stim);
-                self.after_stimulus_with_queue(stim);
-                Ok(Outcome::Applied)
+                self.transition(t, S::Memory, st.id, &mut st.recs, args);
+                (Ok(Outcome::Applied), Slots::MayHaveOpened)
             }
         }
     }
 
-    /// Many `task-finished` reports from one worker, handled one after another as Dask
-    /// would; stale reports are skipped and their indices returned.
+    /// A batch of (reporting worker, `task-finished`) reports, each its own stimulus,
+    /// handled one after another as Dask would; the indices of the rejected ones (stale,
+    /// or naming an unknown worker or task) are returned.
     pub fn tasks_finished(
         &mut self,
-        w: WorkerId,
-        reports: Vec<Finished>,
+        reports: impl IntoIterator<Item = (WorkerId, Finished)>,
         now: f64,
-    ) -> CoreResult<Vec<usize>> {
-        self.check_worker(w)?;
+    ) -> Vec<usize> {
         let mut rejected = Vec::new();
-        for (i, r) in reports.into_iter().enumerate() {
+        for (i, (w, r)) in reports.into_iter().enumerate() {
             if self.task_finished(w, r, now).is_err() {
                 rejected.push(i);
             }
         }
-        Ok(rejected)
+        rejected
     }
 
     /// `task-erred` (§8.3).
@@ -411,36 +457,35 @@ impl Scheduler {
     ) -> CoreResult<Outcome> {
         self.check_worker(w)?;
         self.check_task(t)?;
-        let stim = self.next_stimulus(now);
-        let ts = self.task(t);
-        if ts.state != S::Processing {
-            return Ok(Outcome::Ignored);
-        }
-        if ts.run_id != run_id && ts.processing_on != Some(w) {
-            return Err(CoreError::StaleRunId {
-                key: ts.key.clone(),
-                got: run_id,
-                current: ts.run_id,
-            });
-        }
-        let (stale, retries) = (ts.run_id != run_id, ts.retries());
-        let mut recs = self.new_recs();
-        if stale {
-            recs.insert(t, S::Released);
-        } else if retries > 0 {
-            self.tm(t).extra_mut().retries -= 1;
-            self.transition(t, S::Waiting, stim, &mut recs, Args::None);
-        } else {
-            let args = Args::Erred {
-                worker: Some(w),
-                cause: Some(t),
-                error: Some(Arc::new(error)),
-            };
-            self.transition(t, S::Erred, stim, &mut recs, args);
-        }
-        self.transitions(recs, stim);
-        self.after_stimulus_with_queue(stim);
-        Ok(Outcome::Applied)
+        self.stimulus(now, |s, st| {
+            let ts = s.task(t);
+            if ts.state != S::Processing {
+                return (Ok(Outcome::Ignored), Slots::Unchanged);
+            }
+            if ts.run_id != run_id && ts.processing_on != Some(w) {
+                let stale = CoreError::StaleRunId {
+                    key: ts.key.clone(),
+                    got: run_id,
+                    current: ts.run_id,
+                };
+                return (Err(stale), Slots::Unchanged);
+            }
+            let (stale, retries) = (ts.run_id != run_id, ts.retries());
+            if stale {
+                st.recs.insert(t, S::Released);
+            } else if retries > 0 {
+                s.tm(t).extra_mut().retries -= 1;
+                s.transition(t, S::Waiting, st.id, &mut st.recs, Args::None);
+            } else {
+                let args = Args::Erred {
+                    worker: Some(w),
+                    cause: Some(t),
+                    error: Some(Arc::new(error)),
+                };
+                s.transition(t, S::Erred, st.id, &mut st.recs, args);
+            }
+            (Ok(Outcome::Applied), Slots::MayHaveOpened)
+        })
     }
 
     /// `long-running`: the task seceded from its worker's thread pool (§4.3).
@@ -462,20 +507,21 @@ impl Scheduler {
         {
             return Ok(Outcome::Ignored);
         }
-        let stim = self.next_stimulus(now);
-        self.stealing_remove_key(t);
-        let p = self.prefix_of(t);
-        let pf = &mut self.prefixes[p.idx()];
-        pf.duration_average = if pf.duration_average < 0.0 {
-            compute_duration
-        } else {
-            (pf.duration_average + compute_duration) / 2.0
-        };
-        self.tm(t).set_flag(F_LONG_RUNNING, true);
-        self.wm(w).long_running.insert(t);
-        self.dec_prefix_count(w, p);
-        self.check_idle_saturated(w, None);
-        self.after_stimulus_with_queue(stim);
+        self.stimulus(now, |s, _| {
+            s.stealing_remove_key(t);
+            let p = s.prefix_of(t);
+            let pf = &mut s.prefixes[p.idx()];
+            pf.duration_average = if pf.duration_average < 0.0 {
+                compute_duration
+            } else {
+                (pf.duration_average + compute_duration) / 2.0
+            };
+            s.tm(t).set_flag(F_LONG_RUNNING, true);
+            s.wm(w).long_running.insert(t);
+            s.dec_prefix_count(w, p);
+            s.check_idle_saturated(w, None);
+            ((), Slots::MayHaveOpened)
+        });
         Ok(Outcome::Applied)
     }
 
@@ -487,11 +533,10 @@ impl Scheduler {
         if ts.state != S::Processing || ts.processing_on != Some(w) {
             return Ok(Outcome::Ignored);
         }
-        let stim = self.next_stimulus(now);
-        let mut recs = self.new_recs();
-        recs.insert(t, S::Released);
-        self.transitions(recs, stim);
-        self.after_stimulus();
+        self.stimulus(now, |_, st| {
+            st.recs.insert(t, S::Released);
+            ((), Slots::Unchanged)
+        });
         Ok(Outcome::Applied)
     }
 
@@ -502,16 +547,27 @@ impl Scheduler {
         if !self.task(t).who_has.contains(w) {
             return Ok(Outcome::Ignored);
         }
-        let stim = self.next_stimulus(now);
-        self.remove_replica(t, w);
-        self.restore_needs(t, w);
-        if self.task(t).who_has.is_empty() {
-            let mut recs = self.new_recs();
-            recs.insert(t, S::Released);
-            self.transitions(recs, stim);
-        }
-        self.after_stimulus();
+        self.stimulus(now, |s, st| {
+            s.remove_replica(t, w);
+            s.restore_needs(t, w);
+            if s.task(t).who_has.is_empty() {
+                st.recs.insert(t, S::Released);
+            }
+            ((), Slots::Unchanged)
+        });
         Ok(Outcome::Applied)
+    }
+
+    /// `drop-replicas`: the worker no longer holds these fetched copies, one
+    /// `release-worker-data` stimulus per key. Keys it was not counted for, or unknown
+    /// ones, are ignored.
+    pub fn drop_replicas(&mut self, w: WorkerId, keys: &[Key], now: f64) -> CoreResult<()> {
+        for k in keys {
+            if let Some(t) = self.lookup(k) {
+                self.release_worker_data(w, t, now)?;
+            }
+        }
+        Ok(())
     }
 
     /// `w` lost its copy of `t`: tasks processing there that depend on `t` must fetch
@@ -539,7 +595,14 @@ impl Scheduler {
     /// `add-keys`: the worker holds these results (e.g. after fetching them).
     pub fn add_keys(&mut self, w: WorkerId, tasks: &[TaskId], now: f64) -> CoreResult<()> {
         self.check_worker(w)?;
-        self.now = self.now.max(now);
+        self.stimulus(now, |s, _| {
+            s.add_replicas_in(w, tasks);
+            ((), Slots::Unchanged)
+        });
+        Ok(())
+    }
+
+    fn add_replicas_in(&mut self, w: WorkerId, tasks: &[TaskId]) {
         for &t in tasks {
             match self.get_task(t) {
                 Some(ts) if ts.state == S::Memory => self.add_replica(t, w),
@@ -547,21 +610,12 @@ impl Scheduler {
                 None => {}
             }
         }
-        self.after_stimulus();
-        Ok(())
     }
 
-    /// `request-refresh-who-has`: who holds these keys now? Unknown keys are freed.
-    pub fn request_refresh_who_has(&mut self, w: WorkerId, keys: &[Key]) -> CoreResult<Vec<Key>> {
-        self.check_worker(w)?;
-        let mut unknown = Vec::new();
-        for k in keys {
-            match self.lookup(k) {
-                Some(t) => self.emit(Command::RefreshWhoHas { worker: w, task: t }),
-                None => unknown.push(k.clone()),
-            }
-        }
-        Ok(unknown)
+    /// `add-replicas`: [`Self::add_keys`] by key; unknown keys are ignored.
+    pub fn add_replicas(&mut self, w: WorkerId, keys: &[Key], now: f64) -> CoreResult<()> {
+        let tasks: Vec<TaskId> = keys.iter().filter_map(|k| self.lookup(k)).collect();
+        self.add_keys(w, &tasks, now)
     }
 
     // ----- clients -----------------------------------------------------------------
@@ -587,23 +641,24 @@ impl Scheduler {
     pub fn client_desires_keys(&mut self, c: ClientId, keys: &[Key], now: f64) -> CoreResult<()> {
         self.check_client(c)?;
         let tasks = self.resolve_keys(keys)?;
-        self.next_stimulus(now);
-        for t in tasks {
-            self.add_want(t, c);
-            match self.state_of(t) {
-                S::Memory => self.emit(Command::KeyInMemory { client: c, task: t }),
-                S::Erred => {
-                    let blame = self.task(t).exception_blame().unwrap_or(t);
-                    self.emit(Command::TaskErred {
-                        client: c,
-                        task: t,
-                        blame,
-                    })
+        self.stimulus(now, |s, _| {
+            for t in tasks {
+                s.add_want(t, c);
+                match s.state_of(t) {
+                    S::Memory => s.emit(Command::KeyInMemory { client: c, task: t }),
+                    S::Erred => {
+                        let blame = s.task(t).exception_blame().unwrap_or(t);
+                        s.emit(Command::TaskErred {
+                            client: c,
+                            task: t,
+                            blame,
+                        })
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        self.after_stimulus();
+            ((), Slots::Unchanged)
+        });
         Ok(())
     }
 
@@ -623,11 +678,10 @@ impl Scheduler {
         now: f64,
     ) -> CoreResult<()> {
         self.check_client(c)?;
-        let stim = self.next_stimulus(now);
-        let mut recs = self.new_recs();
-        self.client_releases_keys_into(tasks, c, &mut recs);
-        self.transitions(recs, stim);
-        self.after_stimulus_with_queue(stim);
+        self.stimulus(now, |s, st| {
+            s.client_releases_keys_into(tasks, c, &mut st.recs);
+            ((), Slots::MayHaveOpened)
+        });
         Ok(())
     }
 
@@ -641,16 +695,18 @@ impl Scheduler {
         now: f64,
     ) -> CoreResult<()> {
         self.check_client(c)?;
-        let stim = self.next_stimulus(now);
-        let tasks: Vec<TaskId> = keys.iter().filter_map(|k| self.lookup(k)).collect();
-        for t in tasks {
-            self.cancel_task(t, c, force, stim);
-        }
-        self.after_stimulus_with_queue(stim);
+        self.stimulus(now, |s, st| {
+            let tasks: Vec<TaskId> = keys.iter().filter_map(|k| s.lookup(k)).collect();
+            for t in tasks {
+                s.cancel_task(t, c, force, st);
+            }
+            ((), Slots::MayHaveOpened)
+        });
         Ok(())
     }
 
-    fn cancel_task(&mut self, t: TaskId, c: ClientId, force: bool, stim: u64) {
+    /// Cancels `t` (dependents first), settling each task's release before the next.
+    fn cancel_task(&mut self, t: TaskId, c: ClientId, force: bool, st: &mut Stimulus) {
         let Some(ts) = self.get_task(t) else { return };
         if ts.who_wants.is_empty() {
             return;
@@ -658,7 +714,7 @@ impl Scheduler {
         let only_this = ts.who_wants.len() == 1 && ts.who_wants.contains(c);
         if force || only_this {
             for d in ts.dependents.to_vec() {
-                self.cancel_task(d, c, force, stim);
+                self.cancel_task(d, c, force, st);
             }
             if let Some(ts) = self.get_task(t) {
                 for cl in ts.who_wants.to_vec() {
@@ -676,17 +732,23 @@ impl Scheduler {
         } else {
             smallvec::smallvec![c]
         };
-        let mut recs = self.new_recs();
         for cl in clients {
-            self.client_releases_keys_into(&[t], cl, &mut recs);
+            self.client_releases_keys_into(&[t], cl, &mut st.recs);
         }
-        self.transitions(recs, stim);
+        self.settle(st);
     }
 
     /// `retry`: re-run erred keys from their first erred ancestors.
     pub fn retry(&mut self, keys: &[Key], now: f64) -> CoreResult<()> {
         let tasks = self.resolve_keys(keys)?;
-        let stim = self.next_stimulus(now);
+        self.stimulus(now, |s, st| {
+            s.retry_in(tasks, st);
+            ((), Slots::Unchanged)
+        });
+        Ok(())
+    }
+
+    fn retry_in(&mut self, tasks: Vec<TaskId>, st: &mut Stimulus) {
         let mut stack = tasks;
         let mut seen = rustc_hash::FxHashSet::default();
         let mut roots: Vec<TaskId> = Vec::new();
@@ -706,15 +768,11 @@ impl Scheduler {
                 stack.extend(erred);
             }
         }
-        let mut recs = self.new_recs();
         for t in roots {
             if self.state_of(t) == S::Erred {
-                recs.insert(t, S::Waiting);
+                st.recs.insert(t, S::Waiting);
             }
         }
-        self.transitions(recs, stim);
-        self.after_stimulus();
-        Ok(())
     }
 
     /// A client disconnected: release everything it wanted.
@@ -762,45 +820,46 @@ impl Scheduler {
                 }
             }
         }
-        self.next_stimulus(now);
-        let mut out = Vec::with_capacity(items.len());
-        for (k, nbytes) in items {
-            let t = match self.lookup(k) {
-                Some(t) => t,
-                None => {
-                    let t = self.create_task(k.clone(), None);
-                    self.set_state(t, S::Memory);
-                    t
+        Ok(self.stimulus(now, |s, _| {
+            let mut out = Vec::with_capacity(items.len());
+            for (k, nbytes) in items {
+                let t = match s.lookup(k) {
+                    Some(t) => t,
+                    None => {
+                        let t = s.create_task(k.clone(), None);
+                        s.set_state(t, S::Memory);
+                        t
+                    }
+                };
+                if *nbytes >= 0 {
+                    s.set_nbytes(t, *nbytes);
                 }
-            };
-            if *nbytes >= 0 {
-                self.set_nbytes(t, *nbytes);
+                for &w in workers {
+                    s.add_replica(t, w);
+                }
+                s.add_want(t, c);
+                s.emit(Command::KeyInMemory { client: c, task: t });
+                out.push(t);
             }
-            for &w in workers {
-                self.add_replica(t, w);
-            }
-            self.add_want(t, c);
-            self.emit(Command::KeyInMemory { client: c, task: t });
-            out.push(t);
-        }
-        self.after_stimulus();
-        Ok(out)
+            (out, Slots::Unchanged)
+        }))
     }
 
     // ----- time-driven work -------------------------------------------------------------
 
     /// Periodic work: work stealing, no-worker timeouts, worker TTL (§7.1, §8.4, §2.4).
     pub fn tick(&mut self, now: f64) {
-        let stim = self.next_stimulus(now);
-        // A driver ticking once per interval must not miss passes to float rounding.
-        let due = now - self.stealing.last_balance >= self.config.work_stealing_interval - 1e-9;
-        if self.config.work_stealing && due {
-            self.stealing.last_balance = now;
-            self.balance(stim);
-        }
-        self.check_no_workers(now, stim);
-        self.check_worker_ttl(now);
-        self.after_stimulus();
+        self.stimulus(now, |s, st| {
+            // A driver ticking once per interval must not miss passes to float rounding.
+            let due = now - s.stealing.last_balance >= s.config.work_stealing_interval - 1e-9;
+            if s.config.work_stealing && due {
+                s.stealing.last_balance = now;
+                s.balance();
+            }
+            s.check_no_workers(now, st);
+            s.check_worker_ttl(now);
+            ((), Slots::Unchanged)
+        })
     }
 
     pub(crate) fn refresh_no_workers_since(&mut self) {
@@ -811,7 +870,7 @@ impl Scheduler {
         }
     }
 
-    fn check_no_workers(&mut self, now: f64, stim: u64) {
+    fn check_no_workers(&mut self, now: f64, st: &mut Stimulus) {
         let Some(timeout) = self.config.no_workers_timeout else {
             return;
         };
@@ -834,7 +893,6 @@ impl Scheduler {
                     .map(|t| (t, ErrorKind::NoWorker)),
             );
         }
-        let mut recs: Recs = self.new_recs();
         for (t, kind) in expired {
             if self.get_task(t).is_none() || !matches!(self.state_of(t), S::NoWorker | S::Queued) {
                 continue;
@@ -860,9 +918,9 @@ impl Scheduler {
                 cause: Some(t),
                 error: Some(Arc::new(err)),
             };
-            self.transition(t, S::Erred, stim, &mut recs, args);
+            self.transition(t, S::Erred, st.id, &mut st.recs, args);
         }
-        self.transitions(recs, stim);
+        self.settle(st);
     }
 
     fn check_worker_ttl(&mut self, now: f64) {

@@ -4,7 +4,7 @@ use crate::ids::{GroupId, TaskId, WorkerId};
 use crate::idset::IdSet;
 use crate::key::Key;
 use crate::links::{Holders, Wanters};
-use crate::priority::Priority;
+use squall_priority::Priority;
 use std::sync::Arc;
 
 /// The 8 scheduler task states (reference §1.1).
@@ -137,8 +137,13 @@ pub struct Task {
     pub run_spec: Option<RunSpec>,
     /// Result size in bytes, −1 while unknown.
     pub nbytes: i64,
-    /// Fresh for every compute-task (and reused as queue sequence while queued).
+    /// The current run: fresh for every compute-task, so a worker's report of an
+    /// earlier run is recognised as stale.
     pub run_id: u64,
+    /// Place in line while queued or no-worker (ties of equal priority go first come,
+    /// first served). Not the run id: a run is a dispatch to a worker and a place in
+    /// line is not, and sharing one counter tied the two together (docs/core.md).
+    pub queue_seq: u64,
     pub extra: Option<Box<TaskExtra>>,
     pub group: GroupId,
     pub processing_on: Option<WorkerId>,
@@ -163,6 +168,7 @@ impl Task {
             run_spec,
             nbytes: -1,
             run_id: 0,
+            queue_seq: 0,
             extra: None,
             group,
             processing_on: None,
@@ -238,6 +244,6 @@ mod tests {
     fn task_stays_compact() {
         // Budget: ≤ 300 bytes per live task including key, table and arena overhead.
         let size = std::mem::size_of::<super::Task>();
-        assert!(size <= 216, "Task grew to {size} bytes");
+        assert!(size <= 224, "Task grew to {size} bytes");
     }
 }

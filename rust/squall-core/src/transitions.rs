@@ -30,34 +30,6 @@ pub(crate) enum Args {
     },
 }
 
-fn is_direct(start: S, finish: S) -> bool {
-    use S::*;
-    matches!(
-        (start, finish),
-        (Released, Waiting)
-            | (Waiting, Processing)
-            | (Waiting, Queued)
-            | (Waiting, NoWorker)
-            | (Waiting, Memory)
-            | (Queued, Processing)
-            | (Queued, Released)
-            | (Queued, Erred)
-            | (NoWorker, Processing)
-            | (NoWorker, Released)
-            | (NoWorker, Erred)
-            | (Processing, Memory)
-            | (Processing, Released)
-            | (Processing, Erred)
-            | (Memory, Released)
-            | (Memory, Erred)
-            | (Memory, Forgotten)
-            | (Released, Forgotten)
-            | (Released, Erred)
-            | (Erred, Released)
-            | (Waiting, Released)
-    )
-}
-
 impl Scheduler {
     /// Empty recommendations, reusing a position index from an earlier fixpoint.
     pub(crate) fn new_recs(&mut self) -> Recs {
@@ -128,19 +100,21 @@ impl Scheduler {
             return;
         }
         self.transition_counter += 1;
-        if is_direct(start, finish) {
-            self.direct(t, start, finish, stim, recs, args);
-        } else if start != S::Released && finish != S::Released {
-            self.direct(t, start, S::Released, stim, recs, args);
+        if let Err(args) = self.direct(t, start, finish, stim, recs, args) {
+            // The two-hop rule: through released, which every live state can reach.
+            if start == S::Released || finish == S::Released {
+                debug_assert!(false, "impossible transition {start:?} -> {finish:?}");
+                return;
+            }
+            let hop = self.direct(t, start, S::Released, stim, recs, args);
+            debug_assert!(hop.is_ok(), "{start:?} -> released is direct");
             if self.task(t).state == S::Released {
                 let v = recs.get(&t).copied().unwrap_or(finish);
-                if v != S::Released && is_direct(S::Released, v) {
-                    self.direct(t, S::Released, v, stim, recs, Args::None);
+                if v != S::Released {
+                    // Not direct (e.g. released -> processing): left to the recommendation.
+                    let _ = self.direct(t, S::Released, v, stim, recs, Args::None);
                 }
             }
-        } else {
-            debug_assert!(false, "impossible transition {start:?} -> {finish:?}");
-            return;
         }
         let actual = self.tasks[t.idx()]
             .as_ref()
@@ -151,7 +125,17 @@ impl Scheduler {
         self.stealing_on_transition(t, start, actual);
     }
 
-    fn direct(&mut self, t: TaskId, start: S, finish: S, stim: u64, recs: &mut Recs, args: Args) {
+    /// The direct transitions of §1.2: this match is their only list. `Err` hands the
+    /// arguments back when `start -> finish` is not one of them, having changed nothing.
+    fn direct(
+        &mut self,
+        t: TaskId,
+        start: S,
+        finish: S,
+        stim: u64,
+        recs: &mut Recs,
+        args: Args,
+    ) -> Result<(), Args> {
         use S::*;
         match (start, finish) {
             (Released, Waiting) => self.released_waiting(t, recs),
@@ -220,8 +204,9 @@ impl Scheduler {
             (Released, Erred) => self.released_erred(t, recs),
             (Erred, Released) => self.erred_released(t, recs),
             (Waiting, Released) => self.waiting_released(t, recs),
-            _ => unreachable!("checked by is_direct"),
+            _ => return Err(args),
         }
+        Ok(())
     }
 
     // ----- into waiting / processing ----------------------------------------------
@@ -310,16 +295,17 @@ impl Scheduler {
 
     fn enter_queued(&mut self, t: TaskId) {
         self.set_state(t, S::Queued);
-        let seq = self.next_counter();
+        let seq = self.next_queue_seq();
         let ts = self.tm(t);
-        ts.run_id = seq;
+        ts.queue_seq = seq;
         let p = ts.priority;
         self.queued.insert(p, seq, t);
     }
 
     fn leave_queued(&mut self, t: TaskId) {
-        // Invalidate the entry first: the queue recognises live entries by run id.
-        self.tm(t).run_id = self.next_counter();
+        // Invalidate the entry first: the queue recognises live entries by sequence, and
+        // no entry has sequence 0.
+        self.tm(t).queue_seq = 0;
         let tasks = &self.tasks;
         self.queued
             .remove(|t, seq| crate::state::is_queued(tasks, t, seq));
@@ -327,14 +313,14 @@ impl Scheduler {
 
     fn enter_no_worker(&mut self, t: TaskId) {
         self.set_state(t, S::NoWorker);
-        let seq = self.next_counter();
-        self.tm(t).run_id = seq;
+        let seq = self.next_queue_seq();
+        self.tm(t).queue_seq = seq;
         let now = self.now;
         self.unrunnable.insert(seq, (t, now));
     }
 
     fn leave_no_worker(&mut self, t: TaskId) {
-        let seq = self.task(t).run_id;
+        let seq = self.task(t).queue_seq;
         self.unrunnable.remove(&seq);
     }
 
@@ -447,7 +433,7 @@ impl Scheduler {
             self.transition(t, S::Erred, stim, recs, args);
             return;
         }
-        let run_id = self.next_counter();
+        let run_id = self.next_run_id();
         self.tm(t).run_id = run_id;
         self.emit(Command::ComputeTask {
             worker: w,

@@ -65,10 +65,11 @@ impl Scheduler {
             self.queued_tasks().len(),
             self.queued.len()
         );
-        for &(t, _) in self.unrunnable.values() {
+        for (&seq, &(t, _)) in &self.unrunnable {
             ensure!(
-                self.get_task(t).is_some_and(|ts| ts.state == S::NoWorker),
-                "unrunnable holds a task that is not no-worker"
+                self.get_task(t)
+                    .is_some_and(|ts| ts.state == S::NoWorker && ts.queue_seq == seq),
+                "unrunnable holds a task that is not no-worker under that sequence"
             );
         }
         let mut prefix_total: FxHashMap<PrefixId, u64> = FxHashMap::default();

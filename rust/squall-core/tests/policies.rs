@@ -585,3 +585,33 @@ fn a_tick_every_interval_balances_every_time() {
     h.s.tick(4.1);
     assert!(h.s.stealing_stats().requests > 0);
 }
+
+/// A task's place in the queue is not a run: a late report of its last run, arriving
+/// while the task is queued again, is answered as for a released task (free-keys).
+#[test]
+fn a_late_report_of_a_requeued_task_is_ignored_and_its_result_freed() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    h.worker("tcp://b", 1);
+    let keys = many("root", 10);
+    h.submit_with(
+        &roots(&keys),
+        &strs(&keys),
+        TaskOptions::default(),
+        GraphOrder::Sequential,
+    )
+    .unwrap();
+    let (_, t, run) = *h.running.iter().find(|r| r.0 == a).unwrap();
+    let now = h.tick_time(1.0);
+    h.s.worker_status_change(a, WorkerStatus::Paused, now)
+        .unwrap();
+    h.s.reschedule(a, t, now).unwrap();
+    h.drain();
+    assert_eq!(h.s.task(t).state, S::Queued, "b has no free slot");
+    h.clear_log();
+    let late =
+        h.s.task_finished(a, Finished::computed(t, run, 8, now, now), now);
+    assert_eq!(late, Ok(Outcome::Ignored));
+    h.drain();
+    assert_eq!(h.ops("free"), vec![format!("{}@tcp://a", h.name(t))]);
+}

@@ -398,9 +398,6 @@ fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
                 Command::RemoveReplicas { worker, task } => {
                     format!("remove-replicas {} @{}", k(task), a(worker))
                 }
-                Command::RefreshWhoHas { worker, task } => {
-                    format!("refresh {} @{}", k(task), a(worker))
-                }
                 Command::WorkerRemoved { worker, removed } => {
                     format!("worker-removed {} @{}", a(removed), a(worker))
                 }

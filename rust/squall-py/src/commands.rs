@@ -27,7 +27,6 @@ fn op_name(c: &Command) -> &'static str {
         Command::FreeKeys { .. } => "free-keys",
         Command::StealRequest { .. } => "steal-request",
         Command::RemoveReplicas { .. } => "remove-replicas",
-        Command::RefreshWhoHas { .. } => "refresh-who-has",
         Command::WorkerRemoved { .. } => "remove-worker",
         Command::KeyInMemory { .. } => "key-in-memory",
         Command::TaskErred { .. } => "task-erred",
@@ -47,9 +46,9 @@ fn fields(c: &Command) -> (u32, u32, u64) {
             task,
             run_id,
         } => (worker.0, task.0, run_id),
-        Command::FreeKeys { worker, task }
-        | Command::RemoveReplicas { worker, task }
-        | Command::RefreshWhoHas { worker, task } => (worker.0, task.0, 0),
+        Command::FreeKeys { worker, task } | Command::RemoveReplicas { worker, task } => {
+            (worker.0, task.0, 0)
+        }
         Command::StealRequest {
             worker,
             task,

@@ -1,8 +1,8 @@
 //! `heap_bytes()`: the live Rust heap of this module (the scheduler's own memory),
-//! counted by squall-core's counting allocator.
+//! counted by squall-bench's counting allocator.
 
 use pyo3::prelude::*;
-use squall_core::heap::{live_bytes, CountingAlloc};
+use squall_bench::heap::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;

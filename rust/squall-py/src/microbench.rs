@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use squall_core::microbench as mb;
+use squall_bench::microbench as mb;
 use squall_core::GraphOrder;
 
 #[pyfunction]

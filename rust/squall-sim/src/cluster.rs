@@ -68,6 +68,9 @@ pub struct SimOptions {
     pub transfer_latency: f64,
     /// One-way delay of every scheduler↔worker message, seconds.
     pub message_latency: f64,
+    /// Seconds a worker waits before giving back (`reschedule`) tasks whose dependency
+    /// no holder could provide (`squall.worker.missing-data-retry`).
+    pub missing_data_retry: f64,
     /// Virtual time after which the run stops, reported as incomplete.
     pub max_time: f64,
 }
@@ -78,6 +81,7 @@ impl Default for SimOptions {
             bandwidth: 100_000_000.0,
             transfer_latency: 0.001,
             message_latency: 0.0,
+            missing_data_retry: 0.25,
             max_time: 1.0e7,
         }
     }

@@ -28,13 +28,16 @@
 //!   only when the worker's free amounts suffice (Dask's "constrained").
 //! * A finished task's result is stored (its bytes count against the worker's memory)
 //!   and reported with task-finished and a compute startstop; a fetched dependency is
-//!   kept and announced with add-keys.
+//!   kept while a local task needs it, announced with add-replicas on arrival and with
+//!   drop-replicas when dropped.
 //! * free-keys drops data and cancels a task; a running one finishes but its result is
 //!   discarded (a new compute-task meanwhile resumes it, like Dask's "resumed").
 //! * steal-request: a waiting, ready or constrained task is dropped and that state is
 //!   answered; otherwise the current state (executing, memory, cancelled or none).
-//! * A failed fetch (the holder died) tries another holder, else asks the scheduler
-//!   with request-refresh-who-has.
+//! * A failed fetch (the holder died) tries another holder; with none, the tasks
+//!   waiting for it are given back with reschedule after
+//!   [`SimOptions::missing_data_retry`], unless a new compute-task re-sent them (its
+//!   holders are tried then).
 //! * Death: `remove_worker(expected = false)` at the moment of death; everything the
 //!   worker held, ran or was sending vanishes.
 //! * `tick` runs every `work_stealing_interval`; each worker heartbeats at the interval
@@ -50,10 +53,9 @@
 //!   the scheduler itself computes in zero time.
 //! * Memory: only results are counted (no task working memory, no spilling, no pausing);
 //!   `memory_limit` only arms the scheduler's memory guard.
-//! * Tasks always succeed, never secede (no long-running), never reschedule; durations
-//!   and result sizes are exact and fixed per task.
-//! * A fetched dependency that no local task needs any more on arrival is dropped
-//!   rather than kept; no Active Memory Manager runs.
+//! * Tasks always succeed and never secede (no long-running); durations and result
+//!   sizes are exact and fixed per task.
+//! * No Active Memory Manager runs.
 //! * Clients hold their futures forever (keys are never released), and a worker dies
 //!   without a grace period (no TTL wait).
 

@@ -1,5 +1,6 @@
 //! Messages between the scheduler and the simulated workers, and the translation of
-//! the core's drained [`Command`]s into them.
+//! the core's drained [`Command`]s into them: the ops the runtime's workers exchange
+//! with its scheduler (docs/runtime.md), one key or task per message.
 //!
 //! Messages name tasks by simulation index, never by core `TaskId`: a delayed message
 //! may arrive after the core recycled the id's slot, while keys (and so indices) are
@@ -25,7 +26,6 @@ pub(crate) enum ToWorker {
     FreeKeys(usize),
     StealRequest { task: usize, stimulus: u64 },
     RemoveReplica(usize),
-    RefreshWhoHas { task: usize, holders: Vec<usize> },
 }
 
 #[derive(Clone, Debug)]
@@ -36,13 +36,17 @@ pub(crate) enum ToScheduler {
         start: f64,
         stop: f64,
     },
-    AddKeys(usize),
+    /// add-replicas: a fetched copy is kept here.
+    AddReplicas(usize),
+    /// drop-replicas: a fetched copy is no longer needed here and was dropped.
+    DropReplicas(usize),
     StealResponse {
         task: usize,
         state: Option<WorkerTaskState>,
         stimulus: u64,
     },
-    RequestRefreshWhoHas(usize),
+    /// reschedule: a task whose dependency no holder could provide is given back.
+    Reschedule(usize),
 }
 
 /// What a drained command turns into.
@@ -114,13 +118,6 @@ pub(crate) fn translate(
                     ToWorker::RemoveReplica(idx(task)),
                 ));
             }
-            Command::RefreshWhoHas { worker, task } => out.push(Outgoing::Worker(
-                wk(worker),
-                ToWorker::RefreshWhoHas {
-                    task: idx(task),
-                    holders: holders(task),
-                },
-            )),
             Command::KeyInMemory { task, .. } => out.push(Outgoing::KeyInMemory(idx(task))),
             Command::TaskErred { task, .. } | Command::CancelledKeys { task, .. } => {
                 out.push(Outgoing::KeyFailed(idx(task)))

@@ -48,6 +48,8 @@ pub struct SimReport {
     pub n_steal_requests: u64,
     /// Keys run more than once.
     pub n_reexecuted: usize,
+    /// Tasks workers gave back (`reschedule`): no holder could provide a dependency.
+    pub n_given_back: u64,
     pub workers: Vec<WorkerReport>,
     /// Every run, in the order the runs ended.
     pub timeline: Vec<TimelineEntry>,

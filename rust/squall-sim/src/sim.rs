@@ -28,6 +28,11 @@ enum Event {
         worker: usize,
         exec: u64,
     },
+    /// missing-data-retry expired for these (task, run id) of a worker.
+    GiveBack {
+        worker: usize,
+        waiters: Vec<(usize, u64)>,
+    },
     TransferArrived(u64),
 }
 
@@ -63,6 +68,7 @@ pub struct Simulation {
     last_resolved: f64,
     runs_per_worker: Vec<u64>,
     runs_per_task: Vec<u32>,
+    n_given_back: u64,
     timeline: Vec<TimelineEntry>,
     completion: Vec<Option<f64>>,
     failed: FxIndexSet<usize>,
@@ -105,6 +111,7 @@ impl Simulation {
             undelivered_submissions: 0,
             last_resolved: 0.0,
             runs_per_task: Vec::new(),
+            n_given_back: 0,
             timeline: Vec::new(),
             completion: Vec::new(),
             failed: Default::default(),
@@ -265,6 +272,7 @@ impl Simulation {
             Event::ToScheduler(i, m) if self.workers[i].alive => self.scheduler_receives(i, m),
             Event::ToWorker(..) | Event::ToScheduler(..) => {}
             Event::RunEnded { worker, exec } => self.run_ended(worker, exec),
+            Event::GiveBack { worker, waiters } => self.give_back(worker, waiters),
             Event::TransferArrived(id) => self.transfer_arrived(id),
         }
     }
@@ -448,20 +456,35 @@ impl Simulation {
                 );
             }
             ToWorker::RemoveReplica(t) => self.workers[i].drop_data(t),
-            ToWorker::RefreshWhoHas { task, holders } => {
-                let w = &mut self.workers[i];
-                w.who_has.insert(task, holders);
-                // Still missing if no listed holder is reachable: no new request, the
-                // scheduler will reassign the dependent once the data is recomputed.
-                if w.needs(task) && !w.fetching.contains(&task) {
-                    self.fetch(i, task);
-                }
-            }
+        }
+        self.report_dropped(i);
+    }
+
+    /// drop-replicas for the fetched copies worker `i` no longer keeps.
+    fn report_dropped(&mut self, i: usize) {
+        for dep in self.workers[i].take_dropped() {
+            self.send_to_scheduler(i, ToScheduler::DropReplicas(dep));
         }
     }
 
-    /// Starts fetching `dep` to worker `dst` from a live holder, or asks the scheduler
-    /// where it is.
+    /// missing-data-retry expired: tasks still waiting in the same run go back to the
+    /// scheduler.
+    fn give_back(&mut self, i: usize, waiters: Vec<(usize, u64)>) {
+        if !self.workers[i].alive {
+            return;
+        }
+        for (task, run_id) in waiters {
+            if self.workers[i].give_back(task, run_id) {
+                self.n_given_back += 1;
+                self.send_to_scheduler(i, ToScheduler::Reschedule(task));
+            }
+        }
+        self.report_dropped(i);
+    }
+
+    /// Starts fetching `dep` to worker `dst` from a live holder; with none, its
+    /// waiting tasks are given back after `missing_data_retry` (as the runtime's
+    /// worker does, docs/runtime.md).
     fn fetch(&mut self, dst: usize, dep: usize) {
         let workers = &self.workers;
         let holders: Vec<usize> = workers[dst]
@@ -474,7 +497,15 @@ impl Simulation {
             .collect();
         if holders.is_empty() {
             if self.workers[dst].missing.insert(dep) {
-                self.send_to_scheduler(dst, ToScheduler::RequestRefreshWhoHas(dep));
+                let waiters = self.workers[dst].waiters_of(dep);
+                let at = self.now + self.options.missing_data_retry;
+                self.push(
+                    at,
+                    Event::GiveBack {
+                        worker: dst,
+                        waiters,
+                    },
+                );
             }
             return;
         }
@@ -517,7 +548,7 @@ impl Simulation {
             w.bandwidth = 0.95 * w.bandwidth + 0.05 * (t.bytes as f64 / seconds);
         }
         if w.dependency_arrived(t.dep, t.bytes) {
-            self.send_to_scheduler(t.dst, ToScheduler::AddKeys(t.dep));
+            self.send_to_scheduler(t.dst, ToScheduler::AddReplicas(t.dep));
             self.ensure_computing(t.dst);
         }
     }
@@ -564,6 +595,7 @@ impl Simulation {
                 },
             );
         }
+        self.report_dropped(i);
         self.ensure_computing(i);
     }
 
@@ -597,11 +629,23 @@ impl Simulation {
                     Err(e) => panic!("task-finished rejected: {e}"),
                 }
             }
-            ToScheduler::AddKeys(task) => match self.s.lookup(&self.tasks.keys[task]) {
-                Some(t) => self.s.add_keys(w, &[t], now).expect("live worker"),
-                // The core names tasks by id, so an unknown key is answered here.
-                None => self.send_to_worker(i, ToWorker::RemoveReplica(task)),
-            },
+            ToScheduler::AddReplicas(task) => {
+                let key = &self.tasks.keys[task];
+                self.s
+                    .add_replicas(w, std::slice::from_ref(key), now)
+                    .expect("live worker");
+            }
+            ToScheduler::DropReplicas(task) => {
+                let key = &self.tasks.keys[task];
+                self.s
+                    .drop_replicas(w, std::slice::from_ref(key), now)
+                    .expect("live worker");
+            }
+            ToScheduler::Reschedule(task) => {
+                if let Some(t) = self.s.lookup(&self.tasks.keys[task]) {
+                    self.s.reschedule(w, t, now).expect("live worker");
+                }
+            }
             ToScheduler::StealResponse {
                 task,
                 state,
@@ -611,16 +655,6 @@ impl Simulation {
                     self.s
                         .steal_response(w, t, state, stimulus, now)
                         .expect("a valid steal response");
-                }
-            }
-            ToScheduler::RequestRefreshWhoHas(task) => {
-                let key = self.tasks.keys[task].clone();
-                let unknown = self
-                    .s
-                    .request_refresh_who_has(w, &[key])
-                    .expect("live worker");
-                if !unknown.is_empty() {
-                    self.send_to_worker(i, ToWorker::FreeKeys(task));
                 }
             }
         }
@@ -636,6 +670,7 @@ impl Simulation {
             n_steals: stealing.moves,
             n_steal_requests: stealing.requests,
             n_reexecuted: self.runs_per_task.iter().filter(|&&n| n > 1).count(),
+            n_given_back: self.n_given_back,
             workers: self
                 .specs
                 .iter()

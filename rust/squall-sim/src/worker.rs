@@ -1,7 +1,8 @@
 //! The worker side of reference §2.3, reduced to what the scheduler can observe:
 //! tasks wait for their dependencies, then sit in a ready heap ordered by
 //! (scheduler priority, worker-local counter), at most `nthreads` execute at once, and
-//! results count against the worker's memory until freed.
+//! results count against the worker's memory until freed. Fetched copies are kept
+//! while a local task needs them, as the runtime's worker does (docs/runtime.md).
 //!
 //! Everything here is local bookkeeping; the simulation does the timing and the
 //! messaging.
@@ -34,6 +35,8 @@ struct Assigned {
     priority: Priority,
     counter: i64,
     stage: Stage,
+    /// All its dependencies: each counts this task as a user while it is assigned.
+    deps: Vec<usize>,
     /// Dependencies not yet held here.
     waiting_for: Vec<usize>,
     resources: Vec<(String, f64)>,
@@ -70,8 +73,15 @@ pub(crate) struct WorkerSim {
     waiters: FxIndexMap<usize, Vec<usize>>,
     /// Dependencies being transferred here.
     pub fetching: FxIndexSet<usize>,
-    /// Dependencies with no reachable holder, awaiting a refresh-who-has answer.
+    /// Dependencies with no reachable holder: their waiting tasks go back to the
+    /// scheduler (`reschedule`) unless a new compute-task names holders first.
     pub missing: FxIndexSet<usize>,
+    /// Dependency → number of assigned tasks that need it.
+    users: FxIndexMap<usize, usize>,
+    /// Fetched copies held here (announced with add-replicas).
+    fetched: FxIndexSet<usize>,
+    /// Fetched copies dropped since the last [`Self::take_dropped`] (for drop-replicas).
+    dropped: Vec<usize>,
     available: Vec<(String, f64)>,
     /// When the inbound link finishes its queued transfers.
     pub inbound_free_at: f64,
@@ -98,6 +108,9 @@ impl WorkerSim {
             waiters: Default::default(),
             fetching: Default::default(),
             missing: Default::default(),
+            users: Default::default(),
+            fetched: Default::default(),
+            dropped: Vec::new(),
             available: resources.to_vec(),
             inbound_free_at: 0.0,
             bandwidth,
@@ -108,9 +121,19 @@ impl WorkerSim {
     pub fn compute(&mut self, msg: ComputeMsg) -> Vec<usize> {
         self.counter -= 1;
         if let Some(a) = self.assigned.get_mut(&msg.task) {
-            // A re-dispatch of a task already here: only the run id is news.
+            // A re-dispatch of a task already here: a new run id, and holders to try
+            // for what it still misses.
             a.run_id = msg.run_id;
-            return Vec::new();
+            let waiting_for = a.waiting_for.clone();
+            let mut to_fetch = Vec::new();
+            for (dep, holders) in msg.deps {
+                if waiting_for.contains(&dep) && !self.fetching.contains(&dep) {
+                    self.who_has.insert(dep, holders);
+                    self.missing.swap_remove(&dep);
+                    to_fetch.push(dep);
+                }
+            }
+            return to_fetch;
         }
         if let Some((&id, ex)) = self
             .executing
@@ -119,6 +142,8 @@ impl WorkerSim {
         {
             // Dask's "resumed": the cancelled run still executing counts again.
             ex.cancelled = false;
+            let deps: Vec<usize> = msg.deps.into_iter().map(|(d, _)| d).collect();
+            self.use_deps(&deps);
             self.assigned.insert(
                 msg.task,
                 Assigned {
@@ -126,6 +151,7 @@ impl WorkerSim {
                     priority: msg.priority,
                     counter: self.counter,
                     stage: Stage::Executing(id),
+                    deps,
                     waiting_for: Vec::new(),
                     resources: msg.resources,
                 },
@@ -134,7 +160,9 @@ impl WorkerSim {
         }
         let mut waiting_for = Vec::new();
         let mut to_fetch = Vec::new();
+        let mut deps = Vec::with_capacity(msg.deps.len());
         for (dep, holders) in msg.deps {
+            deps.push(dep);
             self.who_has.insert(dep, holders);
             if self.data.contains_key(&dep) {
                 continue;
@@ -147,11 +175,13 @@ impl WorkerSim {
                 to_fetch.push(dep);
             }
         }
+        self.use_deps(&deps);
         let a = Assigned {
             run_id: msg.run_id,
             priority: msg.priority,
             counter: self.counter,
             stage: Stage::Waiting,
+            deps,
             waiting_for,
             resources: msg.resources,
         };
@@ -179,6 +209,37 @@ impl WorkerSim {
         self.waiters.contains_key(&dep)
     }
 
+    fn use_deps(&mut self, deps: &[usize]) {
+        for &d in deps {
+            *self.users.entry(d).or_insert(0) += 1;
+        }
+    }
+
+    /// A task left: its dependencies lose a user, and fetched copies nobody here
+    /// needs any more are dropped (to be reported with drop-replicas).
+    fn release_deps(&mut self, deps: &[usize]) {
+        for d in deps {
+            let Some(n) = self.users.get_mut(d) else {
+                continue;
+            };
+            *n -= 1;
+            if *n > 0 {
+                continue;
+            }
+            self.users.swap_remove(d);
+            self.missing.swap_remove(d);
+            if self.fetched.contains(d) {
+                self.drop_data(*d);
+                self.dropped.push(*d);
+            }
+        }
+    }
+
+    /// Fetched copies dropped since the last call.
+    pub fn take_dropped(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.dropped)
+    }
+
     /// A fetched dependency arrived: keep it if still needed (returns whether kept).
     pub fn dependency_arrived(&mut self, dep: usize, nbytes: u64) -> bool {
         self.fetching.swap_remove(&dep);
@@ -186,6 +247,7 @@ impl WorkerSim {
             return false;
         };
         self.store(dep, nbytes);
+        self.fetched.insert(dep);
         for t in tasks {
             let a = self.assigned.get_mut(&t).expect("waiters are assigned");
             a.waiting_for.retain(|&d| d != dep);
@@ -204,14 +266,17 @@ impl WorkerSim {
     }
 
     pub fn drop_data(&mut self, task: usize) {
+        self.fetched.swap_remove(&task);
         if let Some(n) = self.data.swap_remove(&task) {
             self.held -= n;
         }
     }
 
-    /// Forgets a task that has not started.
-    fn drop_waiting_or_ready(&mut self, task: usize) {
+    /// Forgets an assigned task (one that has not started, or whose run is being
+    /// cancelled or has ended).
+    fn unassign(&mut self, task: usize) {
         let a = self.assigned.swap_remove(&task).expect("assigned");
+        self.release_deps(&a.deps);
         for dep in a.waiting_for {
             if let Some(ws) = self.waiters.get_mut(&dep) {
                 ws.retain(|&t| t != task);
@@ -228,9 +293,9 @@ impl WorkerSim {
         match self.assigned.get(&task).map(|a| a.stage) {
             Some(Stage::Executing(id)) => {
                 self.executing[&id].cancelled = true;
-                self.assigned.swap_remove(&task);
+                self.unassign(task);
             }
-            Some(_) => self.drop_waiting_or_ready(task),
+            Some(_) => self.unassign(task),
             None => {}
         }
     }
@@ -252,8 +317,31 @@ impl WorkerSim {
             Stage::Ready if a.resources.is_empty() => WorkerTaskState::Ready,
             Stage::Ready => WorkerTaskState::Constrained,
         };
-        self.drop_waiting_or_ready(task);
+        self.unassign(task);
         Some(state)
+    }
+
+    /// missing-data-retry expired: gives `task` back if it still waits in run `run_id`
+    /// (it was not freed or re-sent meanwhile); true if it is to be rescheduled.
+    pub fn give_back(&mut self, task: usize, run_id: u64) -> bool {
+        let back = self
+            .assigned
+            .get(&task)
+            .is_some_and(|a| a.stage == Stage::Waiting && a.run_id == run_id);
+        if back {
+            self.unassign(task);
+        }
+        back
+    }
+
+    /// Waiting tasks that need `dep`, with their run ids.
+    pub fn waiters_of(&self, dep: usize) -> Vec<(usize, u64)> {
+        self.waiters
+            .get(&dep)
+            .into_iter()
+            .flatten()
+            .map(|t| (*t, self.assigned[t].run_id))
+            .collect()
     }
 
     fn fits(&self, need: &[(String, f64)]) -> bool {
@@ -326,11 +414,13 @@ impl WorkerSim {
                 *have += amount;
             }
         }
-        let run_id = if ex.cancelled {
-            None
-        } else {
-            self.assigned.swap_remove(&ex.task).map(|a| a.run_id)
+        let run_id = match self.assigned.get(&ex.task) {
+            Some(a) if !ex.cancelled => Some(a.run_id),
+            _ => None,
         };
+        if run_id.is_some() {
+            self.unassign(ex.task);
+        }
         Some((ex, run_id))
     }
 
@@ -346,6 +436,9 @@ impl WorkerSim {
         self.waiters.clear();
         self.fetching.clear();
         self.missing.clear();
+        self.users.clear();
+        self.fetched.clear();
+        self.dropped.clear();
         self.executing.drain(..).map(|(_, e)| e).collect()
     }
 }
@@ -406,6 +499,35 @@ mod tests {
         w.compute(msg(1, 2, 0, vec![]));
         let (_, run) = w.finish(5).unwrap();
         assert_eq!(run, Some(2), "the resumed run reports the new run id");
+    }
+
+    #[test]
+    fn fetched_copy_is_kept_while_a_local_task_needs_it() {
+        let mut w = WorkerSim::new(1, &[], 1e8);
+        assert_eq!(w.compute(msg(1, 1, 0, vec![7])), vec![7]);
+        w.compute(msg(2, 2, 1, vec![7]));
+        assert!(w.dependency_arrived(7, 10));
+        let t = w.next_runnable().unwrap();
+        w.start(t, 1, 0.0);
+        w.finish(1);
+        assert!(w.data.contains_key(&7), "the other task still needs it");
+        assert!(w.take_dropped().is_empty());
+        w.free(if t == 1 { 2 } else { 1 });
+        assert!(!w.data.contains_key(&7));
+        assert_eq!(w.take_dropped(), vec![7], "reported with drop-replicas");
+        assert_eq!(w.held, 0);
+    }
+
+    #[test]
+    fn give_back_only_a_task_still_waiting_in_the_same_run() {
+        let mut w = WorkerSim::new(1, &[], 1e8);
+        w.compute(msg(1, 1, 0, vec![7]));
+        assert_eq!(w.waiters_of(7), vec![(1, 1)]);
+        w.compute(msg(1, 2, 0, vec![7])); // re-sent: a new run
+        assert!(!w.give_back(1, 1), "re-sent meanwhile");
+        assert!(w.give_back(1, 2));
+        assert!(!w.needs(7), "given back: no longer waits");
+        assert!(!w.give_back(1, 2), "gone");
     }
 
     #[test]

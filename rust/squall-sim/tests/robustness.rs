@@ -240,3 +240,24 @@ fn unsatisfiable_restrictions_stop_instead_of_spinning() {
     assert!(!r.completed);
     assert!(r.timeline.is_empty());
 }
+
+#[test]
+fn tasks_without_a_reachable_holder_are_given_back_and_rescheduled() {
+    // Slow messages and no missing-data grace: workers give tasks back (reschedule)
+    // before the scheduler's own correction (free-keys) reaches them.
+    let mut given_back = 0;
+    for seed in 0..4 {
+        let (sim, options) = eventful(seed);
+        let options = SimOptions {
+            message_latency: 0.05,
+            missing_data_retry: 0.0,
+            ..options
+        };
+        let mut sim = sim.with_options(options);
+        let r = sim.run();
+        sim.scheduler().validate().unwrap();
+        assert!(r.completed && r.failed.is_empty(), "seed {seed}: {r}");
+        given_back += r.n_given_back;
+    }
+    assert!(given_back > 0, "the scenario exercises the give-back path");
+}

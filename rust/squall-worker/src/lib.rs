@@ -7,7 +7,8 @@ pub mod keys;
 pub mod machine;
 
 pub use keys::{Fetch, KeyId, Keys, Slot};
-pub use machine::{DepIn, Finished, Job, Machine, Missing, Outcome, Priority, State, Task, TaskIn};
+pub use machine::{DepIn, Finished, Job, Machine, Missing, Outcome, State, Task, TaskIn};
+pub use squall_priority::Priority;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,8 @@
 
 use crate::keys::{Fetch, KeyId, Keys};
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::cmp::Ordering;
+use squall_priority::Priority;
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,15 +37,6 @@ impl State {
     fn queued(self) -> bool {
         matches!(self, State::Waiting | State::Ready | State::Constrained)
     }
-}
-
-/// The scheduler's priority of a task: `(−user priority, generation, order)`, smallest
-/// first.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Priority {
-    pub neg_user: i32,
-    pub generation: f64,
-    pub order: u32,
 }
 
 pub struct DepIn {
@@ -133,40 +125,13 @@ impl Finished {
     }
 }
 
+/// A ready task; the greatest runs first (BinaryHeap is a max-heap): the best
+/// priority, then among equal priorities the later arrival (`instance` is unique).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
-    priority: Priority,
-    /// Later arrivals first among equal priorities.
+    priority: Reverse<Priority>,
     instance: u64,
     id: u32,
-}
-
-impl Entry {
-    /// Greater = runs first (BinaryHeap is a max-heap).
-    fn rank(&self, other: &Self) -> Ordering {
-        let (a, b) = (&self.priority, &other.priority);
-        b.neg_user
-            .cmp(&a.neg_user)
-            .then(b.generation.total_cmp(&a.generation))
-            .then(b.order.cmp(&a.order))
-            .then(self.instance.cmp(&other.instance))
-    }
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.rank(other) == Ordering::Equal
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.rank(other)
-    }
 }
 
 pub struct Machine<V> {
@@ -913,7 +878,7 @@ impl<V> Machine<V> {
             State::Constrained
         };
         self.ready.push(Entry {
-            priority: ts.priority,
+            priority: Reverse(ts.priority),
             instance: ts.instance,
             id,
         });

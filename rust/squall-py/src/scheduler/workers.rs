@@ -152,15 +152,12 @@ impl Scheduler {
             ));
         }
         self.core(py, move |s| {
-            let mut rejected = Vec::new();
-            for i in 0..n {
+            let reports = (0..n).map(|i| {
                 let d = durs.as_ref().map_or(0.0, |d| d[i]);
                 let r = Finished::computed(TaskId(tasks[i]), runs[i], sizes[i], now - d, now);
-                if s.task_finished(WorkerId(workers[i]), r, now).is_err() {
-                    rejected.push(i);
-                }
-            }
-            Ok(rejected)
+                (WorkerId(workers[i]), r)
+            });
+            Ok(s.tasks_finished(reports, now))
         })
     }
 
@@ -254,10 +251,7 @@ impl Scheduler {
     #[pyo3(signature = (worker, keys, *, now))]
     fn add_replicas(&mut self, py: Python<'_>, worker: u32, keys: &[u8], now: f64) -> PyResult<()> {
         let keys = read_keys(keys).map_err(wire_error)?;
-        self.core(py, move |s| {
-            let tasks: Vec<TaskId> = keys.iter().filter_map(|k| s.lookup(k)).collect();
-            s.add_keys(WorkerId(worker), &tasks, now)
-        })
+        self.core(py, move |s| s.add_replicas(WorkerId(worker), &keys, now))
     }
 
     /// `drop-replicas` (keys in `encode_keys` form): a worker no longer holds these
@@ -271,14 +265,7 @@ impl Scheduler {
         now: f64,
     ) -> PyResult<()> {
         let keys = read_keys(keys).map_err(wire_error)?;
-        self.core(py, move |s| {
-            for k in &keys {
-                if let Some(t) = s.lookup(k) {
-                    s.release_worker_data(WorkerId(worker), t, now)?;
-                }
-            }
-            Ok(())
-        })
+        self.core(py, move |s| s.drop_replicas(WorkerId(worker), &keys, now))
     }
 
     /// The victim's answer to a steal request; True if the task moved or was rescheduled.
