@@ -1,6 +1,6 @@
 """Scheduling policies observed on real multi-process clusters: priorities, fifo_timeout,
 restrictions and resources, retries, errors, cancellation, release, work stealing and
-the heartbeat TTL (dask-scheduler-behaviour.md §3, §5, §7, §8, §9, §2.4).
+the heartbeat TTL (docs/scheduling.md).
 
 Tasks synchronise with the test through files (a blocker task waits for a "go" file) and
 record what ran, and where, in files, so no assertion depends on how fast processes run
@@ -157,7 +157,7 @@ def test_annotated_priorities_order_the_schedulers_queue(
 
 
 def test_fifo_timeout_older_submissions_first_then_graph_order(tmp_path: Path) -> None:
-    """§5.2: a graph arriving more than its fifo_timeout after the current generation
+    """FIFO generations (docs/scheduling.md): a graph arriving more than its fifo_timeout after the current generation
     began opens a new generation, which sorts after every older one whatever the graph
     order; within fifo_timeout graphs share a generation and interleave by graph order
     (map's order index is the item's position)."""
@@ -258,7 +258,7 @@ def test_strict_restriction_waits_for_its_worker_loose_one_does_not() -> None:
 
 def test_loose_restriction_on_a_busy_worker_is_stolen_strict_one_waits(tmp_path: Path) -> None:
     # Dask places a loosely restricted task on its worker even when that worker is busy;
-    # work stealing may then give it to any idle worker (§3.5, §7.5), a strict one never.
+    # work stealing may then give it to any idle worker (docs/scheduling.md#restrictions), a strict one never.
     kwargs = {"work_stealing_interval": "100ms"}
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, scheduler_kwargs=kwargs) as cluster,
@@ -340,7 +340,7 @@ def test_retries_and_client_retry(one_worker: Client, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="attempt 2 fails"):
         f.result(timeout=TIMEOUT)
     assert (tmp_path / "b").read_text() == "xx"
-    # client.retry on a dependent reruns its erred dependency (§8.3).
+    # client.retry on a dependent reruns its erred dependency (docs/scheduling.md#task-errors-and-retries).
     x = c.submit(flaky, str(tmp_path / "c"), 1)
     y = c.submit(add_one, x)
     with pytest.raises(ValueError, match="attempt 1 fails"):
@@ -552,7 +552,7 @@ def test_stealing_moves_queued_work_to_a_new_idle_worker_and_runs_each_task_once
 
 
 def test_silent_worker_is_removed_after_ttl_and_its_work_rescheduled(tmp_path: Path) -> None:
-    # The scheduler waits max(worker-ttl, 10 heartbeat intervals) = 5 s (§2.4).
+    # The scheduler waits max(worker-ttl, 10 heartbeat intervals) = 5 s.
     kwargs = {"worker_ttl": "1s"}
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, scheduler_kwargs=kwargs) as cluster,

@@ -1,4 +1,4 @@
-//! Outputs of the core: what the I/O layer must send (reference §1.6).
+//! Outputs of the core: what the I/O layer must send (docs/scheduling.md#commands).
 //!
 //! Commands name tasks by id; the ids stay resolvable (key, run spec, …) until the
 //! batch is drained with [`crate::Scheduler::drain`], after which forgotten slots may

@@ -1,4 +1,4 @@
-//! Scheduler knobs (reference §10) with Dask's defaults.
+//! Scheduler knobs (docs/config.md#squallscheduler) with Dask's defaults.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! Choosing a worker (reference §3). Ties that Dask leaves to set iteration order are
+//! Choosing a worker (docs/scheduling.md#choosing-a-worker). Ties that Dask leaves to set iteration order are
 //! broken by worker address order, so the same inputs always give the same choice.
 
 use crate::ids::{TaskId, WorkerId};
@@ -10,7 +10,7 @@ use crate::worker::WorkerStatus;
 const FAST_PATH_SCAN_LIMIT: usize = 20;
 
 impl Scheduler {
-    /// `is_rootish` (§3.2).
+    /// `is_rootish` (docs/scheduling.md#root-ish-tasks).
     pub fn is_rootish(&self, t: TaskId) -> bool {
         let ts = self.task(t);
         if ts.has_restrictions() {
@@ -35,7 +35,7 @@ impl Scheduler {
         dep_tasks < self.config.rootish_taskgroup_dependencies as u64
     }
 
-    /// Queuing on: the least busy worker with a free slot, else None (§3.3).
+    /// Queuing on: the least busy worker with a free slot, else None (docs/scheduling.md#queuing).
     pub(crate) fn decide_worker_rootish_queuing_enabled(&self) -> Option<WorkerId> {
         let mut best: Option<(f64, WorkerId)> = None;
         for w in self.idle_task_count.iter() {
@@ -48,7 +48,7 @@ impl Scheduler {
         best.map(|(_, w)| w)
     }
 
-    /// Queuing off: co-assign consecutive siblings to the same worker (§3.4).
+    /// Queuing off: co-assign consecutive siblings to the same worker (docs/scheduling.md#co-assignment-without-queuing).
     pub(crate) fn decide_worker_rootish_queuing_disabled(&mut self, t: TaskId) -> Option<WorkerId> {
         let pool: Vec<WorkerId> = if self.idle.is_empty() {
             self.running.iter().collect()
@@ -84,7 +84,7 @@ impl Scheduler {
         Some(ws)
     }
 
-    /// Workers the task may run on: None = unrestricted (§3.5 `valid_workers`).
+    /// Workers the task may run on: None = unrestricted (`valid_workers`, docs/scheduling.md#restrictions).
     pub fn valid_workers(&self, t: TaskId) -> Option<Vec<WorkerId>> {
         let r = self.task(t).restrictions()?;
         if r.is_empty() {
@@ -146,7 +146,7 @@ impl Scheduler {
         })
     }
 
-    /// `decide_worker_non_rootish` (§3.5).
+    /// `decide_worker_non_rootish` (docs/scheduling.md#other-tasks).
     pub(crate) fn decide_worker_non_rootish(&self, t: TaskId) -> Option<WorkerId> {
         if self.running.is_empty() {
             return None;
@@ -230,7 +230,7 @@ impl Scheduler {
         }
     }
 
-    /// First worker (in the given order) minimising the worker objective (§3.6).
+    /// First worker (in the given order) minimising the worker objective (docs/scheduling.md#the-worker-objective).
     pub(crate) fn argmin_objective(
         &self,
         t: TaskId,

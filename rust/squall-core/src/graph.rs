@@ -1,4 +1,4 @@
-//! Graph submission (`update-graph`, reference §1.5 and §5): validate everything first,
+//! Graph submission (`update-graph`, docs/scheduling.md#graph-submission): validate everything first,
 //! then create tasks, order them, assign priorities and recommend them to run.
 
 use crate::commands::Command;
@@ -209,7 +209,7 @@ impl Scheduler {
     /// Whether a submission redefines known task `e` with other dependencies. The
     /// known task is kept either way (its result may exist and others depend on it);
     /// dask's optimiser can give a key another (fused) body in a later graph, and only
-    /// other dependencies are worth a warning (docs/core.md).
+    /// other dependencies are worth a warning (docs/scheduling.md#bad-input-is-an-error).
     fn redefines(&self, e: TaskId, ds: &[Resolved], sub: &Submission) -> bool {
         let ets = self.task(e);
         if ets.run_spec.is_none() {
@@ -473,7 +473,7 @@ impl Scheduler {
         }
     }
 
-    /// The FIFO generation for a submission arriving at `now` (§5.2).
+    /// The FIFO generation for a submission arriving at `now` (docs/scheduling.md#fifo-generations).
     fn next_generation(&mut self, sub: &Submission, now: f64) -> f64 {
         if let Some(parent) = sub.submitting_task.as_ref().and_then(|k| self.lookup(k)) {
             return self.task(parent).priority.neg_user as f64 - 0.01;

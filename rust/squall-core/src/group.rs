@@ -1,4 +1,4 @@
-//! Task groups and prefixes (reference §0.2): shared statistics of related tasks.
+//! Task groups and prefixes (docs/scheduling.md#groups-and-prefixes): shared statistics of related tasks.
 
 use crate::ids::{GroupId, PrefixId, WorkerId};
 use crate::task::TaskState;
@@ -95,7 +95,7 @@ impl TaskPrefix {
         }
     }
 
-    /// Feed a compute duration: the EMA behind `est(prefix)` (reference §4.2.3).
+    /// Feed a compute duration: the EMA behind `est(prefix)` (docs/scheduling.md#duration-estimates).
     pub fn add_compute(&mut self, seconds: f64) {
         let d = round_us(seconds);
         self.compute_total += d;
@@ -106,7 +106,7 @@ impl TaskPrefix {
         };
     }
 
-    /// A heartbeat saw a task of this prefix executing for `t` seconds (§4.2.4).
+    /// A heartbeat saw a task of this prefix executing for `t` seconds (docs/scheduling.md#duration-estimates).
     pub fn add_exec_time(&mut self, t: f64) {
         self.max_exec_time = self.max_exec_time.max(t);
         if t > 2.0 * self.duration_average {

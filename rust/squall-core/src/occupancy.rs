@@ -1,4 +1,4 @@
-//! Duration estimates, occupancy and the idle/saturated classification (§2.2, §4).
+//! Duration estimates, occupancy and the idle/saturated classification (docs/scheduling.md#occupancy-and-duration-estimates).
 
 use crate::ids::{PrefixId, TaskId, WorkerId};
 use crate::state::Scheduler;
@@ -78,7 +78,7 @@ impl Scheduler {
         occ < nthreads as f64 * avg / 2.0
     }
 
-    /// Free queuing slots (§3.3); may be negative.
+    /// Free queuing slots (docs/scheduling.md#queuing); may be negative.
     pub(crate) fn task_slots_available(&self, w: WorkerId) -> i64 {
         if self.config.worker_saturation.is_infinite() {
             return i64::MAX;

@@ -1,6 +1,6 @@
 //! Recommendations for the transition fixpoint (Dask's insertion-ordered dict).
 //!
-//! Semantics of reference §1.2: pop the most recently inserted entry (LIFO); inserting
+//! Semantics of docs/scheduling.md#the-recommendations-fixpoint: pop the most recently inserted entry (LIFO); inserting
 //! a key already present updates its target in place (it keeps its position). As
 //! entries only leave from the end, a stack plus a dense `TaskId → position` index is
 //! enough; the index is a buffer recycled between fixpoints (every pop resets its

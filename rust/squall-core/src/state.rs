@@ -1,5 +1,5 @@
 //! The scheduler: arenas of tasks, workers, clients, groups and prefixes, and the
-//! scheduler-wide collections of reference §0.4. Behaviour lives in sibling modules
+//! scheduler-wide collections of docs/scheduling.md#scheduler-wide-sets. Behaviour lives in sibling modules
 //! (`transitions`, `decide`, `occupancy`, `stimuli`, `graph`, `stealing`, …), each an
 //! `impl Scheduler` block.
 

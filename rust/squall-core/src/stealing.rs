@@ -1,4 +1,4 @@
-//! Work stealing (reference §7): cost levels with O(1) add/remove, the periodic balance
+//! Work stealing (docs/scheduling.md#work-stealing): cost levels with O(1) add/remove, the periodic balance
 //! pass, thief choice, and the transactional steal-request / steal-response protocol.
 
 use crate::commands::Command;
@@ -222,7 +222,7 @@ impl Scheduler {
             + self.stealing.in_flight_tasks.get(&w).copied().unwrap_or(0)
     }
 
-    /// One balance pass (§7.4).
+    /// One balance pass (docs/scheduling.md#the-balance-pass).
     pub(crate) fn balance(&mut self) {
         let mut snapshot = vec![0.0; self.workers.len()];
         for w in self.worker_ids().collect::<Vec<_>>() {
@@ -376,7 +376,7 @@ impl Scheduler {
         st.requests += 1;
     }
 
-    /// `steal-response` from the victim (`move_task_confirm`, §7.6). Stale and late
+    /// `steal-response` from the victim (`move_task_confirm`, docs/scheduling.md#the-steal-protocol). Stale and late
     /// responses are ignored (Ok(false)); Ok(true) means the task moved or was rescheduled.
     pub fn steal_response(
         &mut self,

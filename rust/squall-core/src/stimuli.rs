@@ -1,4 +1,4 @@
-//! Stimuli from workers and clients (reference §1.5, §2, §4.3, §8). Each public method
+//! Stimuli from workers and clients (docs/scheduling.md#stimuli). Each public method
 //! is one event: it validates, runs the transitions to a fixpoint, and leaves the
 //! resulting commands pending.
 
@@ -48,7 +48,7 @@ pub enum Outcome {
     Ignored,
 }
 
-/// Heartbeat interval Dask asks of `n` workers (§2.4).
+/// Heartbeat interval Dask asks of `n` workers (docs/scheduling.md#heartbeats-and-liveness).
 pub fn heartbeat_interval(n: usize) -> f64 {
     match n {
         0..=10 => 0.5,
@@ -70,7 +70,7 @@ pub(crate) struct Stimulus {
 /// leave queued tasks waiting beside idle threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Slots {
-    /// Refill them from the queue (`stimulus_queue_slots_maybe_opened`, §3.3).
+    /// Refill them from the queue (`stimulus_queue_slots_maybe_opened`, docs/scheduling.md#queuing).
     MayHaveOpened,
     /// No refill: as in Dask, which refills only after the stimuli that free slots.
     Unchanged,
@@ -129,7 +129,7 @@ impl Scheduler {
         st.recs = self.new_recs();
     }
 
-    /// `stimulus_queue_slots_maybe_opened` (§3.3).
+    /// `stimulus_queue_slots_maybe_opened` (docs/scheduling.md#queuing).
     pub(crate) fn queue_slots_maybe_opened(&mut self, stim: u64) {
         if self.queued.is_empty() {
             return;
@@ -245,7 +245,7 @@ impl Scheduler {
         }
     }
 
-    /// `remove_worker` (§8.1). `expected` (retirement) spares tasks a suspicious mark.
+    /// `remove_worker` (docs/scheduling.md#lost-workers). `expected` (retirement) spares tasks a suspicious mark.
     pub fn remove_worker(&mut self, w: WorkerId, expected: bool, now: f64) -> CoreResult<()> {
         self.check_worker(w)?;
         self.stimulus(now, |s, st| {
@@ -341,7 +341,7 @@ impl Scheduler {
         ws.actors = Default::default();
     }
 
-    /// A heartbeat: liveness, bandwidth learning and running times (§2.4).
+    /// A heartbeat: liveness, bandwidth learning and running times (docs/scheduling.md#heartbeats-and-liveness).
     /// Returns the heartbeat interval the worker should use.
     pub fn heartbeat(
         &mut self,
@@ -371,7 +371,7 @@ impl Scheduler {
 
     // ----- task reports ----------------------------------------------------------------
 
-    /// `task-finished` (§1.5): the table of what a report means in each state.
+    /// `task-finished` (docs/scheduling.md#task-reports): the table of what a report means in each state.
     pub fn task_finished(
         &mut self,
         w: WorkerId,
@@ -446,7 +446,7 @@ impl Scheduler {
         rejected
     }
 
-    /// `task-erred` (§8.3).
+    /// `task-erred` (docs/scheduling.md#task-errors-and-retries).
     pub fn task_erred(
         &mut self,
         w: WorkerId,
@@ -488,7 +488,7 @@ impl Scheduler {
         })
     }
 
-    /// `long-running`: the task seceded from its worker's thread pool (§4.3).
+    /// `long-running`: the task seceded from its worker's thread pool (docs/scheduling.md#long-running-tasks).
     pub fn long_running(
         &mut self,
         w: WorkerId,
@@ -847,7 +847,7 @@ impl Scheduler {
 
     // ----- time-driven work -------------------------------------------------------------
 
-    /// Periodic work: work stealing, no-worker timeouts, worker TTL (§7.1, §8.4, §2.4).
+    /// Periodic work: work stealing, no-worker timeouts, worker TTL (docs/scheduling.md#periodic-work).
     pub fn tick(&mut self, now: f64) {
         self.stimulus(now, |s, st| {
             // A driver ticking once per interval must not miss passes to float rounding.

@@ -1,4 +1,4 @@
-//! Per-task scheduler state (reference §0.1).
+//! Per-task scheduler state (docs/scheduling.md#tasks).
 
 use crate::ids::{GroupId, TaskId, WorkerId};
 use crate::idset::IdSet;
@@ -7,7 +7,7 @@ use crate::links::{Holders, Wanters};
 use squall_priority::Priority;
 use std::sync::Arc;
 
-/// The 8 scheduler task states (reference §1.1).
+/// The 8 scheduler task states (docs/scheduling.md#task-states).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum TaskState {

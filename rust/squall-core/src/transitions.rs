@@ -1,4 +1,4 @@
-//! The task state machine (reference §1.2–§1.4): the 21 direct transitions, the
+//! The task state machine (docs/scheduling.md#transitions): the 21 direct transitions, the
 //! two-hop rule and the recommendations fixpoint.
 
 use crate::commands::{CancelReason, Command};
@@ -125,7 +125,7 @@ impl Scheduler {
         self.stealing_on_transition(t, start, actual);
     }
 
-    /// The direct transitions of §1.2: this match is their only list. `Err` hands the
+    /// The direct transitions (docs/scheduling.md#the-transition-table): this match is their only list. `Err` hands the
     /// arguments back when `start -> finish` is not one of them, having changed nothing.
     fn direct(
         &mut self,
@@ -402,7 +402,7 @@ impl Scheduler {
         self.network_occ_global = (self.network_occ_global - freed).max(0);
     }
 
-    /// `_add_to_processing` (§1.4a).
+    /// `_add_to_processing` (docs/scheduling.md#entering-processing).
     pub(crate) fn add_to_processing(&mut self, t: TaskId, w: WorkerId, stim: u64, recs: &mut Recs) {
         let dep_bytes = self.attach_to_worker(t, w);
         self.tm(t).processing_on = Some(w);
@@ -442,7 +442,7 @@ impl Scheduler {
         });
     }
 
-    /// `_exit_processing_common` (§1.4b): returns the worker if it is still registered.
+    /// `_exit_processing_common` (docs/scheduling.md#leaving-processing): returns the worker if it is still registered.
     pub(crate) fn exit_processing_common(&mut self, t: TaskId) -> Option<WorkerId> {
         let w = self.tm(t).processing_on.take()?;
         self.detach_from_worker(t, w);
@@ -572,7 +572,7 @@ impl Scheduler {
         }
     }
 
-    /// `_add_to_memory` (§1.4c).
+    /// `_add_to_memory` (docs/scheduling.md#reaching-memory).
     fn add_to_memory(&mut self, t: TaskId, w: WorkerId, typename: Option<String>, recs: &mut Recs) {
         self.add_replica(t, w);
         let mut dependents = self.task(t).dependents.to_vec();
@@ -620,7 +620,7 @@ impl Scheduler {
 
     // ----- release, error, forget -----------------------------------------------------
 
-    /// `_propagate_released` (§1.4d).
+    /// `_propagate_released` (docs/scheduling.md#propagating-a-release).
     fn propagate_released(&mut self, t: TaskId, recs: &mut Recs) {
         self.set_state(t, S::Released);
         let ts = self.task(t);
@@ -647,7 +647,7 @@ impl Scheduler {
         }
     }
 
-    /// `_propagate_erred` (§1.4e).
+    /// `_propagate_erred` (docs/scheduling.md#propagating-an-error).
     fn propagate_erred(&mut self, t: TaskId, args: Args, recs: &mut Recs) {
         self.set_state(t, S::Erred);
         if let Args::Erred {
@@ -728,7 +728,7 @@ impl Scheduler {
         } else if ts.dependents.is_empty() {
             // Deviation from Dask (which keeps it): nothing can need it again (a later
             // graph naming the key defines it anew), so it goes, and with it the
-            // dependencies it alone kept (docs/core.md).
+            // dependencies it alone kept (docs/scheduling.md#no-orphan-outlives-its-use).
             recs.insert(t, S::Forgotten);
         }
         for w in self.task(t).waiters.to_vec() {
@@ -891,7 +891,7 @@ impl Scheduler {
         self.remove_task(t);
     }
 
-    /// `_client_releases_keys` (§1.4g), adding to `recs`.
+    /// `_client_releases_keys` (docs/scheduling.md#client-releases), adding to `recs`.
     pub(crate) fn client_releases_keys_into(
         &mut self,
         keys: &[TaskId],

@@ -1,4 +1,4 @@
-//! The invariant checker (reference §1.1 and §0.3/§0.4 bookkeeping), run after every
+//! The invariant checker (docs/scheduling.md#task-states and the bookkeeping of docs/scheduling.md#workers), run after every
 //! stimulus in tests.
 
 use crate::ids::{PrefixId, TaskId, WorkerId};

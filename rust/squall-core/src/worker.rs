@@ -1,4 +1,4 @@
-//! Per-worker scheduler state (reference §0.3).
+//! Per-worker scheduler state (docs/scheduling.md#workers).
 
 use crate::ids::{PrefixId, TaskId};
 use indexmap::{IndexMap, IndexSet};
@@ -75,7 +75,7 @@ pub struct Worker {
     pub last_seen: f64,
     /// Bandwidth the worker measured (bytes/s), from heartbeats.
     pub bandwidth: f64,
-    /// Queuing capacity, refreshed by `check_idle_saturated` (§3.3 and
+    /// Queuing capacity, refreshed by `check_idle_saturated` (docs/scheduling.md#queuing and
     /// `worker_saturation_duration`).
     pub slot_cap: i64,
 }

@@ -1,5 +1,5 @@
-//! Scheduling policies: worker choice (§3), occupancy (§4), priorities (§5),
-//! stealing (§7), and bad input (every error leaves the state untouched).
+//! Scheduling policies: worker choice, occupancy, priorities,
+//! stealing (docs/scheduling.md), and bad input (every error leaves the state untouched).
 
 mod common;
 use common::*;

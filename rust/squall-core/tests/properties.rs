@@ -1,6 +1,6 @@
 //! Property tests: random DAGs, random cluster shapes and random interleavings of
 //! worker, client and timer events, driven against a model of what every worker was
-//! told (reference §1.1 invariants, §7.6 steal protocol, §8 failures, §9 memory release).
+//! told (docs/scheduling.md: task-state invariants, the steal protocol, failures, memory release).
 //!
 //! The driver plays honest workers: a worker runs what it was sent (`compute-task`)
 //! until it reports it, is told to drop it (`free-keys`), gives it up to a steal, or

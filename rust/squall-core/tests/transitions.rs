@@ -1,4 +1,4 @@
-//! One test (or more) per transition of the table in reference §1.3, driven through
+//! One test (or more) per transition of the table in docs/scheduling.md#the-transition-table, driven through
 //! the public events, with the invariant checker on after every stimulus.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Task priorities (reference §5): smaller runs earlier. One type for the scheduler,
+//! Task priorities (docs/scheduling.md#priorities): smaller runs earlier. One type for the scheduler,
 //! which assigns them, and the worker, which runs its ready tasks in their order; a
 //! crate of its own so that the worker need not depend on the scheduling core.
 

@@ -1,4 +1,4 @@
-//! The wire codecs' Python face (formats: squall-wire, docs/runtime.md "Hot messages").
+//! The wire codecs' Python face (formats: squall-wire, docs/protocol.md#hot-payload-layouts).
 
 use crate::convert::{key_from_py, key_to_py};
 use crate::errors::wire_error;

@@ -18,7 +18,7 @@
 //! state lives in index-ordered collections, so the same inputs give the same report.
 //! The scheduler is the real [`squall_core::Scheduler`], driven through its public
 //! stimuli; its commands become messages to simulated workers, which play the worker
-//! side of Dask (reference §2.3):
+//! side of Dask (docs/scheduling.md#the-worker-side):
 //!
 //! * compute-task: dependencies not held locally are fetched from a holder listed in the
 //!   message (who_has at dispatch time; the choice among live holders is a fixed

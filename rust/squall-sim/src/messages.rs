@@ -1,6 +1,6 @@
 //! Messages between the scheduler and the simulated workers, and the translation of
 //! the core's drained [`Command`]s into them: the ops the runtime's workers exchange
-//! with its scheduler (docs/runtime.md), one key or task per message.
+//! with its scheduler (docs/protocol.md), one key or task per message.
 //!
 //! Messages name tasks by simulation index, never by core `TaskId`: a delayed message
 //! may arrive after the core recycled the id's slot, while keys (and so indices) are

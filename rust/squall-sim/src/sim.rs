@@ -543,7 +543,7 @@ impl Simulation {
         };
         let w = &mut self.workers[t.dst];
         if t.bytes > 1_000_000 {
-            // The worker's bandwidth estimate (§2.4).
+            // The worker's bandwidth estimate (reported in heartbeats).
             let seconds = (self.now - t.start).max(0.001);
             w.bandwidth = 0.95 * w.bandwidth + 0.05 * (t.bytes as f64 / seconds);
         }

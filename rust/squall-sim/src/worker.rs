@@ -1,4 +1,4 @@
-//! The worker side of reference §2.3, reduced to what the scheduler can observe:
+//! The worker side of docs/scheduling.md#the-worker-side, reduced to what the scheduler can observe:
 //! tasks wait for their dependencies, then sit in a ready heap ordered by
 //! (scheduler priority, worker-local counter), at most `nthreads` execute at once, and
 //! results count against the worker's memory until freed. Fetched copies are kept
@@ -85,7 +85,7 @@ pub(crate) struct WorkerSim {
     available: Vec<(String, f64)>,
     /// When the inbound link finishes its queued transfers.
     pub inbound_free_at: f64,
-    /// Measured transfer bandwidth (reported in heartbeats, §2.4).
+    /// Measured transfer bandwidth (reported in heartbeats).
     pub bandwidth: f64,
 }
 

@@ -1,4 +1,4 @@
-//! squall's hot wire messages (docs/runtime.md, "Hot messages"): their byte formats,
+//! squall's hot wire messages (docs/protocol.md#hot-payload-layouts): their byte formats,
 //! encoded from and decoded into the core's types without Python, so that they can be
 //! tested and fuzzed alone. Decoders return [`WireError`] on any malformed input: they
 //! never panic and check every length and count against the bytes present before

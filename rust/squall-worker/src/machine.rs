@@ -1,4 +1,4 @@
-//! The worker's task state machine (reference §2.3): what the scheduler sent, what is
+//! The worker's task state machine (docs/scheduling.md#the-worker-side): what the scheduler sent, what is
 //! ready, running, held or fetched. Events in (compute, free, steal, results, fetched
 //! data), answers and buffered reports out; no IO and no clock of its own (callers
 //! pass `now` in seconds).
