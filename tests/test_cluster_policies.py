@@ -25,10 +25,10 @@ import cloudpickle  # type: ignore[import-untyped]
 import dask
 import pytest
 
-from squall import config, fire_and_forget, get_worker
-from squall.client import CancelledError, Client, RemoteError
-from squall.cluster import LocalCluster
-from squall.worker import Worker
+from squall import Client, config, fire_and_forget, get_worker
+from squall.deploy.local import LocalCluster
+from squall.errors import CancelledError, RemoteError
+from squall.worker.worker import Worker
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -18,7 +18,7 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from squall._core import encode_keys
-from squall.spec import PLAIN_TYPES, make_spec
+from squall.protocol.specs import PLAIN_TYPES, make_spec
 
 Key = Hashable
 

@@ -12,8 +12,8 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from squall.client import Client
-    from squall.worker import Worker
+    from squall.client.client import Client
+    from squall.worker.worker import Worker
 
 __all__ = ["get_client", "get_worker", "rejoin", "secede"]
 
@@ -54,7 +54,8 @@ def get_worker() -> Worker:
 def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:
     """A client for tasks to submit work: on a worker, one client per worker connected
     to its scheduler; elsewhere the default client (or a new one for ``address``)."""
-    from squall.client import Client, default_client
+    from squall.client.client import Client
+    from squall.client.default import default_client
 
     try:
         worker = get_worker()
