@@ -1,4 +1,4 @@
-"""squall.graph without a cluster: specs run as dask runs the graph, functions are
+"""squall.dask.graphs without a cluster: specs run as dask runs the graph, functions are
 pickled once per graph, and legacy graphs convert as dask converts them."""
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""The exceptions squall raises to users beside the core's (``squall._core``): a
-cancelled future, a task that killed its workers, a remote error that could not be
-unpickled here."""
+"""The exceptions squall raises to users beside the core's (``squall._core``)."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ from squall.tracebacks import user_frames
 MAP_CHUNK = 20_000
 
 
-class TaskOptions(NamedTuple):
+class CallOptions(NamedTuple):
     """Where and how the tasks of one call run: the options ``submit``, ``map`` and the
     collection methods share, sent in the ``update-graph`` header."""
 
@@ -138,7 +138,7 @@ class Client(DataMovement):
         keys: list[Key],
         specs: list[bytes],
         deps: list[list[Key]] | None,
-        options: TaskOptions,
+        options: CallOptions,
         *,
         order: str = "sequential",
         wanted: list[Key] | None = None,
@@ -205,7 +205,7 @@ class Client(DataMovement):
             [key],
             [spec],
             [deps],
-            TaskOptions(workers, resources, retries, priority, fifo_timeout, allow_other_workers),
+            CallOptions(workers, resources, retries, priority, fifo_timeout, allow_other_workers),
         )
         return future
 
@@ -250,7 +250,7 @@ class Client(DataMovement):
             set(keys_given)  # an unhashable key raises TypeError before anything is held
             sources = [iter(x) for x in lists]
         size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
-        options = TaskOptions(
+        options = CallOptions(
             workers, resources, retries, priority, fifo_timeout, allow_other_workers
         )
         blob = cloudpickle.dumps(func)
@@ -301,7 +301,7 @@ class Client(DataMovement):
         self,
         expr: Any,
         keys: Iterable[Key],
-        options: TaskOptions,
+        options: CallOptions,
         *,
         cull: bool = False,
         actors: Any = None,
@@ -362,7 +362,7 @@ class Client(DataMovement):
         futures = self._graph_to_futures(
             expr,
             flatten_keys([keys]),
-            TaskOptions(
+            CallOptions(
                 workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
             ),
             cull=cull,
@@ -411,7 +411,7 @@ class Client(DataMovement):
             futures = self._graph_to_futures(
                 expr,
                 names,
-                TaskOptions(
+                CallOptions(
                     workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
                 ),
                 actors=actors,
@@ -446,7 +446,7 @@ class Client(DataMovement):
         futures = self._graph_to_futures(
             expr,
             flatten_keys(keys),
-            TaskOptions(
+            CallOptions(
                 workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
             ),
             actors=actors,

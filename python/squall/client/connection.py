@@ -1,10 +1,11 @@
-"""The client's connection to the scheduler (docs/runtime.md): its lifecycle, the
-event loop it runs on, messages both ways, and the reference counts of its futures.
+"""The client's connection to the scheduler, and its futures' reference counts.
 
-Futures on the same key share one :class:`~squall.client.futures.FutureState`, which
-counts them; when the last one is released or garbage collected the key goes into a
-``release-keys`` message, batched per event loop iteration, sent after the graphs
-queued before the release (they may name the key) and before any later message.
+The connection's lifecycle, the event loop it runs on and the messages both ways
+(docs/runtime.md). Futures on the same key share one
+:class:`~squall.client.futures.FutureState`, which counts them; when the last one is
+released or garbage collected the key goes into a ``release-keys`` message, batched per
+event loop iteration, sent after the graphs queued before the release (they may name
+the key) and before any later message.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Data between the client and the workers: results fetched (``gather``: ``who-has``
-to the scheduler, then ``get-data`` to one holder per key; a size of -1 or a failed
-worker makes the client ask again) and local data put on workers (``scatter``)."""
+"""Moving data between the client and the workers: ``gather`` and ``scatter``.
+
+Results are fetched with ``who-has`` to the scheduler, then ``get-data`` to one holder
+per key (a size of -1 or a failed worker makes the client ask again); scattered data
+goes straight to the workers (``update-data``), then the scheduler registers it.
+"""
 
 from __future__ import annotations
 

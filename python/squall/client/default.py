@@ -1,5 +1,8 @@
-"""The default client: the latest client made with ``set_as_default=True``, which
-``Future(key)``, ``get_client()`` and dask's ``scheduler="squall"`` use."""
+"""The default client, which ``Future(key)``, ``get_client()`` and dask use.
+
+It is the latest client made with ``set_as_default=True`` that is not closed; dask's
+``scheduler="squall"`` names it.
+"""
 
 from __future__ import annotations
 

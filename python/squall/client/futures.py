@@ -1,10 +1,8 @@
-"""Futures: the handles of remote results (``Future``), the state all futures of a key
-in one client share (``FutureState``), and finding futures inside containers.
+"""Futures: handles of remote results, and finding them inside containers.
 
-Futures on the same key share one :class:`FutureState`, which counts them; when the
-last one is released or garbage collected the key goes into a ``release-keys``
-message (:mod:`squall.client.connection`). A ``map`` makes its futures and states in
-bulk; slots keep them small.
+Futures on the same key in one client share one :class:`FutureState`, which counts
+them (:mod:`squall.client.connection` releases the key after the last one). A ``map``
+makes its futures and states in bulk; slots keep them small.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Timeouts and event loops for the client's coroutines: a blocking client runs them
-on its own loop thread, an asynchronous one on the caller's loop."""
+"""Timeouts and event loops for the client's coroutines.
+
+A blocking client runs them on its own loop thread, an asynchronous one on the
+caller's loop.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Waiting on futures: ``wait`` (all, the first, or the first erred of them) and
-``as_completed`` (iterate in the order they complete)."""
+"""Waiting on futures: ``wait`` and ``as_completed``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The client's view of the cluster: its workers (``scheduler_info``, ``nthreads``),
-functions run on them outside the task system (``run``), and ``restart``."""
+"""The client's view of the cluster: its workers, ``run`` and ``restart``."""
 
 from __future__ import annotations
 

@@ -1,2 +1,5 @@
-"""Dask integration: collections as squall graphs (``graphs``) and ``squall.order``,
-the core's ordering behind dask's ``order`` interface (``ordering``)."""
+"""Dask integration: collections as squall graphs, and ``squall.order``.
+
+``graphs`` turns collections into the graphs the client sends; ``ordering`` puts the
+core's ordering behind dask's ``order`` interface.
+"""

@@ -5,7 +5,7 @@ An expression is materialised the way dask's own schedulers do it
 never unpickles anything. Each task node is pickled on its own (workers call it with
 its dependencies' values); functions are pickled once per graph and travel as bytes
 inside each task's pickle, which workers turn back into functions through a per-process
-cache (:func:`squall.spec.load_function`). Ordering happens in the scheduler's core.
+cache (:func:`squall.protocol.specs.load_function`). Ordering happens in the scheduler's core.
 """
 
 from __future__ import annotations

@@ -1,2 +1,5 @@
-"""Starting clusters: ``LocalCluster`` (``local``) and the lifeline that ends its
-processes with their starter (``lifeline``)."""
+"""Starting clusters of squall processes.
+
+``local`` has ``LocalCluster``; ``lifeline`` makes the processes it starts end with
+the process that started them.
+"""

@@ -1,5 +1,7 @@
-"""``LocalCluster``: a scheduler and worker processes on this machine, which do not
-outlive the process that started them (:mod:`squall.deploy.lifeline`)."""
+"""``LocalCluster``: a scheduler and worker processes on this machine.
+
+They do not outlive the process that started them (:mod:`squall.deploy.lifeline`).
+"""
 
 from __future__ import annotations
 

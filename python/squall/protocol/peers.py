@@ -1,6 +1,8 @@
-"""Requests to workers' peer listeners (``get-data``, ``update-data``, ``run``), from
-clients and from other workers: one cached connection per worker, one request at a
-time on it, the reply matched by its ``id``."""
+"""Requests to workers' peer listeners, from clients and other workers.
+
+``get-data``, ``update-data`` and ``run`` go over one cached connection per worker,
+one request at a time, the reply matched by its ``id``.
+"""
 
 from __future__ import annotations
 

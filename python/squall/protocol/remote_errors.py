@@ -1,11 +1,11 @@
-"""How an exception raised on a worker (by a task, or by ``Client.run``) travels:
-packed by the worker, rebuilt by the client.
+"""How an exception raised on a worker travels to the client.
 
-The payload is ``cloudpickle(exception)`` (``n_exception`` bytes) followed by
-``pickle(traceback)`` with tblib's traceback pickling, so the client re-raises the
-remote frames; the header's ``exception_text`` (``repr``) and ``traceback_text`` (the
-formatted traceback) still describe an exception that cannot be unpickled. Tracebacks
-start in the user's code (:mod:`squall.tracebacks`), as distributed's workers send them.
+A task's exception (or ``Client.run``'s) is sent as ``cloudpickle(exception)``
+(``n_exception`` bytes) followed by ``pickle(traceback)`` with tblib's traceback
+pickling, so the client re-raises the remote frames; the header's ``exception_text``
+(``repr``) and ``traceback_text`` (the formatted traceback) still describe an exception
+that cannot be unpickled. Tracebacks start in the user's code (:mod:`squall.tracebacks`),
+as distributed's workers send them.
 """
 
 from __future__ import annotations

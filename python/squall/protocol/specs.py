@@ -75,7 +75,7 @@ def make_spec(
 
     # Futures at any depth of lists, tuples, sets and dicts, their subclasses too (as
     # distributed's ``parse_input``).
-    call = (rebuild(args, marker, subclasses=True), rebuild(dict(kwargs), marker, subclasses=True))
+    call = (rebuild(args, marker, True), rebuild(dict(kwargs), marker, True))
     return prefix + cloudpickle.dumps(call, protocol=5), list(deps)
 
 
@@ -87,7 +87,7 @@ def fill_call(
     def value(obj: Any) -> Any:
         return data[obj.key] if isinstance(obj, Dep) else DESCEND
 
-    return rebuild(args, value, subclasses=True), rebuild(kwargs, value, subclasses=True)
+    return rebuild(args, value, True), rebuild(kwargs, value, True)
 
 
 def split_call(spec: bytes) -> tuple[bytes, bytes]:

@@ -1,6 +1,7 @@
-"""The ``update-graph`` message, client side (the scheduler decodes it in Rust,
-``Scheduler.submit_wire``, making no Python object per task), and the call specs of a
-``map`` batch.
+"""The ``update-graph`` message, client side, and the call specs of a ``map`` batch.
+
+The scheduler decodes it in Rust (``Scheduler.submit_wire``), making no Python object
+per task.
 
 Payload: ``keys | i64 spec sizes[n] | u32 dependency offsets[n + 1] | u32 dependency
 indices | specs``. ``keys`` (``encode_keys`` form, ``keys_bytes`` long) holds the n task

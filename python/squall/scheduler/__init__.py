@@ -1,2 +1,5 @@
-"""The scheduler process: the core's state machine behind the wire protocol
-(``server``) and the ``squall scheduler`` program that runs it (``launcher``)."""
+"""The scheduler process.
+
+``server`` puts the core's state machine behind the wire protocol; ``launcher`` is the
+``squall scheduler`` program that runs it (also ``python -m squall.scheduler``).
+"""

@@ -1,5 +1,4 @@
-"""The ``squall scheduler`` program: flags, logging, signals around a
-:class:`~squall.scheduler.server.SchedulerServer`."""
+"""The ``squall scheduler`` program around a ``SchedulerServer``."""
 
 from __future__ import annotations
 

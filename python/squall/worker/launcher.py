@@ -1,6 +1,8 @@
-"""The ``squall worker`` program: flags, logging, signals around a
-:class:`~squall.worker.worker.Worker`, re-executed in place on a restart; ``--nworkers``
-starts several worker processes."""
+"""The ``squall worker`` program around a ``Worker``.
+
+A restart from the scheduler re-executes it in place; ``--nworkers`` starts several
+worker processes.
+"""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ docs/runtime.md. Choices the protocol table leaves open:
 * Tasks run in a thread pool that grows as needed; the worker itself keeps at most
   ``nthreads`` tasks counted as running. ``secede()`` uncounts the calling task (and
   sends ``long-running``), ``rejoin()`` waits for a free slot; ``get_worker()`` and
-  ``get_client()`` work inside tasks (``squall.context``).
+  ``get_client()`` work inside tasks (:mod:`squall.worker.context`).
 * Scattered data (``update-data`` from a client, on the peer listener) is staged until
   the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
   then is it served and freed like a task's result.
