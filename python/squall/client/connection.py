@@ -59,6 +59,8 @@ class ClientConnection:
         direct_to_workers: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        # ``direct_to_workers`` and distributed's other options (``kwargs``) are accepted
+        # and ignored: results always come straight from the workers.
         if asynchronous:
             require_running_loop()  # before starting a cluster nothing would close
         self._own_cluster: Any = None
