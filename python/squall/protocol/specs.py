@@ -85,9 +85,10 @@ def fill_call(
     """A call spec's arguments with its dependencies' values in place of the markers."""
 
     def value(obj: Any) -> Any:
-        return data[obj.key] if isinstance(obj, Dep) else DESCEND
+        return data[obj.key] if type(obj) is Dep else DESCEND
 
-    return rebuild(args, value, True), rebuild(kwargs, value, True)
+    # Runs for every task with dependencies: calls seldom have keyword arguments.
+    return rebuild(args, value, True), (rebuild(kwargs, value, True) if kwargs else kwargs)
 
 
 def split_call(spec: bytes) -> tuple[bytes, bytes]:
