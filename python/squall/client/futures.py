@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import operator
 import types
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -31,6 +32,8 @@ logger = logging.getLogger("squall.client")
 
 Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
+
+_KEY = operator.attrgetter("key")
 
 
 class FutureState:
@@ -321,6 +324,12 @@ def futures_of(obj: Any) -> list[Future]:
 def pack_results(o: Any, data: dict[Key, Any]) -> Any:
     """``o`` with each future in it replaced by its value in ``data`` (left out if
     ``data`` lacks it): ``gather``'s result."""
+    if flat_futures(o):
+        # A map's futures: C loops.
+        values = list(map(data.get, map(_KEY, o), itertools.repeat(DROP)))
+        if any(map(operator.is_, values, itertools.repeat(DROP))):
+            values = [v for v in values if v is not DROP]
+        return type(o)(values)
 
     def value(x: Any) -> Any:
         return data.get(x.key, DROP) if isinstance(x, Future) else DESCEND
