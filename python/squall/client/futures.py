@@ -252,21 +252,7 @@ class _FutureRef(Future):
         self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._cleared = True  # nothing to release
 
-    @property
-    def client(self) -> Any:
-        return None
-
-    @property
-    def executor(self) -> Any:
-        return None
-
-    @property
-    def status(self) -> Any:
-        return None
-
-    @property
-    def type(self) -> Any:
-        return None
+    client = executor = status = type = property(lambda self: None)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("_client", "_state"):  # unset: what a bound future's methods use

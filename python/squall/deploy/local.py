@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, TypeVar
 
 from squall import config
@@ -126,12 +125,7 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self
 
-    def __exit__(
-        self,
-        typ: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
