@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import squall
-from squall import bench
+from squall.tools import bench
 
 pytestmark = pytest.mark.slow
 

@@ -16,20 +16,14 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 import tblib  # type: ignore[import-untyped]
 
-import squall.client
-from squall import comm
+import squall.client.client
+from squall import Client, Future, as_completed, wait
 from squall._core import decode_compute, decode_keys, encode_keys
-from squall.client import (
-    CancelledError,
-    Client,
-    Future,
-    KilledWorker,
-    _parse_erred,
-    as_completed,
-    wait,
-)
-from squall.scheduler import SchedulerServer
-from squall.spec import run_spec
+from squall.errors import CancelledError, KilledWorker
+from squall.protocol import comm
+from squall.protocol.remote_errors import parse_task_erred
+from squall.protocol.specs import run_spec
+from squall.scheduler.server import SchedulerServer
 
 
 class FakeWorker:
@@ -267,7 +261,7 @@ def test_map_sends_one_graph_per_batch(client: Client, cluster: Cluster) -> None
 def test_map_streams_chunks_that_all_land_in_order(
     client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(squall.client, "MAP_CHUNK", 100)
+    monkeypatch.setattr(squall.client.client, "MAP_CHUNK", 100)
     before = cluster.graphs
     futures = client.map(inc, range(1050))
     assert len({f.key for f in futures}) == 1050 and futures[1049].key.endswith("-1049")
@@ -317,7 +311,7 @@ def test_map_pauses_the_cyclic_gc_only_while_it_runs(client: Client) -> None:
 def test_streamed_map_futures_release(
     client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(squall.client, "MAP_CHUNK", 64)
+    monkeypatch.setattr(squall.client.client, "MAP_CHUNK", 64)
     futures = client.map(inc, range(500))
     duplicates = client.map(inc, [7, 7, 8], key=["d", "d", "e"])  # two futures, key "d"
     assert duplicates[0]._state is duplicates[1]._state
@@ -467,12 +461,12 @@ def test_task_erred_messages() -> None:
         "n_key": len(key),
         "n_exception": 0,
     }
-    k, exc, tb = _parse_erred(header, memoryview(key))
+    k, exc, tb = parse_task_erred(header, memoryview(key))
     assert k == "k" and isinstance(exc, KilledWorker) and "3 different workers" in str(exc)
     assert tb is None
     # an exception that cannot be unpickled here still carries its text
     header = {**header, "error_kind": "Remote", "exception_text": "Boom()", "n_exception": 3}
-    _, exc, _ = _parse_erred(header, memoryview(key + b"bad"))
+    _, exc, _ = parse_task_erred(header, memoryview(key + b"bad"))
     assert "Boom()" in str(exc)
 
 

@@ -25,9 +25,18 @@ import pytest
 from conftest import cli_scheduler
 
 import squall
-from squall import fire_and_forget, get_client, get_worker, rejoin, secede
-from squall.client import CancelledError, Client, Future, as_completed
-from squall.cluster import LocalCluster
+from squall import (
+    Client,
+    Future,
+    as_completed,
+    fire_and_forget,
+    get_client,
+    get_worker,
+    rejoin,
+    secede,
+)
+from squall.deploy.local import LocalCluster
+from squall.errors import CancelledError
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -19,8 +19,8 @@ import pytest
 from conftest import cli_scheduler
 
 import squall
-from squall.client import Client
-from squall.cluster import LocalCluster, default_shape
+from squall import Client
+from squall.deploy.local import LocalCluster, default_shape
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

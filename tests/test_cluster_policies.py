@@ -25,10 +25,10 @@ import cloudpickle  # type: ignore[import-untyped]
 import dask
 import pytest
 
-from squall import config, fire_and_forget, get_worker
-from squall.client import CancelledError, Client, RemoteError
-from squall.cluster import LocalCluster
-from squall.worker import Worker
+from squall import Client, config, fire_and_forget, get_worker
+from squall.deploy.local import LocalCluster
+from squall.errors import CancelledError, RemoteError
+from squall.worker.worker import Worker
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -157,10 +157,11 @@ def test_annotated_priorities_order_the_schedulers_queue(
 
 
 def test_fifo_timeout_older_submissions_first_then_graph_order(tmp_path: Path) -> None:
-    """FIFO generations (docs/scheduling.md): a graph arriving more than its fifo_timeout after the current generation
-    began opens a new generation, which sorts after every older one whatever the graph
-    order; within fifo_timeout graphs share a generation and interleave by graph order
-    (map's order index is the item's position)."""
+    """FIFO generations (docs/scheduling.md#fifo-generations): a graph arriving more than
+    its fifo_timeout after the current generation began opens a new generation, which
+    sorts after every older one whatever the graph order; within fifo_timeout graphs
+    share a generation and interleave by graph order (map's order index is the item's
+    position)."""
     # worker-saturation-duration 0 (Dask's queuing): the worker holds the blocker and
     # one task, the rest wait in the scheduler's queue, so a later graph's tasks cannot
     # reach the worker after it has started an earlier graph's worse ones.
@@ -258,7 +259,8 @@ def test_strict_restriction_waits_for_its_worker_loose_one_does_not() -> None:
 
 def test_loose_restriction_on_a_busy_worker_is_stolen_strict_one_waits(tmp_path: Path) -> None:
     # Dask places a loosely restricted task on its worker even when that worker is busy;
-    # work stealing may then give it to any idle worker (docs/scheduling.md#restrictions), a strict one never.
+    # work stealing may then give it to any idle worker, a strict one never
+    # (docs/scheduling.md#restrictions).
     kwargs = {"work_stealing_interval": "100ms"}
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, scheduler_kwargs=kwargs) as cluster,
@@ -340,7 +342,8 @@ def test_retries_and_client_retry(one_worker: Client, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="attempt 2 fails"):
         f.result(timeout=TIMEOUT)
     assert (tmp_path / "b").read_text() == "xx"
-    # client.retry on a dependent reruns its erred dependency (docs/scheduling.md#task-errors-and-retries).
+    # client.retry on a dependent reruns its erred dependency
+    # (docs/scheduling.md#task-errors-and-retries).
     x = c.submit(flaky, str(tmp_path / "c"), 1)
     y = c.submit(add_one, x)
     with pytest.raises(ValueError, match="attempt 1 fails"):

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from squall.client import Client, wait
-from squall.cluster import LocalCluster
+from squall import Client, wait
+from squall.deploy.local import LocalCluster
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -11,8 +11,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from squall import comm
-from squall.comm import Comm
+from squall.protocol import comm
+from squall.protocol.comm import Comm
 
 
 def run(coro: Awaitable[Any]) -> Any:

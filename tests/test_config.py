@@ -19,11 +19,11 @@ import cloudpickle
 import dask.config
 import pytest
 
-from squall import _core, comm, config
-from squall.client import Client
-from squall.cluster import LocalCluster, scheduler_info
-from squall.scheduler import SchedulerServer
-from squall.worker import Worker
+from squall import Client, _core, config
+from squall.deploy.local import LocalCluster, scheduler_info
+from squall.protocol import comm
+from squall.scheduler.server import SchedulerServer
+from squall.worker.worker import Worker
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

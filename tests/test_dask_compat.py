@@ -18,8 +18,8 @@ from dask.array.utils import assert_eq
 from dask.utils import key_split
 
 import squall
-from squall.client import Client
-from squall.cluster import LocalCluster
+from squall import Client
+from squall.deploy.local import LocalCluster
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -158,7 +158,7 @@ def test_set_as_default_false_leaves_dask_alone(cluster: LocalCluster) -> None:
     with Client(cluster, set_as_default=False):
         assert job.compute() == "local"
         with pytest.raises(ValueError, match="no squall Client"):
-            squall.client.default_client()
+            squall.client.default.default_client()
 
 
 def test_the_core_reports_redefinitions_with_other_dependencies() -> None:

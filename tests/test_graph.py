@@ -1,4 +1,4 @@
-"""squall.graph without a cluster: specs run as dask runs the graph, functions are
+"""squall.dask.graphs without a cluster: specs run as dask runs the graph, functions are
 pickled once per graph, and legacy graphs convert as dask converts them."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
 
-from squall import graph
+from squall.dask import graphs as graph
 from squall.gc_pause import gc_paused
-from squall.spec import run_spec
+from squall.protocol.specs import run_spec
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

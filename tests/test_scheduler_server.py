@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from squall import comm, update_graph
 from squall._core import decode_compute, decode_keys, encode_keys
-from squall.client import _holders
-from squall.scheduler import SchedulerServer
+from squall.client.data import holders_of
+from squall.protocol import comm, update_graph
+from squall.scheduler.server import SchedulerServer
 
 
 def run(coro: Any) -> Any:
@@ -153,7 +153,7 @@ def test_bad_peers_are_refused_without_harm() -> None:
         await c.read()
         await c.write({"op": "who-has", "id": 7}, encode_keys(["nope"]))
         h, payload = await next_op(c, "who-has")
-        assert h["id"] == 7 and _holders(h["addresses"], bytes(payload), 1) == [[]]
+        assert h["id"] == 7 and holders_of(h["addresses"], bytes(payload), 1) == [[]]
         await c.write({"op": "update-graph", "id": 8, "keys_bytes": 0, "n": "x"})
         h, _ = await next_op(c, "request-failed")
         assert h["id"] == 8

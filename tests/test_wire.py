@@ -9,9 +9,9 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 import squall
-from squall import update_graph
 from squall._core import decode_compute
-from squall.spec import call_prefix, make_spec
+from squall.protocol import update_graph
+from squall.protocol.specs import call_prefix, make_spec
 
 
 def test_compute_batches_roundtrip_per_worker() -> None:

@@ -17,12 +17,12 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
-from squall import comm, update_graph
 from squall._core import decode_keys, encode_keys
-from squall.client import _holders
-from squall.scheduler import SchedulerServer
-from squall.spec import call_prefix, make_spec
-from squall.worker import Worker
+from squall.client.data import holders_of
+from squall.protocol import comm, update_graph
+from squall.protocol.specs import call_prefix, make_spec
+from squall.scheduler.server import SchedulerServer
+from squall.worker.worker import Worker
 
 Key = Hashable
 
@@ -120,7 +120,7 @@ class Client:
         rid = self._next_id
         await self.c.write({"op": "who-has", "id": rid}, encode_keys(keys))
         h, payload = await self.wait_for(lambda: self.replies.get(("who-has", rid)))
-        return _holders(h["addresses"], bytes(payload), len(keys))
+        return holders_of(h["addresses"], bytes(payload), len(keys))
 
     async def gather(self, keys: list[Key]) -> list[Any]:
         await self.wait_for(lambda: self.in_memory.issuperset(keys) or self.erred)

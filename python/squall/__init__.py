@@ -15,10 +15,12 @@ from squall._core import (
     UnknownWorkerError,
     __version__,
 )
-from squall.client import Client, Future, as_completed, fire_and_forget, wait
-from squall.cluster import LocalCluster
-from squall.context import get_client, get_worker, rejoin, secede
-from squall.ordering import order
+from squall.client.client import Client
+from squall.client.futures import Future, fire_and_forget
+from squall.client.waiting import as_completed, wait
+from squall.dask.ordering import order
+from squall.deploy.local import LocalCluster
+from squall.worker.context import get_client, get_worker, rejoin, secede
 
 __all__ = [
     "Client",

@@ -163,7 +163,7 @@ class Route:
             return True
         if self.kind != "squall":
             return False
-        from squall.client import _DefaultClient, default_client
+        from squall.client.default import _DefaultClient, default_client
 
         return isinstance(owner, _DefaultClient) and default_client() is self.client
 

@@ -16,13 +16,14 @@ A spec is opaque bytes to the scheduler, one of two kinds:
 from __future__ import annotations
 
 import functools
-import operator
 import pickle
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+
+from squall.nested import DESCEND, rebuild
 
 # Argument types pickle can write exactly as cloudpickle would.
 PLAIN_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
@@ -50,36 +51,6 @@ def call_prefix(func_blob: bytes) -> bytes:
     return bytes((CALL_TAG,)) + len(func_blob).to_bytes(4, "little") + func_blob
 
 
-def _replace(
-    obj: Any, deps: dict[Hashable, None], to_dep: Callable[[Any], Hashable | None]
-) -> Any:
-    """``obj`` with the futures in it (at any depth of lists, tuples, sets and dicts,
-    their subclasses too, as distributed's ``parse_input``) replaced by :class:`Dep`
-    markers. A container holding none is returned as it is; one holding some is rebuilt
-    as its base type (a namedtuple as itself), as distributed does."""
-    key = to_dep(obj)
-    if key is not None:
-        deps[key] = None  # a dict: ordered and O(1) for calls on many futures
-        return Dep(key)
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        items = [_replace(o, deps, to_dep) for o in obj]
-        if all(map(operator.is_, items, obj)):
-            return obj
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return obj._make(items)  # type: ignore[attr-defined]  # a namedtuple
-        return next(t for t in _BASES if isinstance(obj, t))(items)
-    if isinstance(obj, dict):
-        values = {k: _replace(v, deps, to_dep) for k, v in obj.items()}
-        if all(map(operator.is_, values.values(), obj.values())):
-            return obj
-        return values
-    return obj
-
-
-# The types a container subclass holding futures can become.
-_BASES: tuple[type, ...] = (list, tuple, set, frozenset)
-
-
 def make_spec(
     prefix: bytes,
     args: tuple[Any, ...],
@@ -93,29 +64,31 @@ def make_spec(
         # Plain values (the common map item) need neither futures replaced nor
         # cloudpickle, which is several times slower than pickle for small calls.
         return prefix + pickle.dumps((args, {}), protocol=5), []
-    deps: dict[Hashable, None] = {}
-    call = (_replace(args, deps, to_dep), _replace(dict(kwargs), deps, to_dep))
+    deps: dict[Hashable, None] = {}  # a dict: ordered and O(1) for calls on many futures
+
+    def marker(obj: Any) -> Any:
+        key = to_dep(obj)
+        if key is None:
+            return DESCEND
+        deps[key] = None
+        return Dep(key)
+
+    # Futures at any depth of lists, tuples, sets and dicts, their subclasses too (as
+    # distributed's ``parse_input``).
+    call = (rebuild(args, marker, True), rebuild(dict(kwargs), marker, True))
     return prefix + cloudpickle.dumps(call, protocol=5), list(deps)
-
-
-def _fill(obj: Any, data: Mapping[Hashable, Any]) -> Any:
-    if isinstance(obj, Dep):
-        return data[obj.key]
-    t = type(obj)
-    if t in _BASES:
-        return t(_fill(o, data) for o in obj)
-    if t is dict:
-        return {k: _fill(v, data) for k, v in obj.items()}
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return obj._make(_fill(o, data) for o in obj)  # type: ignore[attr-defined]
-    return obj
 
 
 def fill_call(
     args: tuple[Any, ...], kwargs: dict[str, Any], data: Mapping[Hashable, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A call spec's arguments with its dependencies' values in place of the markers."""
-    return _fill(args, data), _fill(kwargs, data)
+
+    def value(obj: Any) -> Any:
+        return data[obj.key] if type(obj) is Dep else DESCEND
+
+    # Runs for every task with dependencies: calls seldom have keyword arguments.
+    return rebuild(args, value, True), (rebuild(kwargs, value, True) if kwargs else kwargs)
 
 
 def split_call(spec: bytes) -> tuple[bytes, bytes]:

@@ -170,7 +170,7 @@ def order_compare(n_leaves: int) -> Iterator[Row]:
     """squall.order vs dask.order on the same legacy dask graph, one process."""
     from dask.order import order as dask_order
 
-    from squall.ordering import order as squall_order
+    from squall.dask.ordering import order as squall_order
 
     dsk = dask_tree(n_leaves)
     n = len(dsk)

@@ -1,4 +1,4 @@
-"""The scheduler process: squall-core behind the wire protocol (docs/runtime.md).
+"""The scheduler server: squall-core behind the wire protocol (docs/runtime.md).
 
 Workers and clients connect over TCP. Every message is one stimulus to the core; after
 each batch of messages from a peer, the core's pending commands are drained into
@@ -8,20 +8,17 @@ packed arrays handed to the core as they are.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
-import signal
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from squall import comm, config
+from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
-from squall.cluster import WATCH_STDIN_HELP, watch_stdin
+from squall.protocol import comm
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -202,8 +199,6 @@ class SchedulerServer:
                 self.core.steal_response(
                     w, int(h["task"]), h.get("state"), int(h["stimulus"]), now=now
                 )
-            elif op == "add-keys":
-                self.core.add_keys(w, [int(t) for t in h["tasks"]], now=now)
             elif op == "add-replicas":
                 self.core.add_replicas(w, bytes(payload), now=now)
             elif op == "drop-replicas":
@@ -259,16 +254,14 @@ class SchedulerServer:
             if op == "who-has":
                 addresses, holders = self.core.who_has_wire(bytes(payload))
                 return {"op": "who-has", "id": h.get("id"), "addresses": addresses}, holders
-            if op in ("release-keys", "cancel", "retry", "desire-keys"):
+            if op in ("release-keys", "cancel", "retry"):
                 keys = decode_keys(bytes(payload))
                 if op == "release-keys":
                     self.core.client_releases_keys(cid, keys, now=now)
                 elif op == "cancel":
                     self.core.cancel(cid, keys, now=now, force=bool(h.get("force")))
-                elif op == "retry":
-                    self.core.retry(keys, now=now)
                 else:
-                    self.core.client_desires_keys(cid, keys, now=now)
+                    self.core.retry(keys, now=now)
                 return None
             if op == "scheduler-info":
                 return self._scheduler_info(h), b""
@@ -501,49 +494,6 @@ class SchedulerServer:
         peer.stream.send(header, key + exc + tb)
 
 
-async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> None:
-    """Run a scheduler until SIGINT/SIGTERM (``squall scheduler``)."""
-    server = SchedulerServer(address, config)
-    await server.start()
-    print(f"squall scheduler listening at {server.address}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        logger.info("scheduler at %s shutting down", server.address)
-        await server.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``squall scheduler [--host HOST] [--port PORT] [--log-level LEVEL]``; flags
-    override ``squall.scheduler.host``, ``.port`` and ``squall.logging.level``."""
-    p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
-    p.add_argument("--host", help="interface to bind (default: squall.scheduler.host)")
-    p.add_argument(
-        "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
-    )
-    p.add_argument("--log-level", help="default: squall.logging.level")
-    p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
-    args = p.parse_args(argv)
-    if args.watch_stdin:
-        watch_stdin()
-    try:
-        level = config.log_level(args.log_level)
-        host = str(config.get("scheduler.host")) if args.host is None else args.host
-        port = config.port("scheduler.port") if args.port is None else args.port
-        address = comm.format_address(host, port)
-        comm.parse_address(address)
-        logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
-        asyncio.run(run_scheduler(address))
-    except (ValueError, comm.CommError) as e:
-        print(f"squall scheduler: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def _task_options(classes: Any) -> list[tuple[dict[str, Any], list[int]]] | None:
     """msgpack gives lists where the core takes (options, indices) and (name, amount)
     pairs."""
@@ -555,7 +505,3 @@ def _task_options(classes: Any) -> list[tuple[dict[str, Any], list[int]]] | None
             opts = {**opts, "resources": [tuple(r) for r in opts["resources"]]}
         out.append((opts, indices))
     return out
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,7 @@
-"""The ``update-graph`` message, client side (the scheduler decodes it in Rust,
-``Scheduler.submit_wire``, making no Python object per task), and the call specs of a
-``map`` batch.
+"""The ``update-graph`` message, client side, and the call specs of a ``map`` batch.
+
+The scheduler decodes it in Rust (``Scheduler.submit_wire``), making no Python object
+per task.
 
 Payload: ``keys | i64 spec sizes[n] | u32 dependency offsets[n + 1] | u32 dependency
 indices | specs``. ``keys`` (``encode_keys`` form, ``keys_bytes`` long) holds the n task
@@ -18,7 +19,7 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from squall._core import encode_keys
-from squall.spec import PLAIN_TYPES, make_spec
+from squall.protocol.specs import PLAIN_TYPES, make_spec
 
 Key = Hashable
 

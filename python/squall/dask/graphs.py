@@ -5,7 +5,7 @@ An expression is materialised the way dask's own schedulers do it
 never unpickles anything. Each task node is pickled on its own (workers call it with
 its dependencies' values); functions are pickled once per graph and travel as bytes
 inside each task's pickle, which workers turn back into functions through a per-process
-cache (:func:`squall.spec.load_function`). Ordering happens in the scheduler's core.
+cache (:func:`squall.protocol.specs.load_function`). Ordering happens in the scheduler's core.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dask._task_spec import (
 )
 
 from squall.gc_pause import gc_paused
-from squall.spec import load_function
+from squall.nested import DESCEND, rebuild
+from squall.protocol.specs import load_function
 
 Key = Hashable
 
@@ -283,13 +284,13 @@ def _cull(dsk: Mapping[Key, GraphNode], keys: set[Key]) -> dict[Key, GraphNode]:
 def pack_data(o: Any, d: Mapping[Key, Any]) -> Any:
     """``o`` (keys, possibly nested in lists, tuples and dicts) with each key replaced by
     its value in ``d``; dask array keys are tuples, so a tuple is first tried as a key."""
-    try:
-        if o in d:
-            return d[o]
-    except TypeError:
-        pass  # unhashable: a container
-    if type(o) in (list, tuple, set, frozenset):
-        return type(o)(pack_data(x, d) for x in o)
-    if type(o) is dict:
-        return {k: pack_data(v, d) for k, v in o.items()}
-    return o
+
+    def value(x: Any) -> Any:
+        try:
+            if x in d:
+                return d[x]
+        except TypeError:
+            pass  # unhashable: a container
+        return DESCEND
+
+    return rebuild(o, value)

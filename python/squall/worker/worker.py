@@ -11,19 +11,15 @@ docs/runtime.md. Choices the protocol table leaves open:
 * ``finished``: completions are buffered and flushed as one packed message (the four
   little-endian arrays) when the worker has nothing executing, otherwise at most
   ``squall.worker.finished-delay`` later.
-* ``erred``: the payload is ``cloudpickle(exception)`` (``n_exception`` bytes) followed by
-  ``pickle(traceback)`` using tblib's traceback pickling, so a client with tblib can
-  ``raise exc.with_traceback(pickle.loads(tb))`` and show the remote frames;
-  ``exception_text`` is ``repr(exc)`` and ``traceback_text`` the formatted traceback.
-  The traceback shows the user's code: frames of squall's and of dask's task-spec
-  nodes are trimmed (``squall.tracebacks``), as distributed's workers do.
+* ``erred``: the task's exception and traceback as :mod:`squall.protocol.remote_errors`
+  packs them (the user's frames only, as distributed's workers send them).
 * Dependencies are fetched from their holders (batched per holder, cached peer
-  connections, next holder on failure). Fetched copies are kept while a local task
-  needs them, then dropped; both are told to the scheduler by key (``add-replicas``,
-  ``drop-replicas``), so it counts the copies as holders meanwhile. If no holder can
-  provide a dependency, the dependents are given back with ``reschedule`` after
-  ``squall.worker.missing-data-retry``, unless the scheduler has freed or re-sent them
-  meanwhile (a re-sent task fetches from the holders named then).
+  connections of :mod:`squall.protocol.peers`, next holder on failure). Fetched copies
+  are kept while a local task needs them, then dropped; both are told to the scheduler
+  by key (``add-replicas``, ``drop-replicas``), so it counts the copies as holders
+  meanwhile. If no holder can provide a dependency, the dependents are given back with
+  ``reschedule`` after ``squall.worker.missing-data-retry``, unless the scheduler has
+  freed or re-sent them meanwhile (a re-sent task fetches from the holders named then).
 * ``remove-worker`` names the departed worker's address: the cached connection to it is
   dropped, as are any other cached connections that have closed.
 * Task state lives in a compiled machine (``squall._core.WorkerCore``, the
@@ -34,7 +30,7 @@ docs/runtime.md. Choices the protocol table leaves open:
 * Tasks run in a thread pool that grows as needed; the worker itself keeps at most
   ``nthreads`` tasks counted as running. ``secede()`` uncounts the calling task (and
   sends ``long-running``), ``rejoin()`` waits for a free slot; ``get_worker()`` and
-  ``get_client()`` work inside tasks (``squall.context``).
+  ``get_client()`` work inside tasks (:mod:`squall.worker.context`).
 * Scattered data (``update-data`` from a client, on the peer listener) is staged until
   the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
   then is it served and freed like a task's result.
@@ -50,35 +46,30 @@ docs/runtime.md. Choices the protocol table leaves open:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import copyreg
 import inspect
 import logging
-import os
 import pickle
-import signal
-import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Hashable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
-from tblib import pickling_support  # type: ignore[import-untyped]
 
-from squall import comm, config, context, tracebacks
+from squall import config
 from squall._core import WorkerCore, decode_keys, encode_keys
-from squall.cluster import WATCH_STDIN_HELP, watch_stdin
-from squall.spec import PLAIN_TYPES, fill_call, load_function, run_spec
+from squall.protocol import comm
+from squall.protocol.peers import Peers
+from squall.protocol.remote_errors import error_fields, pack_error
+from squall.protocol.specs import PLAIN_TYPES, fill_call, load_function, run_spec
+from squall.worker import context
 
 if TYPE_CHECKING:
-    from squall.client import Client
+    from squall.client.client import Client
 
 logger = logging.getLogger("squall.worker")
 
@@ -86,9 +77,6 @@ Key = Hashable
 
 # Transfers smaller than this measure latency more than bandwidth.
 BANDWIDTH_MIN_BYTES = 1_000_000
-
-# Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
-copyreg.pickle(TracebackType, pickling_support.pickle_traceback)
 
 # The compiled loop's answers (``WorkerCore.run``) that task threads act on.
 _EXIT, _WAKE, _WAKE_LATER = 0, 1, 3
@@ -119,32 +107,6 @@ def _takes_arg(func: Any, name: str) -> bool:
         return name in inspect.signature(func).parameters
     except (TypeError, ValueError):  # builtins without a signature
         return False
-
-
-def _pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
-    """``(repr, formatted traceback, pickled exception, pickled traceback)``; an
-    exception that cannot be shown or pickled is described by its type instead. The
-    traceback starts in the user's code (squall's and dask's task-running frames
-    trimmed, as distributed's workers do)."""
-    try:
-        exc_text = repr(e)
-    except Exception:
-        exc_text = f"<{type(e).__name__}: its repr() failed>"
-    tb = tracebacks.trim(e.__traceback__)
-    try:
-        tb_text = "".join(traceback.format_exception(type(e), e, tb))
-    except Exception:
-        tb_text = exc_text
-    try:
-        exc_blob = cloudpickle.dumps(e)
-        pickle.loads(exc_blob)
-    except Exception:
-        exc_blob = cloudpickle.dumps(RuntimeError(exc_text))
-    try:
-        tb_blob = pickle.dumps(tb)
-    except Exception:
-        tb_blob = pickle.dumps(None)
-    return exc_text, tb_text, exc_blob, tb_blob
 
 
 class Worker:
@@ -180,7 +142,6 @@ class Worker:
         self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
         self._finished_delay = config.seconds("worker.finished-delay")
         self._missing_retry = config.seconds("worker.missing-data-retry")
-        self._get_data_timeout = config.seconds("worker.get-data-timeout")
         self.status = "created"
 
         self._core = WorkerCore(
@@ -191,14 +152,12 @@ class Worker:
             run_spec,
             fill_call,
             load_function,
-            _pack_error,
+            pack_error,
             _sizeof,
         )
 
-        self._peers: dict[str, comm.Comm] = {}
-        self._peer_locks: dict[str, asyncio.Lock] = {}
+        self._peers = Peers(reply_timeout=config.seconds("worker.get-data-timeout"))
         self._incoming: set[comm.Comm] = set()
-        self._request_id = 0
         self._bg: set[asyncio.Task[Any]] = set()
 
         self._listener: comm.Listener | None = None
@@ -304,9 +263,9 @@ class Worker:
             await self._stream.close()
         if self._scheduler is not None:
             await self._scheduler.close()
-        for c in [*self._peers.values(), *self._incoming]:
+        await self._peers.close()
+        for c in list(self._incoming):
             await c.close()
-        self._peers.clear()
         if self._listener is not None:
             await self._listener.close()
         if self._client is not None:  # get_client()'s: its close blocks, not on this loop
@@ -392,10 +351,7 @@ class Worker:
             self.restart_requested = True
             self._spawn(self.close(abort=True))
         elif op == "remove-worker":
-            gone = h.get("address")
-            for addr, c in list(self._peers.items()):
-                if c.closed or addr == gone:
-                    del self._peers[addr]
+            self._peers.forget(h.get("address"))
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
 
@@ -450,7 +406,7 @@ class Worker:
 
     def _get_client(self, timeout: float | str | None = None) -> Client:
         """``get_client()`` inside tasks: one client per worker, made on first use."""
-        from squall.client import Client
+        from squall.client.client import Client
 
         with self._client_lock:
             if self._client is None or self._client.status == "closed":
@@ -475,16 +431,8 @@ class Worker:
             self._send({"op": "drop-replicas"}, dropped)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
-        exc_text, tb_text, exc_blob, tb_blob = err
-        header = {
-            "op": "erred",
-            "task": tid,
-            "run_id": run_id,
-            "exception_text": exc_text,
-            "traceback_text": tb_text,
-            "n_exception": len(exc_blob),
-        }
-        self._send(header, exc_blob + tb_blob)
+        fields, payload = error_fields(err)
+        self._send({"op": "erred", "task": tid, "run_id": run_id, **fields}, payload)
 
     # ----- dependencies ---------------------------------------------------------------
 
@@ -493,7 +441,7 @@ class Worker:
         back (after ``missing-data-retry``) tasks whose dependency nobody has."""
         if self.status != "running":
             return
-        fetches, missing = self._core.take_fetches(list(self._peers))
+        fetches, missing = self._core.take_fetches(self._peers.addresses())
         assert self._loop is not None
         for key, waiters in missing:
             logger.info(
@@ -509,7 +457,7 @@ class Worker:
     async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
         try:
             start = time.monotonic()
-            sizes, payload = await self._get_data(holder, keys)
+            sizes, payload = await self._peers.get_data(holder, keys)
             self._measured(len(payload), time.monotonic() - start)
         except (comm.CommError, asyncio.TimeoutError, OSError) as e:
             logger.info(
@@ -519,7 +467,7 @@ class Worker:
                 holder,
                 e,
             )
-            self._drop_peer(holder)
+            self._spawn(self._peers.drop(holder))
             sizes, payload = [-1] * len(keys), memoryview(b"")
         pos = 0
         for kid, size in zip(ids, sizes, strict=True):
@@ -531,7 +479,7 @@ class Worker:
             try:
                 value = pickle.loads(blob)
             except Exception as e:
-                err = _pack_error(e)
+                err = pack_error(e)
                 for tid, run_id in self._core.fetch_failed(holder, kid):
                     self._send_erred(tid, run_id, err)
                 continue
@@ -544,29 +492,6 @@ class Worker:
             sample = nbytes / seconds
             prev = self.bandwidth
             self.bandwidth = sample if prev is None else 0.95 * prev + 0.05 * sample
-
-    async def _get_data(self, holder: str, keys: list[Key]) -> tuple[list[int], memoryview]:
-        lock = self._peer_locks.setdefault(holder, asyncio.Lock())
-        async with lock:
-            c = self._peers.get(holder)
-            if c is None or c.closed:
-                c = await comm.connect(holder, role="peer")
-                self._peers[holder] = c
-            self._request_id += 1
-            rid = self._request_id
-            await c.write({"op": "get-data", "id": rid, "n": len(keys)}, encode_keys(keys))
-            h, payload = await asyncio.wait_for(c.read(), self._get_data_timeout)
-        sizes = h.get("sizes")
-        if h["op"] != "data" or h.get("id") != rid or not isinstance(sizes, list):
-            raise comm.ProtocolError(f"{holder}: unexpected reply {h['op']!r} to get-data")
-        if len(sizes) != len(keys) or sum(s for s in sizes if s > 0) != len(payload):
-            raise comm.ProtocolError(f"{holder}: get-data reply sizes do not match")
-        return [int(s) for s in sizes], payload
-
-    def _drop_peer(self, holder: str) -> None:
-        c = self._peers.pop(holder, None)
-        if c is not None:
-            self._spawn(c.close())
 
     def _give_back(self, waiters: list[tuple[int, int]]) -> None:
         """Tasks still waiting for a dependency nobody had go back to the scheduler,
@@ -658,9 +583,8 @@ class Worker:
                     result = None
             return {**reply, "status": "OK"}, cloudpickle.dumps(result)
         except Exception as e:
-            exc_text, tb_text, exc_blob, tb_blob = _pack_error(e)
-            reply.update(status="error", exception_text=exc_text, traceback_text=tb_text)
-            return {**reply, "n_exception": len(exc_blob)}, exc_blob + tb_blob
+            fields, blob = error_fields(pack_error(e))
+            return {**reply, "status": "error", **fields}, blob
 
 
 _MISSING = object()
@@ -684,147 +608,6 @@ def _pickle_values(values: list[Any]) -> tuple[list[int], list[bytes]]:
     return sizes, blobs
 
 
-# ----- process entry point ----------------------------------------------------------------
-
-
-async def run_worker(scheduler_address: str, **kwargs: Any) -> bool:
-    """Run a worker until it closes (lost scheduler, SIGINT, SIGTERM or a restart);
-    returns whether the scheduler asked it to restart."""
-    worker = Worker(scheduler_address, **kwargs)
-    await worker.start()
-    loop = asyncio.get_running_loop()
-    closing: set[asyncio.Task[None]] = set()
-
-    def stop(sig: signal.Signals) -> None:
-        logger.info("worker %s: received %s, closing", worker.address, sig.name)
-        closing.add(loop.create_task(worker.close()))
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop, sig)
-    try:
-        await worker.finished()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
-        await worker.close()
-    return worker.restart_requested
-
-
 def default_address() -> str:
     """Where a worker serves peers: ``squall.worker.host`` and ``.port``."""
     return comm.format_address(str(config.get("worker.host")), config.port("worker.port"))
-
-
-def _parse_resources(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in text.replace(",", " ").split():
-        name, sep, amount = item.partition("=")
-        if not sep or not name:
-            raise argparse.ArgumentTypeError(f"invalid resource {item!r}: expected NAME=AMOUNT")
-        try:
-            out[name] = float(amount)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid amount in {item!r}") from None
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``squall worker``. On a restart from the scheduler the program re-executes
-    itself with the same arguments."""
-    argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
-    p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
-    p.add_argument("--nthreads", type=int, help="default: squall.worker.nthreads")
-    p.add_argument("--nworkers", type=int, default=1, help="worker processes to start")
-    p.add_argument("--name", default=None)
-    p.add_argument(
-        "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
-    )
-    p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
-    p.add_argument("--memory-limit", type=int, default=0)
-    p.add_argument("--log-level", help="default: squall.logging.level")
-    p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
-    args = p.parse_args(argv)
-    if args.watch_stdin:
-        watch_stdin()
-    try:
-        level = config.log_level(args.log_level)
-    except config.ConfigError as e:
-        print(f"squall worker: {e}", file=sys.stderr)
-        return 1
-    if args.nworkers < 1:
-        p.error("--nworkers must be at least 1")
-    if args.nworkers > 1:
-        if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
-            p.error("--listen with a fixed port needs --nworkers 1")
-        return _run_workers(args)
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        restart = asyncio.run(
-            run_worker(
-                args.scheduler,
-                nthreads=args.nthreads,
-                name=args.name,
-                address=args.listen,
-                resources=args.resources,
-                memory_limit=args.memory_limit,
-            )
-        )
-    except (comm.CommError, ValueError) as e:
-        logger.error("worker failed: %s", e)
-        return 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if restart:
-        # A fresh interpreter in this process: threads of abandoned tasks and anything
-        # they leaked are gone, the pid (and whoever supervises it) stays.
-        os.execv(sys.executable, [sys.executable, "-m", "squall.worker", *argv])
-    # Leave without finalising the interpreter: a task still running in a thread would
-    # be killed inside the compiled task loop when it next takes the GIL, which aborts
-    # the process instead of exiting cleanly.
-    logging.shutdown()
-    os._exit(0)
-
-
-def _run_workers(args: argparse.Namespace) -> int:
-    """``--nworkers M``: M single-worker processes; SIGINT/SIGTERM are passed on to
-    them, and this process exits once all of them have."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        for i in range(args.nworkers):
-            # Unset options stay unset, so each process reads the same config defaults.
-            cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
-            cmd += ["--memory-limit", str(args.memory_limit)]
-            for flag, value in (
-                ("--nthreads", args.nthreads),
-                ("--listen", args.listen),
-                ("--log-level", args.log_level),
-            ):
-                if value is not None:
-                    cmd += [flag, str(value)]
-            if args.name is not None:
-                cmd += ["--name", f"{args.name}-{i}"]
-            if args.resources:
-                cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
-            procs.append(subprocess.Popen(cmd))
-        codes = [proc.wait() for proc in procs]
-    except BaseException:
-        forward(signal.SIGTERM, None)
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0 if all(code == 0 for code in codes) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ def _line(what: str, tasks: int, seconds: float, result: Any) -> None:
 def main(n: int = 100_000) -> int:
     from dask.delayed import delayed
 
-    from squall.client import Client
+    from squall.client.client import Client
 
     t0 = time.perf_counter()
     with Client() as client:

@@ -1,30 +1,22 @@
 """``LocalCluster``: a scheduler and worker processes on this machine.
 
-Its processes do not outlive the process that started them, however that one ends
-(SIGKILL included): each gets as stdin the read end of a pipe whose write end only the
-starting process holds, and runs with ``--watch-stdin``, which shuts it down when stdin
-reaches end of file (:func:`watch_stdin`); forks of the starting process close their
-copy of the write end. A pipe is portable and follows the process, where Linux's
-``PR_SET_PDEATHSIG`` follows the *thread* that started the child: a ``Client()`` made on
-a thread that then ends would take its cluster down with it.
+They do not outlive the process that started them (:mod:`squall.deploy.lifeline`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, TypeVar
 
-from squall import comm, config
+from squall import config
+from squall.deploy.lifeline import lifeline
+from squall.protocol import comm
 
 T = TypeVar("T")
 
@@ -80,7 +72,7 @@ class LocalCluster:
         cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", str(port)]
         self._scheduler = subprocess.Popen(
             [*cmd, "--log-level", log_level, "--watch-stdin"],
-            stdin=_lifeline(),
+            stdin=lifeline(),
             stdout=subprocess.PIPE,
             text=True,
             env=self._env,
@@ -101,7 +93,7 @@ class LocalCluster:
         cmd += ["--log-level", log_level, "--watch-stdin"]
         if self.resources:
             cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
-        return subprocess.Popen(cmd, stdin=_lifeline(), text=True, env=self._env)
+        return subprocess.Popen(cmd, stdin=lifeline(), text=True, env=self._env)
 
     @property
     def scheduler_process(self) -> subprocess.Popen[str] | None:
@@ -133,12 +125,7 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self
 
-    def __exit__(
-        self,
-        typ: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -160,62 +147,6 @@ async def scheduler_info(address: str) -> dict[str, Any]:
                     return dict(header)
     finally:
         await c.close()
-
-
-# (read end, write end) of this process's lifeline pipe, made on first use. Both ends
-# are non-inheritable: children get the read end only as their stdin, and the write end
-# stays open in this process until it exits.
-_lifeline_fds: tuple[int, int] | None = None
-_lifeline_lock = threading.Lock()
-
-
-def _lifeline() -> int:
-    """The read end of this process's lifeline pipe, for a child's stdin."""
-    global _lifeline_fds
-    with _lifeline_lock:
-        if _lifeline_fds is None:
-            _lifeline_fds = os.pipe()
-        return _lifeline_fds[0]
-
-
-def _forget_lifeline() -> None:
-    """In a forked child: the parent's pipe must not keep the parent's cluster alive
-    (and the lock may have been held by another thread of the parent)."""
-    global _lifeline_fds, _lifeline_lock
-    _lifeline_lock = threading.Lock()
-    if _lifeline_fds is not None:
-        for fd in _lifeline_fds:
-            os.close(fd)
-        _lifeline_fds = None
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_forget_lifeline)
-
-WATCH_STDIN_HELP = (
-    "shut down when stdin reaches end of file (LocalCluster's processes: when the "
-    "process that started them ends)"
-)
-
-#: How long a process shutting down because its stdin closed may take (then it exits).
-STDIN_CLOSED_GRACE = 10.0
-
-
-def watch_stdin() -> None:
-    """``--watch-stdin``: shut this process down (SIGTERM to itself, the graceful path of
-    ``squall scheduler`` and ``squall worker``) once stdin reaches end of file, i.e. once
-    the process that started it is gone; exit regardless after
-    ``STDIN_CLOSED_GRACE`` seconds."""
-
-    def watch() -> None:
-        with contextlib.suppress(OSError):  # an unreadable stdin counts as closed
-            while os.read(0, 1 << 16):
-                pass
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(STDIN_CLOSED_GRACE)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="squall-watch-stdin", daemon=True).start()
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

@@ -79,8 +79,8 @@ def _free_port() -> int:
 def cluster(system: str, workers: int, threads: int) -> Iterator[tuple[Any, psutil.Process]]:
     """A client and the scheduler's process, for ``system`` with no workers if 0."""
     if system == "squall":
-        from squall.client import Client
-        from squall.cluster import LocalCluster
+        from squall.client.client import Client
+        from squall.deploy.local import LocalCluster
 
         with LocalCluster(n_workers=workers, threads_per_worker=threads) as c:
             assert c.scheduler_process is not None
@@ -132,7 +132,7 @@ def _cpu(p: psutil.Process) -> float:
 
 def _wait(client: Any, futures: list[Any]) -> None:
     if type(client).__module__.startswith("squall"):
-        from squall.client import wait
+        from squall.client.waiting import wait
     else:
         from distributed import wait
     wait(futures)

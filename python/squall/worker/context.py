@@ -1,5 +1,6 @@
-"""What code running on a worker can ask about: ``get_worker``, ``get_client``,
-``secede`` and ``rejoin`` (as ``distributed``'s).
+"""What tasks can ask of their worker: ``get_worker``, ``get_client``, ``secede``, ``rejoin``.
+
+They behave as ``distributed``'s.
 
 A worker runs tasks in pool threads whose :data:`_task` names the worker (the task a
 thread is running is known to the worker's compiled loop); code on the worker's event
@@ -12,8 +13,8 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from squall.client import Client
-    from squall.worker import Worker
+    from squall.client.client import Client
+    from squall.worker.worker import Worker
 
 __all__ = ["get_client", "get_worker", "rejoin", "secede"]
 
@@ -40,7 +41,7 @@ def _current_task(caller: str) -> tuple[Worker, int]:
 
 
 def get_worker() -> Worker:
-    """The :class:`~squall.worker.Worker` running the current task (or, outside a task,
+    """The :class:`~squall.worker.worker.Worker` running the current task (or, outside a task,
     this process's running worker); ``ValueError`` if there is none."""
     worker: Worker | None = getattr(_task, "worker", None)
     if worker is not None:
@@ -54,7 +55,8 @@ def get_worker() -> Worker:
 def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:
     """A client for tasks to submit work: on a worker, one client per worker connected
     to its scheduler; elsewhere the default client (or a new one for ``address``)."""
-    from squall.client import Client, default_client
+    from squall.client.client import Client
+    from squall.client.default import default_client
 
     try:
         worker = get_worker()

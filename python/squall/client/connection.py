@@ -1,0 +1,502 @@
+"""The client's connection to the scheduler, and its futures' reference counts.
+
+The connection's lifecycle, the event loop it runs on and the messages both ways
+(docs/runtime.md). Futures on the same key share one
+:class:`~squall.client.futures.FutureState`, which counts them; when the last one is
+released or garbage collected the key goes into a ``release-keys`` message, batched per
+event loop iteration, sent after the graphs queued before the release (they may name
+the key) and before any later message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import operator
+import threading
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, cast
+
+from squall import config
+from squall._core import decode_keys, encode_keys
+from squall.client.default import become_default, prefer_task_shuffle, stop_being_default
+from squall.client.futures import Future, FutureState, Key
+from squall.client.loop import require_running_loop, timed, timeout_seconds
+from squall.protocol import comm
+from squall.protocol.peers import Peers
+from squall.protocol.remote_errors import parse_task_erred
+from squall.tracebacks import user_frames
+
+if TYPE_CHECKING:
+    from squall.client.client import Client
+
+logger = logging.getLogger("squall.client")
+
+#: Scheduler replies to a request, matched to it by ``id``.
+REPLIES = frozenset(
+    {"who-has", "graph-accepted", "request-failed", "scheduler-info", "scattered", "restarted"}
+)
+RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
+
+
+class ClientConnection:
+    """A client's connection to the scheduler and the event loop it runs on; the
+    reference counts of the client's futures and the messages that change their
+    states. :class:`~squall.client.client.Client` builds the API on it."""
+
+    def __init__(
+        self,
+        address: str | Any = None,
+        loop: Any = None,
+        timeout: float | str | None = None,
+        set_as_default: bool = True,
+        asynchronous: bool = False,
+        name: str | None = None,
+        direct_to_workers: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # ``direct_to_workers`` and distributed's other options (``kwargs``) are accepted
+        # and ignored: results always come straight from the workers.
+        if asynchronous:
+            require_running_loop()  # before starting a cluster nothing would close
+        self._own_cluster: Any = None
+        if address is None:
+            from squall.deploy.local import LocalCluster
+
+            self._own_cluster = address = LocalCluster()
+        if not isinstance(address, str):
+            address = getattr(address, "scheduler_address", None) or getattr(
+                address, "address", None
+            )
+            if not isinstance(address, str):
+                raise TypeError("address must be a string like 'tcp://host:port'")
+        if loop is not None:
+            raise NotImplementedError("squall.Client does not accept an external loop")
+        self.address = address
+        self.asynchronous = asynchronous
+        self.id = name or f"Client-{uuid.uuid4()}"
+        self.status = "newly-created"
+        self.futures: dict[Key, FutureState] = {}
+        self.generation = 0  # restarts so far
+        self._refcount_lock = threading.RLock()
+        self._timeout = timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
+        self._comm: comm.Comm | None = None
+        self._stream: comm.BatchedSend | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._requests: dict[int, asyncio.Future[comm.Message]] = {}
+        self._graphs: dict[int, list[Key]] = {}
+        self._ids = itertools.count(1)
+        self._to_release: list[Key] = []
+        self._release_scheduled = False
+        # Futures released from any thread, waiting for the loop (one wake-up per batch).
+        self._releasing: deque[FutureState] = deque()
+        self._drain_scheduled = False
+        self._peers = Peers(connect_timeout=self._timeout)
+        self._thread: threading.Thread | None = None
+        self._thread_id: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started: asyncio.Future[None] | None = None
+        if asynchronous:
+            self._loop = asyncio.get_running_loop()
+            self._started = asyncio.ensure_future(self._start())
+        else:
+            self._loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run_loop() -> None:
+                assert self._loop is not None
+                asyncio.set_event_loop(self._loop)
+                self._thread_id = threading.get_ident()
+                self._loop.call_soon(ready.set)
+                self._loop.run_forever()
+
+            self._thread = threading.Thread(target=run_loop, name="squall-client", daemon=True)
+            self._thread.start()
+            ready.wait()
+            try:
+                self._run_sync(self._start())
+            except BaseException:
+                self._stop_loop()
+                raise
+        if set_as_default:
+            become_default(cast("Client", self))
+        prefer_task_shuffle()
+
+    # ----- lifecycle ------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if self._thread is None:
+            self._thread_id = threading.get_ident()
+        c = await comm.connect(
+            self.address, role="client", info={"client": self.id}, timeout=self._timeout
+        )
+        header, _ = await c.read()
+        if header["op"] != "registered":
+            await c.close()
+            raise comm.HandshakeError(
+                f"scheduler {self.address} refused the client: {header.get('message')}"
+            )
+        self._comm = c
+        self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
+        self._stream.start()
+        self._reader = asyncio.get_running_loop().create_task(self._read_forever())
+        self.status = "running"
+
+    def close(self, timeout: float | str | None = None) -> Any:
+        """Close the connection (the scheduler releases this client's keys) and the
+        LocalCluster the client started, if any."""
+        if self.asynchronous:
+            return self._close_async(timeout)
+        if self.status == "closed" or self._loop is None or self._loop.is_closed():
+            return None
+        try:
+            self._run_sync(timed(self._close(), timeout))
+        finally:
+            self._stop_loop()
+            if self._own_cluster is not None:
+                self._own_cluster.close()
+        return None
+
+    async def _close_async(self, timeout: float | str | None) -> None:
+        try:
+            await timed(self._close(), timeout)
+        finally:
+            cluster, self._own_cluster = self._own_cluster, None
+            if cluster is not None:  # its close blocks while the processes stop
+                await asyncio.get_running_loop().run_in_executor(None, cluster.close)
+
+    async def _close(self) -> None:
+        if self.status == "closed":
+            return
+        self.status = "closing"
+        self._flush_releases()
+        if self._stream is not None:
+            await self._stream.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._comm is not None:
+            await self._comm.close()
+        await self._peers.close()
+        self._fail_everything("client closed")
+        self.status = "closed"
+        await asyncio.sleep(0)  # let watchers of the now-cancelled futures finish
+        stop_being_default(cast("Client", self))
+
+    def _stop_loop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or loop.is_closed():
+            return
+
+        async def cancel_tasks() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_tasks(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self.status = "closed"
+
+    # ----- running things on the loop -------------------------------------------------
+
+    def _run_sync(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise RuntimeError("the client is closed")
+        if threading.get_ident() == self._thread_id:
+            coro.close()
+            raise RuntimeError(
+                "blocking client call from the client's own event loop; "
+                "use Client(..., asynchronous=True) and await"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def sync(
+        self,
+        func: Callable[..., Awaitable[Any]],
+        *args: Any,
+        asynchronous: bool | None = None,
+        callback_timeout: float | str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run coroutine function ``func``: returns an awaitable on an asynchronous
+        client, otherwise blocks for its result."""
+        coro = timed(func(*args, **kwargs), callback_timeout)
+        if asynchronous if asynchronous is not None else self.asynchronous:
+            return coro
+        with user_frames():
+            return self._run_sync(coro)
+
+    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop, after everything scheduled before (any thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _send(self, header: comm.Header, payload: bytes = b"") -> None:
+        """On the loop: send one message (pending releases go first)."""
+        self._drain_releasing()
+        self._flush_releases()
+        if self._stream is None or self.status not in ("running",):
+            return
+        try:
+            self._stream.comm.check(header, payload)
+            self._stream.send(header, payload)
+        except comm.CommClosedError:
+            logger.debug("dropped %s: the scheduler connection is closed", header["op"])
+        except comm.MessageTooLarge as e:
+            # That call fails alone; the connection and other futures are unharmed.
+            rid = header.get("id")
+            keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
+            if keys is None:
+                raise
+            self._graph_failed(keys, f"the graph was not sent: {e}")
+
+    #: Messages naming futures (graphs, fire-and-forget) queued for the loop but not on
+    #: the stream yet, counted under the refcount lock. While there are any, released
+    #: futures wait in ``_releasing``: a release sent first could reach the scheduler
+    #: before the message naming its key, which would then ignore the release of a key
+    #: it does not know yet (and keep it, wanted, forever) or forget a dependency the
+    #: graph needs. The futures themselves are not held, so they die on ``del``.
+    _unsent = 0
+
+    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
+        """Any thread: send from the loop, after everything queued before; futures
+        released meanwhile are released after it. ``keep`` stays referenced until then."""
+        with self._refcount_lock:
+            self._unsent += 1
+        self._call_soon(self._send_queued, header, payload, keep)
+
+    def _send_queued(self, header: comm.Header, payload: bytes, _keep: object) -> None:
+        try:
+            self._send(header, payload)
+        finally:
+            with self._refcount_lock:
+                self._unsent -= 1
+        self._drain_releasing()
+
+    async def _request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
+        rid = next(self._ids)
+        fut: asyncio.Future[comm.Message] = asyncio.get_running_loop().create_future()
+        self._requests[rid] = fut
+        try:
+            self._send({**header, "id": rid}, payload)
+            if self.status != "running":
+                raise comm.CommClosedError("the client is not connected")
+            return await fut
+        finally:
+            self._requests.pop(rid, None)
+
+    # ----- reference counting -----------------------------------------------------------
+
+    @property
+    def refcount(self) -> dict[Key, int]:
+        """How many futures this client holds per key."""
+        with self._refcount_lock:
+            return {k: st.refs for k, st in self.futures.items()}
+
+    def _inc_ref(self, key: Key) -> FutureState:
+        with self._refcount_lock:
+            st = self.futures.get(key)
+            if st is None:
+                st = self.futures[key] = FutureState(key, self.generation)
+            else:
+                st.refs += 1
+            return st
+
+    def _acquire_many(self, keys: list[Key]) -> tuple[list[Future], list[int] | None]:
+        """Futures for ``keys`` (a bulk ``Future(key)``, one lock acquisition) and the
+        indices of the keys this client did not hold before (None: all of them)."""
+        futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
+        with self._refcount_lock:
+            made = list(map(FutureState, keys, itertools.repeat(self.generation)))
+            # One C loop and one lookup per key: a held key (or one earlier in ``keys``)
+            # keeps its state and the state made for it is dropped.
+            states = list(map(self.futures.setdefault, keys, made))
+            fresh: list[int] | None = None
+            if not all(map(operator.is_, states, made)):
+                fresh = []
+                for i, (st, new) in enumerate(zip(states, made, strict=True)):
+                    if st is new:
+                        fresh.append(i)
+                    else:
+                        st.refs += 1
+            client = cast("Client", self)  # the API's class, this one's only subclass
+            for f, k, st in zip(futures, keys, states, strict=True):
+                f._bind(k, client, st)
+        return futures, fresh
+
+    def _release_soon(self, state: FutureState) -> None:
+        """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
+        ``__del__``): appending to and popping from a deque are atomic, and a drain is
+        scheduled whenever none is pending after the append."""
+        self._releasing.append(state)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._call_soon(self._drain_releasing)
+
+    def _drain_releasing(self) -> None:
+        """On the loop: apply the queued releases and send the keys they free."""
+        self._drain_scheduled = False
+        settled = self._settle_releases()
+        if settled is None:
+            # A message naming futures waits to be sent: sending it drains, so until
+            # then no release needs a wake-up.
+            self._drain_scheduled = True
+        elif settled and not self._release_scheduled:
+            self._release_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_releases)
+
+    def _settle_releases(self) -> bool | None:
+        """Any thread: drop the references queued by released futures now; the keys
+        they free join the next ``release-keys``. True if any did; None (and nothing
+        done) while a message naming futures is unsent (``_unsent``)."""
+        with self._refcount_lock:
+            if self._unsent:
+                return None
+            releasing = self._releasing
+            states = [releasing.popleft() for _ in range(len(releasing))]
+            generation, futures = self.generation, self.futures
+            gone = []
+            for st in states:
+                if st.generation != generation:
+                    continue
+                st.refs -= 1
+                if st.refs:
+                    continue
+                # The key is released unless another state holds it (``cancel`` drops a
+                # key's state; a future made after that makes a new one).
+                held = futures.get(st.key)
+                if held is st:
+                    del futures[st.key]
+                elif held is not None:
+                    continue
+                gone.append(st.key)
+            self._to_release.extend(gone)
+        return bool(gone)
+
+    def _flush_releases(self) -> None:
+        self._release_scheduled = False
+        with self._refcount_lock:
+            keys, self._to_release = self._to_release, []
+        if keys and self._stream is not None and self.status == "running":
+            with contextlib.suppress(comm.CommClosedError):
+                self._stream.send({"op": "release-keys"}, encode_keys(keys))
+
+    # ----- scheduler messages -----------------------------------------------------------
+
+    async def _read_forever(self) -> None:
+        assert self._comm is not None
+        try:
+            while True:
+                for header, payload in await self._comm.read_messages():
+                    try:
+                        self._handle(header, payload)
+                    except Exception:
+                        logger.exception("client: cannot handle %s", header.get("op"))
+        except comm.CommError as e:
+            if self.status == "running":
+                logger.warning("lost the connection to the scheduler: %s", e)
+                self.status = "closed"
+                self._fail_everything(f"lost the connection to the scheduler: {e}")
+
+    def _fail_everything(self, reason: str) -> None:
+        for fut in self._requests.values():
+            if not fut.done():
+                fut.set_exception(comm.CommClosedError(reason))
+        with self._refcount_lock:
+            states = list(self.futures.values())
+        for st in states:
+            if not st.done():
+                st.cancel(reason)
+
+    def _states(self, payload: memoryview) -> list[FutureState]:
+        keys = decode_keys(bytes(payload))
+        with self._refcount_lock:
+            return list(filter(None, map(self.futures.get, keys)))
+
+    def _handle(self, h: comm.Header, payload: memoryview) -> None:
+        op = h["op"]
+        if op == "key-in-memory":
+            FutureState.finish_all(self._states(payload))
+        elif op == "task-erred":
+            key, exc, tb = parse_task_erred(h, payload)
+            with self._refcount_lock:
+                erred = self.futures.get(key)
+            if erred is not None:
+                erred.set_error(exc, tb)
+        elif op == "lost-data":
+            for st in self._states(payload):
+                st.lose()
+        elif op == "task-retried":
+            for st in self._states(payload):
+                st.retry()
+        elif op == "cancelled-keys":
+            for st in self._states(payload):
+                if st.status != "cancelled":
+                    st.cancel("cancelled by the scheduler")
+        elif op == "restart":
+            self._restarted()
+        elif op in REPLIES:
+            rid = h.get("id")
+            keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
+            if op == "request-failed" and keys is not None:
+                self._graph_failed(keys, f"the scheduler refused the graph: {h.get('error')}")
+            fut = self._requests.get(rid) if isinstance(rid, int) else None
+            if fut is not None and not fut.done():
+                if op == "request-failed":
+                    fut.set_exception(RuntimeError(f"scheduler: {h.get('error')}"))
+                else:
+                    fut.set_result((h, payload))
+            elif op == "request-failed" and keys is None:
+                logger.debug("scheduler refused a request: %s", h.get("error"))
+        else:
+            logger.debug("client: ignoring %r from the scheduler", op)
+
+    def _graph_failed(self, keys: list[Key], message: str) -> None:
+        exc = RuntimeError(message)
+        with self._refcount_lock:
+            states = [st for st in map(self.futures.get, keys) if st is not None]
+        for st in states:
+            if st.status == "pending":
+                st.set_error(exc, None)
+
+    def _restarted(self) -> None:
+        """On the loop: the scheduler forgot every task."""
+        with self._refcount_lock:
+            states = list(self.futures.values())
+            self.futures.clear()
+            self._to_release.clear()
+            self.generation += 1
+        for st in states:
+            st.cancel("scheduler-restart", RESTART_MESSAGE)
+
+    # ----- waiting ----------------------------------------------------------------------
+
+    async def _watch_done(self, future: Future, callback: Callable[[Future], Any]) -> None:
+        st = future._state
+        while not st.done():
+            await st.wait()
+        callback(future)
+
+    def _watch(self, future: Future, callback: Callable[[Future], Any]) -> None:
+        """On the loop: call ``callback(future)`` on the loop once it is done."""
+        if future._state.done():
+            callback(future)
+        else:
+            asyncio.get_running_loop().create_task(self._watch_done(future, callback))

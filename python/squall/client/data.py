@@ -1,0 +1,260 @@
+"""Moving data between the client and the workers: ``gather`` and ``scatter``.
+
+Results are fetched with ``who-has`` to the scheduler, then ``get-data`` to one holder
+per key (a size of -1 or a failed worker makes the client ask again); scattered data
+goes straight to the workers (``update-data``), then the scheduler registers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import pickle
+import random
+import uuid
+from array import array
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import cloudpickle  # type: ignore[import-untyped]
+from dask.base import tokenize
+
+from squall._core import encode_keys
+from squall.client.futures import Future, FutureState, Key, futures_of, pack_results
+from squall.client.loop import timeout_seconds
+from squall.client.workers import ClusterOps
+from squall.protocol import comm
+from squall.tracebacks import user_frames
+
+if TYPE_CHECKING:
+    from squall.client.client import Client
+
+logger = logging.getLogger("squall.client")
+
+
+class _WhoHas(NamedTuple):
+    keys: list[Key]
+    holders: list[list[str]]
+
+
+class DataMovement(ClusterOps):
+    """The methods of :class:`~squall.client.client.Client` that move data."""
+
+    def gather(
+        self,
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: bool | None = None,
+    ) -> Any:
+        """Values of futures, in the same (nested list/tuple/set/dict) structure."""
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
+        if isinstance(futures, Iterator):
+            return (self.gather(f, errors=errors, asynchronous=asynchronous) for f in futures)
+        with user_frames():
+            return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
+
+    async def _gather(self, futures: Any, errors: str = "raise") -> Any:
+        found = futures_of(futures)
+        for f in found:
+            if f.client is not self:
+                raise ValueError("Cannot gather Futures created by another client")
+        states: dict[Key, FutureState] = {f.key: f._state for f in found}
+        data = await self._gather_keys(list(states), list(states.values()), errors)
+        return pack_results(futures, data)
+
+    async def _gather_keys(
+        self, keys: list[Key], states: list[FutureState], errors: str
+    ) -> dict[Key, Any]:
+        """Wait for the keys, then fetch the finished ones from workers."""
+        data: dict[Key, Any] = {}
+        todo = list(zip(keys, states, strict=True))
+        while todo:
+            for _, st in todo:
+                if not st.done():
+                    await st.wait()
+                if st.status in ("error", "cancelled") and errors == "raise":
+                    assert st.exception is not None
+                    raise st.exception.with_traceback(st.traceback)
+            want = [k for k, st in todo if st.status == "finished"]
+            if want:
+                data.update(await self._fetch(want))
+            todo = [(k, st) for k, st in todo if k not in data and st.status != "error"]
+            todo = [(k, st) for k, st in todo if st.status != "cancelled"]
+            if todo:
+                await asyncio.sleep(0.02)
+        return data
+
+    async def _who_has(self, keys: list[Key]) -> _WhoHas:
+        h, payload = await self._request({"op": "who-has"}, encode_keys(keys))
+        return _WhoHas(keys, holders_of(list(h["addresses"]), bytes(payload), len(keys)))
+
+    async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
+        """One round: ask who has the keys and get them; missing keys are left out."""
+        answer = await self._who_has(keys)
+        by_worker: dict[str, list[Key]] = {}
+        for k, holders in zip(answer.keys, answer.holders, strict=False):
+            if holders:
+                by_worker.setdefault(random.choice(holders), []).append(k)
+        data: dict[Key, Any] = {}
+        results = await asyncio.gather(
+            *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
+        )
+        for (w, _), r in zip(by_worker.items(), results, strict=True):
+            if isinstance(r, BaseException):
+                if not isinstance(r, comm.CommError):
+                    raise r
+                logger.info("could not get data from %s: %s", w, r)
+            else:
+                data.update(r)
+        return data
+
+    async def _get_data(self, address: str, keys: list[Key]) -> dict[Key, Any]:
+        sizes, payload = await self._peers.get_data(address, keys)
+        data: dict[Key, Any] = {}
+        pos = 0
+        for k, size in zip(keys, sizes, strict=True):
+            if size < 0:
+                continue
+            data[k] = pickle.loads(payload[pos : pos + size])
+            pos += size
+        return data
+
+    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+        """``{key: [worker address, …]}`` for the given futures (default: all)."""
+
+        async def run() -> dict[Key, list[str]]:
+            if futures is None:
+                with self._refcount_lock:
+                    keys = list(self.futures)
+            else:
+                keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+            if not keys:
+                return {}
+            answer = await self._who_has(keys)
+            return dict(zip(answer.keys, answer.holders, strict=False))
+
+        return self.sync(run, **kwargs)
+
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: float | str | None = None,
+        asynchronous: bool | None = None,
+    ) -> Any:
+        """Put local data on workers; returns futures in the shape of ``data`` (a list,
+        tuple, set or dict of futures, or one future for any other object).
+
+        Keys are ``{type}-{token}`` (``hash=False``: a random token; a dict's keys are
+        kept). Items go round robin to the ``workers`` (addresses, names or hosts;
+        default all), or each to every one of them with ``broadcast=True`` (to that
+        many with an int). Data always goes straight to the workers, whatever
+        ``direct``. ``timeout`` (default the client's) bounds the wait for workers."""
+        seconds = self._timeout if timeout is None else timeout_seconds(timeout)
+        return self.sync(
+            self._scatter, data, workers, broadcast, hash, seconds, asynchronous=asynchronous
+        )
+
+    async def _scatter(
+        self, data: Any, workers: Any, broadcast: bool | int, hash: bool, timeout: float | None
+    ) -> Any:
+        if isinstance(data, range | Iterator):
+            data = list(data)
+        is_namedtuple = isinstance(data, tuple) and hasattr(data, "_fields")
+        unpack = type(data) not in (dict, list, tuple, set, frozenset) and not is_namedtuple
+        seq: list[Any] = [data] if unpack else list(data)
+        if type(data) is dict:
+            items: dict[Key, Any] = data
+        else:
+            names = [
+                f"{type(x).__name__}-{tokenize(x) if hash else uuid.uuid4().hex}" for x in seq
+            ]
+            items = dict(zip(names, seq, strict=True))
+        blobs = {k: cloudpickle.dumps(v) for k, v in items.items()}
+        targets = await self._running_workers(workers, timeout)
+        keys = list(items)
+        holders = [_place(targets, broadcast) for _ in keys]
+        by_worker: dict[str, list[Key]] = {}
+        for k, hs in zip(keys, holders, strict=True):
+            for a in hs:
+                by_worker.setdefault(a, []).append(k)
+        replies = await asyncio.gather(
+            *(self._update_data(a, ks, blobs) for a, ks in by_worker.items()),
+            return_exceptions=True,
+        )
+        nbytes: dict[Key, int] = {}
+        errors = []
+        for a, r in zip(by_worker, replies, strict=True):
+            if isinstance(r, BaseException):
+                errors.append(f"{a}: {r!r}")
+            else:
+                nbytes.update(r)
+        header = {"op": "scatter", "holders": holders, "nbytes": [nbytes.get(k, -1) for k in keys]}
+        if errors:
+            # Still tell the scheduler: it has the workers drop what they staged.
+            with contextlib.suppress(RuntimeError, comm.CommError):
+                await self._request({**header, "error": "; ".join(errors)}, encode_keys(keys))
+            raise RuntimeError(f"could not scatter to {'; '.join(errors)}")
+        await self._request(header, encode_keys(keys))
+        client = cast("Client", self)
+        futures = {k: Future(k, client) for k in keys}
+        for k, f in futures.items():
+            f._state.type = type(items[k])
+            f._state.finish()
+        if unpack:
+            return futures[keys[0]]
+        if type(data) is dict:
+            return futures
+        out = [futures[k] for k in names]
+        return type(data)(*out) if is_namedtuple else type(data)(out)
+
+    async def _update_data(
+        self, address: str, keys: list[Key], blobs: dict[Key, bytes]
+    ) -> dict[Key, int]:
+        """Stage values on a worker (``update-data``); returns their sizes there."""
+        kb = encode_keys(keys)
+        header = {
+            "op": "update-data",
+            "keys_bytes": len(kb),
+            "sizes": [len(blobs[k]) for k in keys],
+        }
+        h, _ = await self._peers.request(
+            address, header, b"".join([kb, *(blobs[k] for k in keys)])
+        )
+        if "error" in h:
+            raise RuntimeError(h["error"])
+        return dict(zip(keys, h["nbytes"], strict=True))
+
+
+def holders_of(addresses: list[str], packed: bytes, n: int) -> list[list[str]]:
+    """A ``who-has`` reply's holders per key: per key a u16 count, then that many u16
+    indices into ``addresses``."""
+    table = array("H", packed)
+    out: list[list[str]] = []
+    pos = 0
+    for _ in range(n):
+        count = table[pos]
+        out.append([addresses[i] for i in table[pos + 1 : pos + 1 + count]])
+        pos += 1 + count
+    if pos != len(table):
+        raise comm.ProtocolError("who-has reply does not match the keys asked for")
+    return out
+
+
+def _place(targets: list[str], broadcast: bool | int) -> list[str]:
+    """The workers for one scattered item: round robin, as Dask, or a broadcast."""
+    if broadcast is True:
+        return list(targets)
+    n = min(max(int(broadcast), 1), len(targets))
+    start = next(_round_robin)
+    return [targets[(start + i) % len(targets)] for i in range(n)]
+
+
+_round_robin = itertools.count()

@@ -1,0 +1,323 @@
+"""Futures: handles of remote results, and finding them inside containers.
+
+Futures on the same key in one client share one :class:`FutureState`, which counts
+them (:mod:`squall.client.connection` releases the key after the last one). A ``map``
+makes its futures and states in bulk; slots keep them small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import operator
+import types
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from dask._task_spec import TaskRef
+from dask.base import is_dask_collection
+
+from squall._core import encode_keys
+from squall.client.default import default_client
+from squall.errors import FutureCancelledError
+from squall.nested import DESCEND, DROP, rebuild
+from squall.tracebacks import user_frames
+
+if TYPE_CHECKING:
+    from squall.client.client import Client
+
+logger = logging.getLogger("squall.client")
+
+Key = Hashable
+Status = Literal["pending", "finished", "error", "cancelled", "lost"]
+
+_KEY = operator.attrgetter("key")
+
+
+class FutureState:
+    """State shared by all futures of one key in one client; mutated on the loop.
+
+    ``refs`` counts those futures (under the client's refcount lock); ``generation`` is
+    the client's restart count when the state was made: a restart forgets every key, so
+    futures from before it release nothing after."""
+
+    __slots__ = ("_event", "exception", "generation", "key", "refs", "status", "traceback", "type")
+
+    def __init__(self, key: Key, generation: int) -> None:
+        self.key = key
+        self.generation = generation
+        self.refs = 1
+        self.status: Status = "pending"
+        self.exception: BaseException | None = None
+        self.traceback: types.TracebackType | None = None
+        self.type: type | None = None
+        self._event: asyncio.Event | None = None
+
+    def _get_event(self) -> asyncio.Event:
+        # Made on first wait: most futures of a large map are never awaited one by one.
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.done():
+                self._event.set()
+        return self._event
+
+    def _signal(self) -> None:
+        if self._event is not None:
+            if self.done():
+                self._event.set()
+            else:
+                self._event.clear()
+
+    def finish(self) -> None:
+        self.status = "finished"
+        self._signal()
+
+    @staticmethod
+    def finish_all(states: Iterable[FutureState]) -> None:
+        """``finish()`` each of many states (a ``key-in-memory`` notice) in one loop."""
+        for st in states:
+            st.status = "finished"
+            if st._event is not None:
+                st._event.set()
+
+    def lose(self) -> None:
+        self.status = "lost"
+        self._signal()
+
+    def retry(self) -> None:
+        self.status = "pending"
+        self.exception = self.traceback = None
+        self._signal()
+
+    def cancel(self, reason: str | None = None, msg: str | None = None) -> None:
+        self.status = "cancelled"
+        self.exception = FutureCancelledError(self.key, reason, msg)
+        self._signal()
+
+    def set_error(self, exception: BaseException, tb: types.TracebackType | None) -> None:
+        self.status = "error"
+        self.exception = exception
+        self.traceback = tb
+        self._signal()
+
+    def done(self) -> bool:
+        return self.status in ("finished", "error", "cancelled")
+
+    async def wait(self) -> None:
+        await self._get_event().wait()
+
+    def __repr__(self) -> str:
+        return f"<FutureState: {self.status}>"
+
+
+class Future(TaskRef):
+    """A remotely running computation (``distributed.Future``). Like dask's futures it
+    is a ``TaskRef``, so dask collections built on futures depend on their keys."""
+
+    # Slots: a map makes one future per item (faster to build, a third of the memory).
+    __slots__ = ("__weakref__", "_cleared", "_client", "_state")
+    _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
+
+    def __init__(self, key: Key, client: Client | None = None) -> None:
+        self._cleared = True
+        client = client if client is not None else default_client()
+        with client._refcount_lock:
+            self._bind(key, client, client._inc_ref(key))
+
+    def _bind(self, key: Key, client: Client, state: FutureState) -> None:
+        """Set up a future whose reference to ``key`` the caller has counted (holding
+        the refcount lock)."""
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
+        self._client = client
+        self._state = state
+        self._cleared = False
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def executor(self) -> Client:
+        return self._client
+
+    @property
+    def status(self) -> Status:
+        return self._state.status
+
+    @property
+    def type(self) -> type | None:
+        return self._state.type
+
+    def done(self) -> bool:
+        return self._state.done()
+
+    def cancelled(self) -> bool:
+        return self._state.status == "cancelled"
+
+    def result(self, timeout: float | str | None = None) -> Any:
+        """The value (fetched from a worker); re-raises the task's exception;
+        ``TimeoutError`` after ``timeout`` seconds."""
+        with user_frames():
+            return self._client.sync(self._result, callback_timeout=timeout)
+
+    async def _result(self, raiseit: bool = True) -> Any:
+        st = self._state
+        with user_frames():  # the outermost frame when awaited
+            while True:
+                await st.wait()
+                if st.status == "error" or st.status == "cancelled":
+                    assert st.exception is not None
+                    if raiseit:
+                        raise st.exception.with_traceback(st.traceback)
+                    return st.exception
+                if st.status == "finished":
+                    data = await self._client._gather_keys([self.key], [st], "raise")
+                    if self.key in data:
+                        return data[self.key]
+
+    async def _exception(self) -> BaseException | None:
+        await self._state.wait()
+        return self._state.exception if self._state.status == "error" else None
+
+    def exception(self, timeout: float | str | None = None) -> Any:
+        return self._client.sync(self._exception, callback_timeout=timeout)
+
+    async def _traceback(self) -> types.TracebackType | None:
+        await self._state.wait()
+        return self._state.traceback if self._state.status == "error" else None
+
+    def traceback(self, timeout: float | str | None = None) -> Any:
+        return self._client.sync(self._traceback, callback_timeout=timeout)
+
+    def cancel(self, reason: str | None = None, msg: str | None = None, **kwargs: Any) -> Any:
+        return self._client.cancel([self], reason=reason, msg=msg, **kwargs)
+
+    def retry(self, **kwargs: Any) -> Any:
+        return self._client.retry([self], **kwargs)
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        """Call ``fn(self)`` in a separate thread once the future is finished, erred or
+        cancelled."""
+        cls = Future
+        if cls._cb_executor is None:
+            cls._cb_executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="squall-callback"
+            )
+        executor = cls._cb_executor
+
+        def run(fut: Future) -> None:
+            try:
+                fn(fut)
+            except BaseException:
+                logger.exception("error in callback %s of %s", fn, fut)
+
+        self._client._call_soon(self._client._watch, self, lambda f: executor.submit(run, f))
+
+    def release(self) -> None:
+        if not self._cleared:
+            self._cleared = True
+            self._client._release_soon(self._state)
+
+    def __del__(self) -> None:
+        # try rather than contextlib.suppress: this runs once per future of a map.
+        try:  # noqa: SIM105
+            self.release()
+        except Exception:
+            pass
+
+    def __reduce__(self) -> Any:
+        # By key, as distributed's: a future inside scattered data, or inside an
+        # object a task receives, arrives as a reference bound to no client.
+        return _FutureRef, (self.key,)
+
+    def __dask_tokenize__(self) -> Any:
+        return ("Future", self.key)
+
+    def __await__(self) -> Any:
+        return self._result().__await__()
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.status}, key: {self.key}>"
+
+
+class _FutureRef(Future):
+    """An unpickled future: it names its key but belongs to no client (its status and
+    type are None, as distributed's unbound futures); its other methods raise."""
+
+    __slots__ = ()
+
+    def __init__(self, key: Key) -> None:
+        self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
+        self._cleared = True  # nothing to release
+
+    client = executor = status = type = property(lambda self: None)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_client", "_state"):  # unset: what a bound future's methods use
+            raise RuntimeError(f"{self!r} was unpickled and is bound to no client")
+        raise AttributeError(name)
+
+
+def fire_and_forget(obj: Any) -> None:
+    """Run the futures in ``obj`` to completion even once they are released (their
+    results are not kept): for tasks run for their side effects."""
+    by_client: dict[int, tuple[Client, list[Future]]] = {}
+    for f in futures_of(obj):
+        by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
+    for client, futures in by_client.values():
+        # After the graph that made them (loop order) and before any release of them.
+        client._send_soon({"op": "fire-and-forget"}, encode_keys([f.key for f in futures]))
+
+
+def dep_key(obj: Any) -> Key | None:
+    """The key a task argument stands for: a future's, or None."""
+    return obj.key if isinstance(obj, Future) else None
+
+
+def flat_futures(obj: Any) -> bool:
+    """Whether ``obj`` is a list, tuple or set of futures only."""
+    return type(obj) in (list, tuple, set, frozenset) and all(
+        map(isinstance, obj, itertools.repeat(Future))
+    )
+
+
+def futures_of(obj: Any) -> list[Future]:
+    """The futures inside ``obj``: a future, lists/tuples/sets/dicts of them, or a
+    persisted dask collection."""
+    if flat_futures(obj):
+        # A map's futures: C loops, each future once.
+        return list(dict(zip(map(id, obj), obj, strict=True)).values())
+    out: list[Future] = []
+    seen: set[int] = set()
+
+    def collect(o: Any) -> Any:
+        if isinstance(o, Future):
+            if id(o) not in seen:
+                seen.add(id(o))
+                out.append(o)
+            return o
+        if is_dask_collection(o):  # a persisted collection: its graph holds futures
+            rebuild(list(dict(o.__dask_graph__()).values()), collect)
+            return o
+        return DESCEND
+
+    rebuild(obj, collect)
+    return out
+
+
+def pack_results(o: Any, data: dict[Key, Any]) -> Any:
+    """``o`` with each future in it replaced by its value in ``data`` (left out if
+    ``data`` lacks it): ``gather``'s result."""
+    if flat_futures(o):
+        # A map's futures: C loops.
+        values = list(map(data.get, map(_KEY, o), itertools.repeat(DROP)))
+        if any(map(operator.is_, values, itertools.repeat(DROP))):
+            values = [v for v in values if v is not DROP]
+        return type(o)(values)
+
+    def value(x: Any) -> Any:
+        return data.get(x.key, DROP) if isinstance(x, Future) else DESCEND
+
+    return rebuild(o, value)

@@ -1,0 +1,52 @@
+"""Timeouts and event loops for the client's coroutines.
+
+A blocking client runs them on its own loop thread, an asynchronous one on the
+caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+from dask.utils import parse_timedelta
+
+from squall.tracebacks import user_frames
+
+
+def timeout_seconds(timeout: float | str | None) -> float | None:
+    if timeout is None:
+        return None
+    return float(parse_timedelta(timeout, default="s"))
+
+
+async def timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
+    seconds = timeout_seconds(timeout)
+    with user_frames():  # the outermost frame of an asynchronous client's calls
+        if seconds is None:
+            return await aw
+        # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not
+        # ours.
+        task = asyncio.ensure_future(aw)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=seconds)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise TimeoutError(f"timed out after {seconds} s")
+        return task.result()
+
+
+def require_running_loop() -> None:
+    """An asynchronous client runs on the caller's loop: like distributed's, it cannot
+    be made outside one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "Constructing an asynchronous Client (asynchronous=True) without a running "
+            "loop is not supported"
+        ) from None

@@ -1,0 +1,172 @@
+"""The client's view of the cluster: its workers, ``run`` and ``restart``."""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+import pickle
+from collections.abc import Callable
+from typing import Any, Literal
+
+import cloudpickle  # type: ignore[import-untyped]
+
+from squall.client.connection import ClientConnection
+from squall.client.loop import timeout_seconds
+from squall.protocol import comm
+from squall.protocol.remote_errors import unpack_error
+
+
+class ClusterOps(ClientConnection):
+    """The methods of :class:`~squall.client.client.Client` about the cluster."""
+
+    async def _identity(self) -> comm.Header:
+        h, _ = await self._request({"op": "scheduler-info"})
+        return h
+
+    async def _running_workers(self, workers: Any, timeout: float | None) -> list[str]:
+        """Addresses of the running workers among ``workers`` (default all), sorted;
+        waits up to ``timeout`` for one."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            info = await self._identity()
+            found = [w["address"] for w in _select(info["workers"], workers)]
+            if found:
+                return sorted(found)
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError("No valid workers found")
+            await asyncio.sleep(0.1)
+
+    def scheduler_info(self, n_workers: int = -1, **kwargs: Any) -> Any:
+        """The scheduler and its workers, in ``distributed``'s shape: ``{"type",
+        "id", "address", "services", "started", "n_workers", "total_threads",
+        "total_memory", "workers": {address: {"nthreads", "name", "memory_limit",
+        "resources", …}}}`` (``n_workers`` ≥ 0 limits the workers listed)."""
+
+        async def run() -> dict[str, Any]:
+            h = await self._identity()
+            listed = h["workers"] if n_workers < 0 else h["workers"][:n_workers]
+            return {
+                "type": "Scheduler",
+                "id": h["scheduler_id"],
+                "address": h["address"],
+                "services": {},
+                "started": h["started"],
+                "n_workers": len(h["workers"]),
+                "total_threads": h["total_threads"],
+                "total_memory": h["total_memory"],
+                "n_tasks": h["n_tasks"],  # squall's addition: tasks the scheduler holds
+                "workers": {w["address"]: _worker_identity(w) for w in listed},
+            }
+
+        return self.sync(run, **kwargs)
+
+    def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
+        """``{worker address: number of threads}`` (of ``workers``, default all)."""
+
+        async def run() -> dict[str, int]:
+            h = await self._identity()
+            return {w["address"]: int(w["nthreads"]) for w in _select(h["workers"], workers)}
+
+        return self.sync(run, **kwargs)
+
+    ncores = nthreads
+
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: Literal["raise", "return", "ignore"] = "raise",
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``function(*args, **kwargs)`` on every worker (or ``workers``), outside
+        the task system, on the worker's event loop: ``{address: result}``. A
+        ``dask_worker`` parameter receives the worker; coroutine functions are awaited
+        (not with ``wait=False``, which returns None). Failures raise, or with
+        ``on_error="return"``/``"ignore"`` are returned/left out."""
+        if nanny:
+            raise ValueError("squall workers have no nanny")
+        if on_error not in ("raise", "return", "ignore"):
+            raise ValueError(f"on_error must be 'raise', 'return', or 'ignore'; got {on_error!r}")
+        blob = cloudpickle.dumps((function, args, kwargs))
+
+        async def one(address: str) -> Any:
+            h, payload = await self._peers.request(address, {"op": "run", "wait": wait}, blob)
+            if h.get("status") == "OK":
+                return pickle.loads(payload)
+            exc, tb = unpack_error(h, payload, f"run on {address}")
+            raise exc.with_traceback(tb)
+
+        async def run_all() -> dict[str, Any] | None:
+            info = await self._identity()
+            addresses = [w["address"] for w in _select(info["workers"], workers)]
+            replies = await asyncio.gather(*map(one, addresses), return_exceptions=True)
+            results: dict[str, Any] = {}
+            for address, r in zip(addresses, replies, strict=True):
+                if isinstance(r, BaseException):
+                    if on_error == "raise":
+                        raise r
+                    if on_error == "return":
+                        results[address] = r
+                else:
+                    results[address] = r
+            return results if wait else None
+
+        return self.sync(run_all)
+
+    def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
+        """Restart every worker and forget every task: all futures (of every client)
+        are cancelled. Waits for the workers to come back (unless not
+        ``wait_for_workers``), ``TimeoutError`` after ``timeout`` (default four times
+        the client's timeout)."""
+        seconds = 4 * self._timeout if timeout is None else timeout_seconds(timeout)
+
+        async def run() -> None:
+            header = {"op": "restart", "timeout": seconds, "wait_for_workers": wait_for_workers}
+            h, _ = await self._request(header)
+            if h.get("error"):
+                raise TimeoutError(h["error"])
+
+        return self.sync(run)
+
+
+def _select(infos: list[dict[str, Any]], workers: Any) -> list[dict[str, Any]]:
+    """The running workers named by ``workers``: addresses (``host:port`` too, or
+    ``(host, port)``), names or hosts; None means all."""
+    running = [w for w in infos if w.get("status") == "running"]
+    if workers is None:
+        return running
+    if isinstance(workers, str | numbers.Number) or (
+        isinstance(workers, tuple) and len(workers) == 2 and isinstance(workers[1], int)
+    ):
+        workers = [workers]
+    wanted: set[Any] = set()
+    for w in workers:
+        if isinstance(w, tuple):
+            w = comm.format_address(str(w[0]), int(w[1]))
+        wanted.update((w, f"tcp://{w}") if isinstance(w, str) and "://" not in w else (w,))
+    return [w for w in running if wanted & {w["address"], w.get("name"), w.get("host")}]
+
+
+def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
+    """One worker of ``scheduler_info()``, as ``distributed``'s ``WorkerState.identity``."""
+    return {
+        "type": "Worker",
+        "id": w["name"],
+        "host": w["host"],
+        "name": w["name"],
+        "nthreads": w["nthreads"],
+        "memory_limit": w["memory_limit"],
+        "resources": w["resources"],
+        "status": w["status"],
+        "services": {},
+        "nanny": None,
+        "metrics": {
+            "memory": w["nbytes"],
+            "in_memory": w["has_what"],
+            "processing": w["processing"],
+        },
+    }

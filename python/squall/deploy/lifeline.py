@@ -1,0 +1,84 @@
+"""How the processes a LocalCluster starts die with the process that started them.
+
+Each gets as stdin the read end of a pipe whose write end only the starting process
+holds, and runs with ``--watch-stdin``, which shuts it down when stdin reaches end of
+file (:func:`watch_stdin`), however the starter ends (SIGKILL included); forks of the
+starting process close their copy of the write end. A pipe is portable and follows the
+process, where Linux's ``PR_SET_PDEATHSIG`` follows the *thread* that started the child:
+a ``Client()`` made on a thread that then ends would take its cluster down with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import threading
+import time
+
+# (read end, write end) of this process's lifeline pipe, made on first use. Both ends
+# are non-inheritable: children get the read end only as their stdin, and the write end
+# stays open in this process until it exits.
+_lifeline_fds: tuple[int, int] | None = None
+_lifeline_lock = threading.Lock()
+
+
+def lifeline() -> int:
+    """The read end of this process's lifeline pipe, for a child's stdin."""
+    global _lifeline_fds
+    with _lifeline_lock:
+        if _lifeline_fds is None:
+            _lifeline_fds = os.pipe()
+        return _lifeline_fds[0]
+
+
+def _forget_lifeline() -> None:
+    """In a forked child: the parent's pipe must not keep the parent's cluster alive
+    (and the lock may have been held by another thread of the parent)."""
+    global _lifeline_fds, _lifeline_lock
+    _lifeline_lock = threading.Lock()
+    if _lifeline_fds is not None:
+        for fd in _lifeline_fds:
+            os.close(fd)
+        _lifeline_fds = None
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_lifeline)
+
+WATCH_STDIN_HELP = (
+    "shut down when stdin reaches end of file (LocalCluster's processes: when the "
+    "process that started them ends)"
+)
+
+#: How long a process shutting down because its stdin closed may take (then it exits).
+STDIN_CLOSED_GRACE = 10.0
+
+
+def watch_stdin() -> None:
+    """``--watch-stdin``: shut this process down (SIGTERM to itself, the graceful path of
+    ``squall scheduler`` and ``squall worker``) once stdin reaches end of file, i.e. once
+    the process that started it is gone; exit regardless after
+    ``STDIN_CLOSED_GRACE`` seconds."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):  # an unreadable stdin counts as closed
+            while os.read(0, 1 << 16):
+                pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STDIN_CLOSED_GRACE)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="squall-watch-stdin", daemon=True).start()
+
+
+def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of ``squall scheduler`` or ``squall worker``, after the flags both
+    take (``--log-level``, ``--watch-stdin``) are added; stdin is watched if asked."""
+    p.add_argument("--log-level", help="default: squall.logging.level")
+    p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
+    args = p.parse_args(argv)
+    if args.watch_stdin:
+        watch_stdin()
+    return args

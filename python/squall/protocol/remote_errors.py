@@ -1,0 +1,107 @@
+"""How an exception raised on a worker travels to the client.
+
+A task's exception (or ``Client.run``'s) is sent as ``cloudpickle(exception)``
+(``n_exception`` bytes) followed by ``pickle(traceback)`` with tblib's traceback
+pickling, so the client re-raises the remote frames; the header's ``exception_text``
+(``repr``) and ``traceback_text`` (the formatted traceback) still describe an exception
+that cannot be unpickled. Tracebacks start in the user's code (:mod:`squall.tracebacks`),
+as distributed's workers send them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copyreg
+import pickle
+import traceback
+import types
+from collections.abc import Hashable
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+from tblib import pickling_support  # type: ignore[import-untyped]
+
+from squall import tracebacks
+from squall._core import decode_keys
+from squall.errors import KilledWorker, RemoteError
+from squall.protocol import comm
+
+# Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
+copyreg.pickle(types.TracebackType, pickling_support.pickle_traceback)
+
+
+def pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
+    """``(repr, formatted traceback, pickled exception, pickled traceback)``; an
+    exception that cannot be shown or pickled is described by its type instead."""
+    try:
+        exc_text = repr(e)
+    except Exception:
+        exc_text = f"<{type(e).__name__}: its repr() failed>"
+    tb = tracebacks.trim(e.__traceback__)
+    try:
+        tb_text = "".join(traceback.format_exception(type(e), e, tb))
+    except Exception:
+        tb_text = exc_text
+    try:
+        exc_blob = cloudpickle.dumps(e)
+        pickle.loads(exc_blob)
+    except Exception:
+        exc_blob = cloudpickle.dumps(RuntimeError(exc_text))
+    try:
+        tb_blob = pickle.dumps(tb)
+    except Exception:
+        tb_blob = pickle.dumps(None)
+    return exc_text, tb_text, exc_blob, tb_blob
+
+
+def error_fields(err: tuple[str, str, bytes, bytes]) -> tuple[comm.Header, bytes]:
+    """The header fields and payload that carry a :func:`pack_error` result."""
+    exc_text, tb_text, exc_blob, tb_blob = err
+    header = {
+        "exception_text": exc_text,
+        "traceback_text": tb_text,
+        "n_exception": len(exc_blob),
+    }
+    return header, exc_blob + tb_blob
+
+
+def unpack_error(
+    h: comm.Header, payload: memoryview, where: str
+) -> tuple[BaseException, types.TracebackType | None]:
+    """The exception (a :class:`~squall.errors.RemoteError` with the remote text if it
+    cannot be unpickled here) and traceback of a reply carrying :func:`error_fields`;
+    ``where`` names what failed in the note that holds the remote traceback's text."""
+    n_exc = int(h.get("n_exception", 0))
+    text, tb_text = str(h.get("exception_text", "")), str(h.get("traceback_text", ""))
+    try:
+        loaded: Any = pickle.loads(payload[:n_exc]) if n_exc else None
+    except Exception:
+        loaded = None
+    exc = loaded if isinstance(loaded, BaseException) else RemoteError(text or f"{where} failed")
+    tb: types.TracebackType | None = None
+    with contextlib.suppress(Exception):
+        rest = payload[n_exc:]
+        obj: Any = pickle.loads(rest) if len(rest) else None
+        if hasattr(obj, "as_traceback"):
+            obj = obj.as_traceback()
+        if isinstance(obj, types.TracebackType):
+            tb = obj
+    add_note = getattr(exc, "add_note", None)
+    if tb_text and add_note is not None:
+        add_note(f"Remote traceback ({where}):\n{tb_text.rstrip()}")
+    return exc, tb
+
+
+def parse_task_erred(
+    h: comm.Header, payload: memoryview
+) -> tuple[Hashable, BaseException, types.TracebackType | None]:
+    """A ``task-erred`` notice (the key, then :func:`error_fields`' payload) as
+    ``(key, exception to raise, traceback)``; a task that killed too many workers
+    (``error_kind`` KilledWorker) comes as text only."""
+    n_key = int(h["n_key"])
+    [key] = decode_keys(bytes(payload[:n_key]))
+    if h.get("error_kind") == "KilledWorker":
+        text = str(h.get("exception_text", "")) or f"task {key!r} killed too many workers"
+        return key, KilledWorker(text, key), None
+    exc, tb = unpack_error(h, payload[n_key:], f"task {key!r}")
+    return key, exc, tb

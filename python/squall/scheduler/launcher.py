@@ -1,0 +1,56 @@
+"""The ``squall scheduler`` program around a ``SchedulerServer``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from squall import config
+from squall.deploy.lifeline import parse_process_args
+from squall.protocol import comm
+from squall.scheduler.server import SchedulerServer
+
+logger = logging.getLogger("squall.scheduler")
+
+
+async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> None:
+    """Run a scheduler until SIGINT/SIGTERM (``squall scheduler``)."""
+    server = SchedulerServer(address, config)
+    await server.start()
+    print(f"squall scheduler listening at {server.address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        logger.info("scheduler at %s shutting down", server.address)
+        await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``squall scheduler [--host HOST] [--port PORT] [--log-level LEVEL]``; flags
+    override ``squall.scheduler.host``, ``.port`` and ``squall.logging.level``."""
+    p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
+    p.add_argument("--host", help="interface to bind (default: squall.scheduler.host)")
+    p.add_argument(
+        "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
+    )
+    args = parse_process_args(p, argv)
+    try:
+        level = config.log_level(args.log_level)
+        host = str(config.get("scheduler.host")) if args.host is None else args.host
+        port = config.port("scheduler.port") if args.port is None else args.port
+        address = comm.format_address(host, port)
+        comm.parse_address(address)
+        logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+        asyncio.run(run_scheduler(address))
+    except (ValueError, comm.CommError) as e:
+        print(f"squall scheduler: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,154 @@
+"""The ``squall worker`` program around a ``Worker``.
+
+A restart from the scheduler re-executes it in place; ``--nworkers`` starts several
+worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from squall import config
+from squall.deploy.lifeline import parse_process_args
+from squall.protocol import comm
+from squall.worker.worker import Worker
+
+logger = logging.getLogger("squall.worker")
+
+
+async def run_worker(scheduler_address: str, **kwargs: Any) -> bool:
+    """Run a worker until it closes (lost scheduler, SIGINT, SIGTERM or a restart);
+    returns whether the scheduler asked it to restart."""
+    worker = Worker(scheduler_address, **kwargs)
+    await worker.start()
+    loop = asyncio.get_running_loop()
+    closing: set[asyncio.Task[None]] = set()
+
+    def stop(sig: signal.Signals) -> None:
+        logger.info("worker %s: received %s, closing", worker.address, sig.name)
+        closing.add(loop.create_task(worker.close()))
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop, sig)
+    try:
+        await worker.finished()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+        await worker.close()
+    return worker.restart_requested
+
+
+def _parse_resources(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in text.replace(",", " ").split():
+        name, sep, amount = item.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"invalid resource {item!r}: expected NAME=AMOUNT")
+        try:
+            out[name] = float(amount)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid amount in {item!r}") from None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``squall worker``. On a restart from the scheduler the program re-executes
+    itself with the same arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
+    p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
+    p.add_argument("--nthreads", type=int, help="default: squall.worker.nthreads")
+    p.add_argument("--nworkers", type=int, default=1, help="worker processes to start")
+    p.add_argument("--name", default=None)
+    p.add_argument(
+        "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
+    )
+    p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
+    p.add_argument("--memory-limit", type=int, default=0)
+    args = parse_process_args(p, argv)
+    try:
+        level = config.log_level(args.log_level)
+    except config.ConfigError as e:
+        print(f"squall worker: {e}", file=sys.stderr)
+        return 1
+    if args.nworkers < 1:
+        p.error("--nworkers must be at least 1")
+    if args.nworkers > 1:
+        if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
+            p.error("--listen with a fixed port needs --nworkers 1")
+        return _run_workers(args)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        restart = asyncio.run(
+            run_worker(
+                args.scheduler,
+                nthreads=args.nthreads,
+                name=args.name,
+                address=args.listen,
+                resources=args.resources,
+                memory_limit=args.memory_limit,
+            )
+        )
+    except (comm.CommError, ValueError) as e:
+        logger.error("worker failed: %s", e)
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if restart:
+        # A fresh interpreter in this process: threads of abandoned tasks and anything
+        # they leaked are gone, the pid (and whoever supervises it) stays.
+        os.execv(sys.executable, [sys.executable, "-m", "squall.worker", *argv])
+    # Leave without finalising the interpreter: a task still running in a thread would
+    # be killed inside the compiled task loop when it next takes the GIL, which aborts
+    # the process instead of exiting cleanly.
+    logging.shutdown()
+    os._exit(0)
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``--nworkers M``: M single-worker processes; SIGINT/SIGTERM are passed on to
+    them, and this process exits once all of them have."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i in range(args.nworkers):
+            # Unset options stay unset, so each process reads the same config defaults.
+            cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
+            cmd += ["--memory-limit", str(args.memory_limit)]
+            for flag, value in (
+                ("--nthreads", args.nthreads),
+                ("--listen", args.listen),
+                ("--log-level", args.log_level),
+            ):
+                if value is not None:
+                    cmd += [flag, str(value)]
+            if args.name is not None:
+                cmd += ["--name", f"{args.name}-{i}"]
+            if args.resources:
+                cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
+            procs.append(subprocess.Popen(cmd))
+        codes = [proc.wait() for proc in procs]
+    except BaseException:
+        forward(signal.SIGTERM, None)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if all(code == 0 for code in codes) else 1

@@ -1,0 +1,60 @@
+"""The package's faces that outlive its layout: every public name of ``squall``, and the
+``python -m`` programs LocalCluster and users start."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import squall
+from squall.deploy.local import _run, scheduler_info
+
+# Every public name squall has had, by kind: a name leaves only on purpose.
+CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
+IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
+CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
+ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
+ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
+ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
+PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS
+
+
+def test_public_names() -> None:
+    assert set(squall.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert getattr(squall, name) is not None, name
+
+
+def test_python_m_scheduler_and_worker() -> None:
+    """``python -m squall.scheduler`` serves and ``python -m squall.worker`` joins it;
+    the scheduler leaves cleanly on SIGTERM, and the worker once its scheduler is gone."""
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "squall.scheduler", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    worker = None
+    try:
+        assert sched.stdout is not None
+        line = sched.stdout.readline()
+        assert line.startswith("squall scheduler listening at "), line
+        address = line.rsplit(" ", 1)[-1].strip()
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "squall.worker", address, "--nthreads", "2", "--name", "w"]
+        )
+        deadline = time.monotonic() + 30
+        while not (workers := _run(scheduler_info(address))["workers"]):
+            assert time.monotonic() < deadline, "the worker did not join"
+            assert worker.poll() is None, "the worker exited"
+            time.sleep(0.05)
+        assert [(w["name"], w["nthreads"]) for w in workers] == [("w", 2)]
+        sched.send_signal(signal.SIGTERM)
+        assert sched.wait(timeout=20) == 0
+        assert worker.wait(timeout=20) == 0
+    finally:
+        for proc in (worker, sched):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
