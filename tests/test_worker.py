@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+import dask.config
 import pytest
 
 from squall._core import decode_keys, encode_keys
@@ -258,6 +259,21 @@ def test_free_keys_drops_data() -> None:
         await until(lambda: not w.data and not w.tasks)
         assert w.data == {} and w.tasks == {} and w.nbytes == {}
         assert await get_data(w.address, ["b"]) == [None]
+        await shutdown(server, [w], client)
+
+    run(main())
+
+
+def test_the_scheduler_paces_heartbeats() -> None:
+    """Workers beat at the period the scheduler asks for its cluster size (0.5 s up to
+    10 workers), whatever they started with; the scheduler asks once per change."""
+
+    async def main() -> None:
+        with dask.config.set({"squall.worker.heartbeat-interval": "20ms"}):
+            server, [w], client = await cluster(1)
+        await until(lambda: w._heartbeat_interval == 0.5)
+        assert w.worker_id is not None
+        assert server.workers[w.worker_id].heartbeat_interval == 0.5
         await shutdown(server, [w], client)
 
     run(main())

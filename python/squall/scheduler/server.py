@@ -28,11 +28,8 @@ def default_address() -> str:
     return comm.format_address(str(config.get("scheduler.host")), config.port("scheduler.port"))
 
 
-FIRE_AND_FORGET = "fire-and-forget"  # the core's client that wants fire_and_forget keys
-
-
 # Commands sent one message each; the per-task ones go packed (encode_notices).
-_RARE_OPS = frozenset({"steal-request", "remove-worker", "task-erred"})
+_RARE_OPS = frozenset({"steal-request", "remove-worker", "close-worker", "task-erred"})
 
 
 @dataclass
@@ -41,6 +38,8 @@ class Peer:
     stream: comm.BatchedSend
     name: str
     address: str = ""
+    #: The heartbeat period this worker was last asked for (workers only).
+    heartbeat_interval: float | None = None
 
 
 @dataclass
@@ -55,8 +54,6 @@ class SchedulerServer:
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
-    #: Addresses of departed workers, for remove-worker notices.
-    removed_addresses: dict[int, str] = field(default_factory=dict)
     _listener: comm.Listener | None = None
     _ticker: asyncio.Task[None] | None = None
     _t0: float = field(default_factory=time.monotonic)
@@ -64,9 +61,6 @@ class SchedulerServer:
     _tick_interval: float = field(init=False)
     id: str = field(init=False, default_factory=lambda: f"Scheduler-{uuid.uuid4()}")
     started: float = field(init=False, default_factory=time.time)
-    #: Keys given to fire_and_forget, for restart to release (pruned as they grow).
-    fire_and_forget_keys: set[Any] = field(init=False, default_factory=set)
-    _ff_live: int = field(init=False, default=1024)
     _restart_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
@@ -103,26 +97,27 @@ class SchedulerServer:
         while True:
             await asyncio.sleep(self._tick_interval)
             self.core.tick(now=self.now())
-            self._disconnect_removed_workers()
             self._dispatch()
 
-    def _disconnect_removed_workers(self) -> None:
-        """Close the connections of workers the core removed on its own (silent for
-        longer than the worker TTL), as Dask closes them: a worker that was only stopped
-        or cut off then finds itself disconnected and closes, instead of lingering
-        connected yet unknown to the core. Their addresses go into the remove-worker
-        notices of this tick."""
-        live = self.core.workers()
-        if len(live) == len(self.workers):
+    def _pace_heartbeats(self, w: int, interval: float) -> None:
+        """Ask a worker for the heartbeat period the core wants for this many workers
+        (longer on large clusters, as Dask's), when it changes."""
+        peer = self.workers.get(w)
+        if peer is not None and peer.heartbeat_interval != interval:
+            peer.heartbeat_interval = interval
+            peer.stream.send({"op": "heartbeat-interval", "interval": interval})
+
+    def _close_worker(self, w: int) -> None:
+        """The core removed the worker on its own (silent past the TTL): close its
+        connection, as Dask does, so that a worker that was only stopped or cut off finds
+        itself disconnected and leaves instead of lingering, connected yet unknown."""
+        peer = self.workers.get(w)
+        if peer is None:
             return
-        ids = {w for _, w in live}
-        for w, peer in self.workers.items():
-            if w not in ids and w not in self.removed_addresses:  # ids are never reused
-                logger.warning("worker %s removed: no heartbeat within the TTL", peer.address)
-                self.removed_addresses[w] = peer.address
-                task = asyncio.get_running_loop().create_task(peer.conn.close())
-                self._tasks.add(task)  # its reader then ends and forgets the peer
-                task.add_done_callback(self._tasks.discard)
+        logger.warning("worker %s removed: no heartbeat within the TTL", peer.address)
+        task = asyncio.get_running_loop().create_task(peer.conn.close())
+        self._tasks.add(task)  # its reader then ends and forgets the peer
+        task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
@@ -161,7 +156,6 @@ class SchedulerServer:
             logger.info("worker %s left: %s", info["address"], e)
         finally:
             peer = self.workers.pop(w)
-            self.removed_addresses[w] = peer.address
             await peer.stream.close()
             with contextlib.suppress(SchedulerError):
                 self.core.remove_worker(w, now=self.now())
@@ -194,7 +188,10 @@ class SchedulerServer:
                 )
             elif op == "heartbeat":
                 executing = [(int(t), float(s)) for t, s in h.get("executing", [])]
-                self.core.heartbeat(w, now=now, bandwidth=h.get("bandwidth"), executing=executing)
+                interval = self.core.heartbeat(
+                    w, now=now, bandwidth=h.get("bandwidth"), executing=executing
+                )
+                self._pace_heartbeats(w, interval)
             elif op == "steal-response":
                 self.core.steal_response(
                     w, int(h["task"]), h.get("state"), int(h["stimulus"]), now=now
@@ -268,7 +265,7 @@ class SchedulerServer:
             if op == "scatter":
                 return self._scatter(cid, h, decode_keys(bytes(payload)))
             if op == "fire-and-forget":
-                self._fire_and_forget(decode_keys(bytes(payload)))
+                self.core.fire_and_forget(decode_keys(bytes(payload)), now=self.now())
                 return None
             if op == "restart":
                 task = asyncio.get_running_loop().create_task(self._restart(cid, h))
@@ -313,14 +310,7 @@ class SchedulerServer:
         return {"op": "graph-accepted", "id": h.get("id")}, b""
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:
-        workers = []
-        for _, w in self.core.workers():
-            info = self.core.worker_info(w)
-            peer = self.workers.get(w)
-            hello = peer.conn.peer_info if peer is not None else {}
-            info["memory_limit"] = int(hello.get("memory_limit") or 0)
-            info["resources"] = dict(hello.get("resources") or {})
-            workers.append(info)
+        workers = [self.core.worker_info(w) for _, w in self.core.workers()]
         return {
             "op": "scheduler-info",
             "id": h.get("id"),
@@ -329,7 +319,7 @@ class SchedulerServer:
             "started": self.started,
             "total_threads": self.core.total_nthreads,
             "n_tasks": self.core.n_tasks,
-            "total_memory": sum(w["memory_limit"] for w in workers),
+            "total_memory": self.core.total_memory,
             "workers": workers,
         }
 
@@ -376,14 +366,6 @@ class SchedulerServer:
             return {"op": "request-failed", "id": h.get("id"), "error": error}, b""
         return {"op": "scattered", "id": h.get("id")}, b""
 
-    def _fire_and_forget(self, keys: list[Any]) -> None:
-        self.core.fire_and_forget(keys, now=self.now())
-        self.fire_and_forget_keys.update(keys)
-        if len(self.fire_and_forget_keys) > 2 * self._ff_live:
-            live = {k for k in self.fire_and_forget_keys if self.core.lookup(k) is not None}
-            self.fire_and_forget_keys = live
-            self._ff_live = max(len(live), 1024)
-
     async def _restart(self, cid: int, h: comm.Header) -> None:
         async with self._restart_lock:
             try:
@@ -404,10 +386,7 @@ class SchedulerServer:
         now = self.now()
         for c in self.clients:
             self.core.remove_client(c, now=now)  # releases all it wants; it stays connected
-        ff = self.core.client(FIRE_AND_FORGET)
-        live = [k for k in self.fire_and_forget_keys if self.core.lookup(k) is not None]
-        self.core.client_releases_keys(ff, live, now=now)
-        self.fire_and_forget_keys.clear()
+        self.core.release_fire_and_forget_keys(now=now)
         for peer in self.clients.values():
             with contextlib.suppress(comm.CommClosedError):
                 peer.stream.send({"op": "restart"})
@@ -447,8 +426,10 @@ class SchedulerServer:
                 if op == "steal-request":
                     self._to_worker(target, {"op": op, "task": task, "stimulus": extra})
                 elif op == "remove-worker":
-                    gone = self.removed_addresses.get(extra, "")
+                    gone = self.core.worker_info(extra)["address"]  # kept after removal
                     self._to_worker(target, {"op": op, "worker_id": extra, "address": gone})
+                elif op == "close-worker":
+                    self._close_worker(target)
                 elif op == "task-erred":
                     self._erred_to_client(target, task)
         # Per-task notices travel packed, one payload per peer and op (no Python object

@@ -352,6 +352,9 @@ class Worker:
             self._spawn(self.close(abort=True))
         elif op == "remove-worker":
             self._peers.forget(h.get("address"))
+        elif op == "heartbeat-interval":
+            # The scheduler paces heartbeats by cluster size; the next sleep follows it.
+            self._heartbeat_interval = float(h["interval"])
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
 

@@ -38,6 +38,12 @@ pub enum Command {
         worker: WorkerId,
         task: TaskId,
     },
+    /// Close the connection of `worker`, which the core removed on its own (silent for
+    /// longer than the TTL): a worker that was only stopped or cut off then finds itself
+    /// disconnected and leaves, instead of lingering connected yet unknown.
+    CloseWorker {
+        worker: WorkerId,
+    },
     /// Tell `worker` that `removed` left the cluster.
     WorkerRemoved {
         worker: WorkerId,

@@ -616,6 +616,11 @@ impl Scheduler {
         self.total_nthreads
     }
 
+    /// Bytes: the sum of the live workers' memory limits (0 = unlimited ones add 0).
+    pub fn total_memory(&self) -> u64 {
+        self.total_memory
+    }
+
     pub fn n_queued(&self) -> usize {
         self.queued.len()
     }

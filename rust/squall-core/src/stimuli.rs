@@ -787,6 +787,13 @@ impl Scheduler {
         self.client_releases_tasks(c, &tasks, now)
     }
 
+    /// Release every key given to `fire_and_forget` (a restart forgets all tasks).
+    pub fn release_fire_and_forget_keys(&mut self, now: f64) -> CoreResult<()> {
+        let ff = self.fire_and_forget_client();
+        let tasks = self.clients[ff.idx()].wants_what.clone();
+        self.client_releases_tasks(ff, &tasks, now)
+    }
+
     /// `fire_and_forget`: keep these keys running until they finish, with no future.
     pub fn fire_and_forget(&mut self, keys: &[Key], now: f64) -> CoreResult<()> {
         let ff = self.fire_and_forget_client();
@@ -934,6 +941,7 @@ impl Scheduler {
             .collect();
         for w in stale {
             let _ = self.remove_worker(w, false, now);
+            self.emit(Command::CloseWorker { worker: w });
         }
     }
 }

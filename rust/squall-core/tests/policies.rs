@@ -615,3 +615,25 @@ fn a_late_report_of_a_requeued_task_is_ignored_and_its_result_freed() {
     h.drain();
     assert_eq!(h.ops("free"), vec![format!("{}@tcp://a", h.name(t))]);
 }
+
+#[test]
+fn a_worker_silent_past_the_ttl_is_removed_and_its_connection_closed() {
+    let mut h = H::with(Config {
+        worker_ttl: Some(10.0),
+        ..cfg()
+    });
+    let quiet = h.worker("tcp://a:1", 1);
+    let alive = h.worker("tcp://b:1", 1);
+    h.submit(&[("x", &[])], &["x"]).unwrap();
+    h.clear_log();
+    let now = h.tick_time(8.0);
+    h.s.heartbeat(alive, now, None, &[]).unwrap();
+    let now = h.tick_time(4.0); // 12 s since `quiet` joined, 4 s since `alive` beat
+    h.s.tick(now);
+    h.drain();
+    assert!(h.s.get_worker(quiet).unwrap().status == WorkerStatus::Closed);
+    assert_eq!(h.ops("close-worker"), ["tcp://a:1"]);
+    assert_eq!(h.ops("worker-removed"), ["tcp://a:1"]);
+    assert_eq!(h.s.n_workers(), 1);
+    assert_eq!(h.s.total_memory(), 0);
+}

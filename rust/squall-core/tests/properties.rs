@@ -398,6 +398,7 @@ fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
                 Command::RemoveReplicas { worker, task } => {
                     format!("remove-replicas {} @{}", k(task), a(worker))
                 }
+                Command::CloseWorker { worker } => format!("close-worker @{}", a(worker)),
                 Command::WorkerRemoved { worker, removed } => {
                     format!("worker-removed {} @{}", a(removed), a(worker))
                 }

@@ -27,6 +27,7 @@ fn op_name(c: &Command) -> &'static str {
         Command::FreeKeys { .. } => "free-keys",
         Command::StealRequest { .. } => "steal-request",
         Command::RemoveReplicas { .. } => "remove-replicas",
+        Command::CloseWorker { .. } => "close-worker",
         Command::WorkerRemoved { .. } => "remove-worker",
         Command::KeyInMemory { .. } => "key-in-memory",
         Command::TaskErred { .. } => "task-erred",
@@ -54,6 +55,7 @@ fn fields(c: &Command) -> (u32, u32, u64) {
             task,
             stimulus,
         } => (worker.0, task.0, stimulus),
+        Command::CloseWorker { worker } => (worker.0, u32::MAX, 0),
         Command::WorkerRemoved { worker, removed } => (worker.0, u32::MAX, u64::from(removed.0)),
         Command::KeyInMemory { client, task }
         | Command::LostData { client, task }

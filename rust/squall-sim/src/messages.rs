@@ -124,7 +124,10 @@ pub(crate) fn translate(
             }
             Command::LostData { task, .. } => out.push(Outgoing::KeyLost(idx(task))),
             // Workers learn about departures when a fetch from the dead worker fails.
-            Command::WorkerRemoved { .. } | Command::TaskRetried { .. } => {}
+            // A simulated worker is never silent past the TTL while alive.
+            Command::CloseWorker { .. }
+            | Command::WorkerRemoved { .. }
+            | Command::TaskRetried { .. } => {}
         }
     }
     out

@@ -151,6 +151,7 @@ impl H {
                         ("steal".into(), format!("{}@{}", k(task), a(worker)))
                     }
                     Command::RemoveReplicas { task, .. } => ("remove-replicas".into(), k(task)),
+                    Command::CloseWorker { worker } => ("close-worker".into(), a(worker)),
                     Command::WorkerRemoved { removed, .. } => ("worker-removed".into(), a(removed)),
                     Command::KeyInMemory { task, .. } => ("key-in-memory".into(), k(task)),
                     Command::TaskErred { task, .. } => ("task-erred".into(), k(task)),

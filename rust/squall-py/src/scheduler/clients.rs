@@ -75,6 +75,12 @@ impl Scheduler {
         self.core(py, move |s| s.remove_client(ClientId(client), now))
     }
 
+    /// Releases every key given to `fire_and_forget` (restart).
+    #[pyo3(signature = (*, now))]
+    fn release_fire_and_forget_keys(&mut self, py: Python<'_>, now: f64) -> PyResult<()> {
+        self.core(py, move |s| s.release_fire_and_forget_keys(now))
+    }
+
     #[pyo3(signature = (keys, *, now))]
     fn fire_and_forget(
         &mut self,

@@ -6,7 +6,7 @@ use crate::errors::{UnknownTaskError, UnknownWorkerError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use squall_core::{TaskId, WorkerId, WorkerStatus};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 fn unknown_task(task: u32) -> PyErr {
     UnknownTaskError::new_err(format!("unknown task id {task}"))
@@ -99,6 +99,11 @@ impl Scheduler {
         d.set_item("name", &ws.name)?;
         d.set_item("host", &ws.host)?;
         d.set_item("nthreads", ws.nthreads)?;
+        d.set_item("memory_limit", ws.memory_limit)?;
+        d.set_item(
+            "resources",
+            ws.resources.iter().cloned().collect::<HashMap<_, _>>(),
+        )?;
         d.set_item("status", ws.status.name())?;
         d.set_item("processing", ws.processing.len())?;
         d.set_item("long_running", ws.long_running.len())?;
@@ -151,6 +156,11 @@ impl Scheduler {
     #[getter]
     fn total_nthreads(&self) -> u64 {
         self.inner.total_nthreads()
+    }
+
+    #[getter]
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
     }
 
     /// Task-state counts over all live tasks.
