@@ -36,6 +36,14 @@ async def echo_server(
     return await comm.listen("tcp://127.0.0.1:0", handler, roles=roles), seen
 
 
+async def still_served(good: Comm, listener: comm.Listener) -> None:
+    """A well-behaved client is still answered; then both close."""
+    await good.write({"op": "ping"})
+    assert (await good.read())[0]["of"] == "ping"
+    await good.close()
+    await listener.close()
+
+
 def test_parse_address() -> None:
     assert comm.parse_address("tcp://127.0.0.1:8786") == ("127.0.0.1", 8786)
     assert comm.parse_address("localhost:1") == ("localhost", 1)
@@ -116,10 +124,7 @@ def test_garbage_and_truncated_frames_close_only_that_connection() -> None:
         assert any("mid-frame" in str(e) for e in errors)
         assert any("exceeds" in str(e) for e in errors)
         # The server and the well-behaved client are unaffected.
-        await good.write({"op": "ping"})
-        assert (await good.read())[0]["of"] == "ping"
-        await good.close()
-        await listener.close()
+        await still_served(good, listener)
 
     run(main())
 
@@ -173,10 +178,7 @@ def test_malformed_parts_close_only_that_connection(
             await bad.read()
         errors = [str(e) for e in seen if isinstance(e, comm.ProtocolError)]
         assert len(errors) == 1 and problem in errors[0], errors
-        await good.write({"op": "ping"})
-        assert (await good.read())[0]["of"] == "ping"
-        await good.close()
-        await listener.close()
+        await still_served(good, listener)
 
     run(main())
 

@@ -37,6 +37,17 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra}
 
 
+def cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``squall ARGS`` in a child process with these environment variables."""
+    return subprocess.run(
+        [sys.executable, "-m", "squall.cli", *args],
+        env=env(**extra_env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -194,13 +205,7 @@ def test_cli_takes_port_nthreads_and_log_level_from_config(tmp_path: pathlib.Pat
 
 
 def test_cli_flags_beat_config() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "70000"],
-        env=env(DASK_SQUALL__SCHEDULER__PORT="1"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = cli("scheduler", "--port", "70000", DASK_SQUALL__SCHEDULER__PORT="1")
     assert out.returncode == 1 and ":70000" in out.stderr
 
 
@@ -256,20 +261,9 @@ def test_bad_keywords_and_cli_values() -> None:
         ),
     ):
         Worker("tcp://127.0.0.1:8786")
-    bad = subprocess.run(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        env=env(DASK_SQUALL__SCHEDULER__UNKNOWN_TASK_DURATION="soon"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = cli("scheduler", "--port", "0", DASK_SQUALL__SCHEDULER__UNKNOWN_TASK_DURATION="soon")
     assert bad.returncode == 1
     assert "squall.scheduler.unknown-task-duration" in bad.stderr and "'soon'" in bad.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "squall.cli", "worker", "tcp://127.0.0.1:1", "--log-level", "loud"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = cli("worker", "tcp://127.0.0.1:1", "--log-level", "loud")
     assert bad.returncode == 1 and "log level: expected one of" in bad.stderr
     assert math.isinf(config.core_config({"worker-saturation": float("inf")})["worker-saturation"])

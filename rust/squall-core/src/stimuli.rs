@@ -288,22 +288,13 @@ impl Scheduler {
                 ts.suspicious = ts.suspicious.saturating_add(1);
                 if u32::from(ts.suspicious) > allowed {
                     recs.shift_remove(&t);
-                    let err = ErrorInfo {
-                        kind: ErrorKind::KilledWorker,
-                        exception_text: format!(
-                            "Attempted to run task {} on {} different workers, but all those workers died while running it. The last worker that attempt to run the task was {}.",
-                            ts.key,
-                            allowed + 1,
-                            address
-                        ),
-                        ..Default::default()
-                    };
-                    let args = Args::Erred {
-                        worker: Some(w),
-                        cause: Some(t),
-                        error: Some(Arc::new(err)),
-                    };
-                    self.transition(t, S::Erred, stim, recs, args);
+                    let text = format!(
+                        "Attempted to run task {} on {} different workers, but all those workers died while running it. The last worker that attempt to run the task was {}.",
+                        ts.key,
+                        allowed + 1,
+                        address
+                    );
+                    self.err_diagnosed(t, w, ErrorKind::KilledWorker, text, stim, recs);
                 }
             }
         }

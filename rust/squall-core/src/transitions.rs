@@ -402,6 +402,30 @@ impl Scheduler {
         self.network_occ_global = (self.network_occ_global - freed).max(0);
     }
 
+    /// Errs `t`, which was bound for or running on `w`, with a failure the scheduler
+    /// diagnosed itself (no exception from a worker).
+    pub(crate) fn err_diagnosed(
+        &mut self,
+        t: TaskId,
+        w: WorkerId,
+        kind: ErrorKind,
+        exception_text: String,
+        stim: u64,
+        recs: &mut Recs,
+    ) {
+        let error = ErrorInfo {
+            kind,
+            exception_text,
+            ..Default::default()
+        };
+        let args = Args::Erred {
+            worker: Some(w),
+            cause: Some(t),
+            error: Some(Arc::new(error)),
+        };
+        self.transition(t, S::Erred, stim, recs, args);
+    }
+
     /// `_add_to_processing` (docs/scheduling.md#entering-processing).
     pub(crate) fn add_to_processing(&mut self, t: TaskId, w: WorkerId, stim: u64, recs: &mut Recs) {
         let dep_bytes = self.attach_to_worker(t, w);
@@ -414,23 +438,14 @@ impl Scheduler {
         }
         let limit = self.worker(w).memory_limit;
         if limit > 0 && dep_bytes as u64 > limit && self.config.memory_terminate {
-            let err = ErrorInfo {
-                kind: ErrorKind::MemoryError,
-                exception_text: format!(
-                    "Task {} has {} bytes of dependencies, more than the memory limit of {} ({} bytes)",
-                    self.task(t).key,
-                    dep_bytes,
-                    self.worker(w).address,
-                    limit
-                ),
-                ..Default::default()
-            };
-            let args = Args::Erred {
-                worker: Some(w),
-                cause: Some(t),
-                error: Some(Arc::new(err)),
-            };
-            self.transition(t, S::Erred, stim, recs, args);
+            let text = format!(
+                "Task {} has {} bytes of dependencies, more than the memory limit of {} ({} bytes)",
+                self.task(t).key,
+                dep_bytes,
+                self.worker(w).address,
+                limit
+            );
+            self.err_diagnosed(t, w, ErrorKind::MemoryError, text, stim, recs);
             return;
         }
         let run_id = self.next_run_id();

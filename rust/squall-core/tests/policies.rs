@@ -170,66 +170,45 @@ fn worker_and_resource_restrictions_are_hard_unless_loose() {
         resources: vec![("GPU".into(), 1.0)],
         ..Default::default()
     });
-    let gpu = TaskOptions {
-        restrictions: Some(Restrictions {
-            resources: vec![("GPU".into(), 1.0)],
+    // Submits one task named `k` under these restrictions.
+    let submit = |h: &mut H, k: &str, r: Restrictions| {
+        let opts = TaskOptions {
+            restrictions: Some(r),
             ..Default::default()
-        }),
+        };
+        h.submit_with(&[(k, &[])], &[k], opts, GraphOrder::Compute)
+            .unwrap();
+    };
+    let gpu = Restrictions {
+        resources: vec![("GPU".into(), 1.0)],
         ..Default::default()
     };
-    h.submit_with(&[("train", &[])], &["train"], gpu, GraphOrder::Compute)
-        .unwrap();
+    submit(&mut h, "train", gpu);
     assert_eq!(h.worker_of("train").unwrap(), "tcp://gpu");
-    let by_name = TaskOptions {
-        restrictions: Some(Restrictions {
-            workers: vec!["gpu-box".into()],
-            ..Default::default()
-        }),
+    let by_name = Restrictions {
+        workers: vec!["gpu-box".into()],
         ..Default::default()
     };
-    h.submit_with(&[("named", &[])], &["named"], by_name, GraphOrder::Compute)
-        .unwrap();
+    submit(&mut h, "named", by_name);
     assert_eq!(h.worker_of("named").unwrap(), "tcp://gpu");
-    let by_host = TaskOptions {
-        restrictions: Some(Restrictions {
-            hosts: vec!["10.0.0.2".into()],
-            ..Default::default()
-        }),
+    let by_host = Restrictions {
+        hosts: vec!["10.0.0.2".into()],
         ..Default::default()
     };
-    h.submit_with(
-        &[("hosted", &[])],
-        &["hosted"],
-        by_host,
-        GraphOrder::Compute,
-    )
-    .unwrap();
+    submit(&mut h, "hosted", by_host);
     assert_eq!(h.worker_of("hosted").unwrap(), "tcp://gpu");
-    let hard = TaskOptions {
-        restrictions: Some(Restrictions {
-            resources: vec![("TPU".into(), 1.0)],
-            ..Default::default()
-        }),
+    let hard = Restrictions {
+        resources: vec![("TPU".into(), 1.0)],
         ..Default::default()
     };
-    h.submit_with(&[("tpu", &[])], &["tpu"], hard, GraphOrder::Compute)
-        .unwrap();
+    submit(&mut h, "tpu", hard);
     assert_eq!(h.state("tpu"), S::NoWorker);
-    let loose = TaskOptions {
-        restrictions: Some(Restrictions {
-            workers: vec!["tcp://gone".into()],
-            loose: true,
-            ..Default::default()
-        }),
+    let loose = Restrictions {
+        workers: vec!["tcp://gone".into()],
+        loose: true,
         ..Default::default()
     };
-    h.submit_with(
-        &[("anywhere", &[])],
-        &["anywhere"],
-        loose,
-        GraphOrder::Compute,
-    )
-    .unwrap();
+    submit(&mut h, "anywhere", loose);
     assert_eq!(h.state("anywhere"), S::Processing);
 }
 

@@ -64,9 +64,7 @@ fn a_superseded_erred_recommendation_leaves_no_stale_blame() {
     h.fail("f");
     assert_eq!(h.state("v"), S::Erred);
     assert_ne!(h.state("w"), S::Processing);
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("v")], now).unwrap();
-    h.drain();
+    h.retry("v");
     assert_eq!(h.state("f"), S::Processing);
     for t in h.s.task_ids().collect::<Vec<_>>() {
         let ts = h.s.task(t);
@@ -105,9 +103,7 @@ fn a_wanted_result_lost_while_a_dependency_is_erred_errs() {
     h.fail("w");
     h.finish("z");
     assert_eq!(h.state("y"), S::Released);
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("w")], now).unwrap();
-    h.drain();
+    h.retry("w");
     h.fail("x");
     assert_eq!(h.state("y"), S::Erred);
     assert_eq!(h.state("z"), S::Memory);
@@ -122,9 +118,7 @@ fn a_wanted_result_lost_while_a_dependency_is_erred_errs() {
     assert_eq!(h.ops("lost-data"), vec!["z"]);
     assert_eq!(h.ops("task-erred"), vec!["z"]);
     // Retrying z now walks down to x and recomputes everything.
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("z")], now).unwrap();
-    h.drain();
+    h.retry("z");
     h.run_all();
     assert_eq!(h.state("z"), S::Memory);
 }
@@ -135,17 +129,10 @@ fn a_wanted_result_lost_while_a_dependency_is_erred_errs() {
 /// the root stays erred, and retrying it later recovers `d`.
 #[test]
 fn a_retried_task_still_needing_an_erred_dependency_errs() {
-    let mut h = H::new();
-    h.worker("tcp://a", 2);
-    h.submit(&[("a", &[]), ("b", &[]), ("d", &["a", "b"])], &["b", "d"])
-        .unwrap();
-    h.fail("a");
-    h.fail("b");
+    let mut h = two_failed_roots();
     assert_eq!(h.s.task(h.t("d")).exception_blame(), Some(h.t("a")));
     h.clear_log();
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("a")], now).unwrap();
-    h.drain();
+    h.retry("a");
     // a's failure is cleared; nothing needs a while d cannot run, so it is released.
     assert_eq!(h.state("a"), S::Released);
     assert_eq!(
@@ -156,9 +143,7 @@ fn a_retried_task_still_needing_an_erred_dependency_errs() {
     assert_eq!(h.state("d"), S::Erred, "was parked in waiting");
     assert_eq!(h.s.task(h.t("d")).exception_blame(), Some(h.t("b")));
     assert_eq!(h.ops("task-erred"), vec!["d"]);
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("b")], now).unwrap();
-    h.drain();
+    h.retry("b");
     h.run_all();
     assert_eq!(h.state("d"), S::Memory);
 }
@@ -167,16 +152,9 @@ fn a_retried_task_still_needing_an_erred_dependency_errs() {
 /// between (it only waits on roots that are retried in the same stimulus).
 #[test]
 fn retrying_all_failed_roots_at_once_does_not_err_their_dependent() {
-    let mut h = H::new();
-    h.worker("tcp://a", 2);
-    h.submit(&[("a", &[]), ("b", &[]), ("d", &["a", "b"])], &["b", "d"])
-        .unwrap();
-    h.fail("a");
-    h.fail("b");
+    let mut h = two_failed_roots();
     h.clear_log();
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("d")], now).unwrap();
-    h.drain();
+    h.retry("d");
     assert!(h.ops("task-erred").is_empty(), "{:?}", h.log);
     assert_eq!(h.state("d"), S::Waiting);
     h.run_all();
@@ -212,4 +190,15 @@ fn a_loosely_restricted_no_worker_task_runs_on_any_worker_that_resumes() {
     assert_eq!(h.worker_of("x").unwrap(), "tcp://a");
     h.run_all();
     assert_eq!(h.state("x"), S::Memory);
+}
+
+/// `d` needs the roots `a` and `b` (both wanted), and both failed.
+fn two_failed_roots() -> H {
+    let mut h = H::new();
+    h.worker("tcp://a", 2);
+    h.submit(&[("a", &[]), ("b", &[]), ("d", &["a", "b"])], &["b", "d"])
+        .unwrap();
+    h.fail("a");
+    h.fail("b");
+    h
 }

@@ -124,9 +124,7 @@ fn erred_propagates_blame_and_retry_recovers() {
     let err = h.s.task(h.t("z")).error().unwrap().clone();
     assert_eq!(err.exception_text, "boom in x");
     // Client retry: erred → released → waiting from the first failure down.
-    let now = h.tick_time(0.1);
-    h.s.retry(&[key("z")], now).unwrap();
-    h.drain();
+    h.retry("z");
     assert!(h.ops("task-retried").contains(&"z".to_string()));
     assert_eq!(h.state("x"), S::Processing);
     h.run_all();
@@ -405,14 +403,7 @@ fn reschedule_moves_a_task_back_through_waiting() {
 
 #[test]
 fn add_keys_adds_replicas_or_asks_to_remove() {
-    let mut h = H::new();
-    let a = h.worker("tcp://a", 1);
-    let b = h.worker("tcp://b", 1);
-    h.submit(&[("x", &[])], &["x"]).unwrap();
-    h.finish("x");
-    let x = h.t("x");
-    let holder = h.s.task(x).who_has.first().unwrap();
-    let other = if holder == a { b } else { a };
+    let (mut h, x, other) = x_in_memory_on_one_of_two();
     let now = h.tick_time(0.1);
     h.s.add_keys(other, &[x], now).unwrap();
     assert_eq!(h.s.task(x).who_has.len(), 2);
@@ -425,14 +416,7 @@ fn add_keys_adds_replicas_or_asks_to_remove() {
 
 #[test]
 fn a_dropped_fetched_copy_is_needed_again_by_tasks_processing_there() {
-    let mut h = H::new();
-    let a = h.worker("tcp://a", 1);
-    let b = h.worker("tcp://b", 1);
-    h.submit(&[("x", &[])], &["x"]).unwrap();
-    h.finish("x");
-    let x = h.t("x");
-    let holder = h.s.task(x).who_has.first().unwrap();
-    let other = if holder == a { b } else { a };
+    let (mut h, x, other) = x_in_memory_on_one_of_two();
     let now = h.tick_time(0.1);
     h.s.add_keys(other, &[x], now).unwrap();
     // A dependent lands on a worker holding x, then that copy goes before it ran.
@@ -504,4 +488,16 @@ fn memory_to_erred_when_the_worker_holding_an_actor_dies() {
         ErrorKind::ActorLost
     );
     assert_eq!(h.ops("task-erred"), vec!["counter"]);
+}
+
+/// Two workers, and `x` in memory on one of them; returns the other.
+fn x_in_memory_on_one_of_two() -> (H, TaskId, WorkerId) {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    let b = h.worker("tcp://b", 1);
+    h.submit(&[("x", &[])], &["x"]).unwrap();
+    h.finish("x");
+    let x = h.t("x");
+    let holder = h.s.task(x).who_has.first().unwrap();
+    (h, x, if holder == a { b } else { a })
 }

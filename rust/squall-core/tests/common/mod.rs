@@ -233,6 +233,13 @@ impl H {
         done
     }
 
+    /// The client retries `k` (an erred task), a moment later.
+    pub fn retry(&mut self, k: &str) {
+        let now = self.tick_time(0.1);
+        self.s.retry(&[key(k)], now).unwrap();
+        self.drain();
+    }
+
     pub fn release(&mut self, keys: &[&str]) {
         let now = self.tick_time(0.001);
         let keys: Vec<Key> = keys.iter().map(|k| key(k)).collect();

@@ -8,19 +8,6 @@ use squall_core::{ClientId, TaskId, WorkerId};
 #[pymethods]
 impl Scheduler {
     #[pyo3(signature = (client, keys, *, now))]
-    fn client_desires_keys(
-        &mut self,
-        py: Python<'_>,
-        client: u32,
-        keys: Vec<Bound<'_, PyAny>>,
-        now: f64,
-    ) -> PyResult<()> {
-        self.on_keys(py, &keys, |s, keys| {
-            s.client_desires_keys(ClientId(client), keys, now)
-        })
-    }
-
-    #[pyo3(signature = (client, keys, *, now))]
     fn client_releases_keys(
         &mut self,
         py: Python<'_>,

@@ -239,12 +239,6 @@ impl Scheduler {
         .map(outcome)
     }
 
-    #[pyo3(signature = (worker, tasks, *, now))]
-    fn add_keys(&mut self, py: Python<'_>, worker: u32, tasks: Vec<u32>, now: f64) -> PyResult<()> {
-        let tasks: Vec<TaskId> = tasks.into_iter().map(TaskId).collect();
-        self.core(py, move |s| s.add_keys(WorkerId(worker), &tasks, now))
-    }
-
     /// `add-replicas` (keys in `encode_keys` form): a worker fetched these; those in
     /// memory count it as a holder, others are sent back as `remove-replicas`, unknown
     /// keys are ignored.
