@@ -20,6 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import dask
@@ -230,10 +231,20 @@ def extra_worker(
             proc.wait()
 
 
-def test_worker_restrictions_by_address_and_name() -> None:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+@contextlib.contextmanager
+def two_workers(**scheduler_kwargs: Any) -> Iterator[tuple[LocalCluster, Client, str, str]]:
+    """A 2 x 1 cluster with these scheduler options, a client, and the addresses of
+    the workers named local-0 and local-1."""
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, scheduler_kwargs=scheduler_kwargs) as cl,
+        Client(cl) as c,
+    ):
         by_name = {w["name"]: a for a, w in c.scheduler_info()["workers"].items()}
-        a0, a1 = by_name["local-0"], by_name["local-1"]
+        yield cl, c, by_name["local-0"], by_name["local-1"]
+
+
+def test_worker_restrictions_by_address_and_name() -> None:
+    with two_workers() as (_, c, a0, a1):
 
         def ran_on(workers: str | list[str]) -> set[str]:
             # Several tasks: random placement would rarely put them all right.
@@ -261,13 +272,7 @@ def test_loose_restriction_on_a_busy_worker_is_stolen_strict_one_waits(tmp_path:
     # Dask places a loosely restricted task on its worker even when that worker is busy;
     # work stealing may then give it to any idle worker, a strict one never
     # (docs/scheduling.md#restrictions).
-    kwargs = {"work_stealing_interval": "100ms"}
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, scheduler_kwargs=kwargs) as cluster,
-        Client(cluster) as c,
-    ):
-        by_name = {w["name"]: a for a, w in c.scheduler_info()["workers"].items()}
-        a0, a1 = by_name["local-0"], by_name["local-1"]
+    with two_workers(work_stealing_interval="100ms") as (_, c, a0, a1):
         blocker = Blocker(c, tmp_path, workers=[a0])
         strict = c.submit(where, workers=[a0], pure=False)
         loose = c.submit(where, workers=[a0], allow_other_workers=True, pure=False)
@@ -457,9 +462,7 @@ def add_when_told(x: int, started: str, go: str) -> int:
 
 
 def test_fetched_copies_count_as_holders_while_a_worker_keeps_them(tmp_path: Path) -> None:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
-        by_name = {w["name"]: a for a, w in c.scheduler_info()["workers"].items()}
-        a0, a1 = by_name["local-0"], by_name["local-1"]
+    with two_workers() as (_, c, a0, a1):
         x = c.submit(add_one, 1, workers=[a0])
         started, go = tmp_path / "started", tmp_path / "go"
         y = c.submit(add_when_told, x, str(started), str(go), workers=[a1])
@@ -556,13 +559,7 @@ def test_stealing_moves_queued_work_to_a_new_idle_worker_and_runs_each_task_once
 
 def test_silent_worker_is_removed_after_ttl_and_its_work_rescheduled(tmp_path: Path) -> None:
     # The scheduler waits max(worker-ttl, 10 heartbeat intervals) = 5 s.
-    kwargs = {"worker_ttl": "1s"}
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, scheduler_kwargs=kwargs) as cluster,
-        Client(cluster) as c,
-    ):
-        by_name = {w["name"]: a for a, w in c.scheduler_info()["workers"].items()}
-        a0, a1 = by_name["local-0"], by_name["local-1"]
+    with two_workers(worker_ttl="1s") as (cluster, c, a0, a1):
         proc = cluster.worker_processes[0]
         x = c.submit(add_one, 1, workers=[a0], allow_other_workers=True)
         assert x.result(timeout=TIMEOUT) == 2  # held by local-0 only

@@ -53,13 +53,19 @@ async def connect_worker(address: str, name: str) -> comm.Comm:
     return w
 
 
+async def scheduler_worker_client() -> tuple[SchedulerServer, comm.Comm, comm.Comm]:
+    """A validating scheduler with one registered worker and one registered client."""
+    server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})
+    await server.start()
+    w = await connect_worker(server.address, "9001")
+    c = await comm.connect(server.address, role="client", info={"client": "c1"})
+    assert (await c.read())[0]["op"] == "registered"
+    return server, w, c
+
+
 def test_graph_runs_through_worker_and_client_hears_back() -> None:
     async def main() -> None:
-        server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})
-        await server.start()
-        w = await connect_worker(server.address, "9001")
-        c = await comm.connect(server.address, role="client", info={"client": "c1"})
-        assert (await c.read())[0]["op"] == "registered"
+        server, w, c = await scheduler_worker_client()
         header, payload, _ = update_graph.encode(["a", ("b", 0)], [b"sa", b"sb"], [[], ["a"]])
         await c.write({**header, "id": 1, "wanted": [1]}, payload)
         assert (await next_op(c, "graph-accepted"))[0]["id"] == 1
@@ -94,11 +100,7 @@ def test_graph_runs_through_worker_and_client_hears_back() -> None:
 
 def test_worker_death_reschedules_and_errors_reach_the_client() -> None:
     async def main() -> None:
-        server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})
-        await server.start()
-        w1 = await connect_worker(server.address, "9001")
-        c = await comm.connect(server.address, role="client", info={"client": "c1"})
-        await c.read()
+        server, w1, c = await scheduler_worker_client()
         await c.write(*update_graph.encode(["x"], [b"s"], [[]])[:2])
         await next_op(w1, "compute")
         w2 = await connect_worker(server.address, "9002")
