@@ -4,7 +4,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
 __version__: str
+COMMAND_OPS: tuple[str, ...]
 __all__ = [
+    "COMMAND_OPS",
     "Commands",
     "CycleError",
     "DuplicateKeyError",
@@ -244,6 +246,7 @@ class Scheduler:
         stop: float = 0.0,
         typename: str | None = None,
     ) -> _Outcome: ...
+    def finished_wire(self, worker: int, payload: bytes, n: int, *, now: float) -> list[int]: ...
     def tasks_finished(
         self,
         workers: int | bytes,

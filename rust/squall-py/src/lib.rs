@@ -45,6 +45,12 @@ mod _core {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        m.add("__version__", env!("CARGO_PKG_VERSION"))
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        // The commands' op names (`Commands.counts`, `records`), which the tests check
+        // `squall.protocol.ops` against.
+        m.add(
+            "COMMAND_OPS",
+            pyo3::types::PyTuple::new(m.py(), squall_wire::ops::COMMAND_OPS)?,
+        )
     }
 }
