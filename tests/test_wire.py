@@ -9,9 +9,9 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 import squall
-from squall._core import decode_compute
+from squall._core import decode_compute, split_call
 from squall.protocol import update_graph
-from squall.protocol.specs import call_prefix, make_spec
+from squall.protocol.specs import call_prefix, load_function, make_spec, run_spec
 
 
 def test_compute_batches_roundtrip_per_worker() -> None:
@@ -148,3 +148,20 @@ def test_finished_reports_are_decoded_from_the_payload() -> None:
     assert [s.task_info(t)["state"] for t in tasks] == ["memory", "memory"]
     assert s.finished_wire(w, payload, 2, now=1.1) == [], "a repeated report is ignored"
     s.validate()
+
+
+def test_call_specs_are_read_as_they_are_written() -> None:
+    """One implementation of docs/protocol.md#run-specs (squall-wire's ``spec``): what
+    ``make_spec`` writes, ``split_call`` (the worker loop's reader) takes apart, and each
+    distinct function is unpickled once per process."""
+    blob = cloudpickle.dumps(divmod)
+    spec, deps = make_spec(call_prefix(blob), (7, 2), {}, lambda _: None)
+    assert deps == []
+    parts = split_call(spec)
+    assert parts is not None
+    assert parts[0] == blob
+    assert run_spec(spec, {}) == (3, 1)
+    assert split_call(b"\x80\x05N.") is None, "a pickle is not a call spec"
+    with pytest.raises(ValueError, match="call spec"):
+        split_call(spec[:7])
+    assert load_function(blob) is load_function(bytes(blob)) is divmod

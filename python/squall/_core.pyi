@@ -20,15 +20,18 @@ __all__ = [
     "UnknownWorkerError",
     "WorkerCore",
     "__version__",
+    "call_prefix",
     "check_config",
     "decode_compute",
     "decode_keys",
     "default_config",
     "encode_keys",
     "heap_bytes",
+    "load_function",
     "microbench",
     "order_mapping",
     "simulate",
+    "split_call",
 ]
 
 _Key = Hashable
@@ -84,6 +87,9 @@ def decode_compute(
 def encode_keys(keys: Sequence[_Key]) -> bytes: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
 def heap_bytes() -> int: ...
+def call_prefix(function: bytes) -> bytes: ...
+def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...
+def load_function(blob: bytes) -> Callable[..., Any]: ...
 def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 
 @final
@@ -99,7 +105,6 @@ class WorkerCore:
             [tuple[Any, ...], dict[str, Any], dict[_Key, Any]],
             tuple[tuple[Any, ...], dict[str, Any]],
         ],
-        load_function: Callable[[bytes], Callable[..., Any]],
         pack_error: Callable[[BaseException], _PackedError],
         sizeof: Callable[[Any], int],
     ) -> WorkerCore: ...

@@ -65,7 +65,7 @@ from squall._core import WorkerCore, decode_keys, encode_keys
 from squall.protocol import comm, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import error_fields, pack_error
-from squall.protocol.specs import PLAIN_TYPES, fill_call, load_function, run_spec
+from squall.protocol.specs import PLAIN_TYPES, fill_call, run_spec
 from squall.worker import context
 
 if TYPE_CHECKING:
@@ -151,7 +151,6 @@ class Worker:
             self._finished_delay,
             run_spec,
             fill_call,
-            load_function,
             pack_error,
             _sizeof,
         )

@@ -11,6 +11,7 @@ mod microbench;
 mod order;
 mod scheduler;
 mod sim;
+mod specs;
 mod wire;
 mod worker;
 
@@ -37,6 +38,8 @@ mod _core {
     use super::scheduler::Scheduler;
     #[pymodule_export]
     use super::sim::simulate;
+    #[pymodule_export]
+    use super::specs::{call_prefix, load_function, split_call};
     #[pymodule_export]
     use super::wire::{decode_compute, decode_keys, encode_keys};
     #[pymodule_export]

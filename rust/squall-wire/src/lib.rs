@@ -22,6 +22,7 @@ pub mod ops;
 pub mod packed;
 #[cfg(feature = "scheduler")]
 mod reader;
+pub mod spec;
 #[cfg(feature = "scheduler")]
 pub mod who_has;
 
@@ -31,3 +32,5 @@ pub use error::{WireError, WireResult};
 mod tests;
 #[cfg(test)]
 mod tests_finished;
+#[cfg(test)]
+mod tests_spec;
