@@ -9,9 +9,9 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 import squall
-from squall._core import decode_compute
+from squall._core import decode_compute, split_call
 from squall.protocol import update_graph
-from squall.protocol.specs import call_prefix, make_spec
+from squall.protocol.specs import call_prefix, load_function, make_spec, run_spec
 
 
 def test_compute_batches_roundtrip_per_worker() -> None:
@@ -119,3 +119,49 @@ def test_compute_carries_more_than_65535_dependencies() -> None:
     addresses, payload, _ = s.encode_compute(s.take_commands())[w]
     [(*_, deps)] = decode_compute(payload, addresses)
     assert len(deps) == n and deps[-1] == (f"x-{n - 1}", 8, ["tcp://127.0.0.1:1"])
+
+
+def test_finished_reports_are_decoded_from_the_payload() -> None:
+    """The scheduler side of docs/protocol.md#finished: the payload as the worker sent
+    it, n reports of four packed arrays; a payload of another length is refused."""
+    s = squall.Scheduler({"validate": True})
+    c = s.client("c")
+    w = s.add_worker("tcp://127.0.0.1:1", 2, now=0.0)
+    s.submit(c, ["a", "b"], now=0.0)
+    records = s.take_commands().records()
+    tasks = [t for op, _, t, _ in records if op == "compute-task"]
+    runs = [r for op, _, _, r in records if op == "compute-task"]
+    payload = b"".join(
+        [
+            array("I", tasks).tobytes(),
+            array("Q", runs).tobytes(),
+            array("q", [8, 16]).tobytes(),
+            array("d", [0.5, 0.25]).tobytes(),
+        ]
+    )
+    for bad in (payload[:-1], payload + b"\0"):
+        with pytest.raises(ValueError, match="malformed"):
+            s.finished_wire(w, bad, 2, now=1.0)
+    with pytest.raises(ValueError, match="malformed"):
+        s.finished_wire(w, payload, 3, now=1.0)
+    assert s.finished_wire(w, payload, 2, now=1.0) == []
+    assert [s.task_info(t)["state"] for t in tasks] == ["memory", "memory"]
+    assert s.finished_wire(w, payload, 2, now=1.1) == [], "a repeated report is ignored"
+    s.validate()
+
+
+def test_call_specs_are_read_as_they_are_written() -> None:
+    """One implementation of docs/protocol.md#run-specs (squall-wire's ``spec``): what
+    ``make_spec`` writes, ``split_call`` (the worker loop's reader) takes apart, and each
+    distinct function is unpickled once per process."""
+    blob = cloudpickle.dumps(divmod)
+    spec, deps = make_spec(call_prefix(blob), (7, 2), {}, lambda _: None)
+    assert deps == []
+    parts = split_call(spec)
+    assert parts is not None
+    assert parts[0] == blob
+    assert run_spec(spec, {}) == (3, 1)
+    assert split_call(b"\x80\x05N.") is None, "a pickle is not a call spec"
+    with pytest.raises(ValueError, match="call spec"):
+        split_call(spec[:7])
+    assert load_function(blob) is load_function(bytes(blob)) is divmod

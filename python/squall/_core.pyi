@@ -4,7 +4,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
 __version__: str
+COMMAND_OPS: tuple[str, ...]
 __all__ = [
+    "COMMAND_OPS",
     "Commands",
     "CycleError",
     "DuplicateKeyError",
@@ -18,15 +20,18 @@ __all__ = [
     "UnknownWorkerError",
     "WorkerCore",
     "__version__",
+    "call_prefix",
     "check_config",
     "decode_compute",
     "decode_keys",
     "default_config",
     "encode_keys",
     "heap_bytes",
+    "load_function",
     "microbench",
     "order_mapping",
     "simulate",
+    "split_call",
 ]
 
 _Key = Hashable
@@ -82,6 +87,9 @@ def decode_compute(
 def encode_keys(keys: Sequence[_Key]) -> bytes: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
 def heap_bytes() -> int: ...
+def call_prefix(function: bytes) -> bytes: ...
+def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...
+def load_function(blob: bytes) -> Callable[..., Any]: ...
 def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 
 @final
@@ -97,7 +105,6 @@ class WorkerCore:
             [tuple[Any, ...], dict[str, Any], dict[_Key, Any]],
             tuple[tuple[Any, ...], dict[str, Any]],
         ],
-        load_function: Callable[[bytes], Callable[..., Any]],
         pack_error: Callable[[BaseException], _PackedError],
         sizeof: Callable[[Any], int],
     ) -> WorkerCore: ...
@@ -244,6 +251,7 @@ class Scheduler:
         stop: float = 0.0,
         typename: str | None = None,
     ) -> _Outcome: ...
+    def finished_wire(self, worker: int, payload: bytes, n: int, *, now: float) -> list[int]: ...
     def tasks_finished(
         self,
         workers: int | bytes,

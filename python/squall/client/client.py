@@ -54,7 +54,7 @@ from squall.dask.graphs import (
     persist_expr,
 )
 from squall.gc_pause import gc_paused
-from squall.protocol import update_graph
+from squall.protocol import ops, update_graph
 from squall.protocol.specs import call_prefix, make_spec
 from squall.tracebacks import user_frames
 
@@ -471,7 +471,7 @@ class Client(DataMovement):
         keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
 
         async def run() -> None:
-            self._send({"op": "cancel", "force": force}, encode_keys(keys))
+            self._send({"op": ops.CANCEL, "force": force}, encode_keys(keys))
             for k in keys:
                 with self._refcount_lock:
                     st = self.futures.pop(k, None)
@@ -490,6 +490,6 @@ class Client(DataMovement):
             for st in states:
                 if st.status == "error":
                     st.retry()
-            self._send({"op": "retry"}, encode_keys(keys))
+            self._send({"op": ops.RETRY}, encode_keys(keys))
 
         return self.sync(run, asynchronous=asynchronous)

@@ -26,7 +26,7 @@ from squall._core import decode_keys, encode_keys
 from squall.client.default import become_default, prefer_task_shuffle, stop_being_default
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
-from squall.protocol import comm
+from squall.protocol import comm, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
 from squall.tracebacks import user_frames
@@ -38,7 +38,14 @@ logger = logging.getLogger("squall.client")
 
 #: Scheduler replies to a request, matched to it by ``id``.
 REPLIES = frozenset(
-    {"who-has", "graph-accepted", "request-failed", "scheduler-info", "scattered", "restarted"}
+    {
+        ops.WHO_HAS,
+        ops.GRAPH_ACCEPTED,
+        ops.REQUEST_FAILED,
+        ops.SCHEDULER_INFO,
+        ops.SCATTERED,
+        ops.RESTARTED,
+    }
 )
 RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
 
@@ -137,7 +144,7 @@ class ClientConnection:
             self.address, role="client", info={"client": self.id}, timeout=self._timeout
         )
         header, _ = await c.read()
-        if header["op"] != "registered":
+        if header["op"] != ops.REGISTERED:
             await c.close()
             raise comm.HandshakeError(
                 f"scheduler {self.address} refused the client: {header.get('message')}"
@@ -396,7 +403,7 @@ class ClientConnection:
             keys, self._to_release = self._to_release, []
         if keys and self._stream is not None and self.status == "running":
             with contextlib.suppress(comm.CommClosedError):
-                self._stream.send({"op": "release-keys"}, encode_keys(keys))
+                self._stream.send({"op": ops.RELEASE_KEYS}, encode_keys(keys))
 
     # ----- scheduler messages -----------------------------------------------------------
 
@@ -432,38 +439,38 @@ class ClientConnection:
 
     def _handle(self, h: comm.Header, payload: memoryview) -> None:
         op = h["op"]
-        if op == "key-in-memory":
+        if op == ops.KEY_IN_MEMORY:
             FutureState.finish_all(self._states(payload))
-        elif op == "task-erred":
+        elif op == ops.TASK_ERRED:
             key, exc, tb = parse_task_erred(h, payload)
             with self._refcount_lock:
                 erred = self.futures.get(key)
             if erred is not None:
                 erred.set_error(exc, tb)
-        elif op == "lost-data":
+        elif op == ops.LOST_DATA:
             for st in self._states(payload):
                 st.lose()
-        elif op == "task-retried":
+        elif op == ops.TASK_RETRIED:
             for st in self._states(payload):
                 st.retry()
-        elif op == "cancelled-keys":
+        elif op == ops.CANCELLED_KEYS:
             for st in self._states(payload):
                 if st.status != "cancelled":
                     st.cancel("cancelled by the scheduler")
-        elif op == "restart":
+        elif op == ops.RESTART:
             self._restarted()
         elif op in REPLIES:
             rid = h.get("id")
             keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
-            if op == "request-failed" and keys is not None:
+            if op == ops.REQUEST_FAILED and keys is not None:
                 self._graph_failed(keys, f"the scheduler refused the graph: {h.get('error')}")
             fut = self._requests.get(rid) if isinstance(rid, int) else None
             if fut is not None and not fut.done():
-                if op == "request-failed":
+                if op == ops.REQUEST_FAILED:
                     fut.set_exception(RuntimeError(f"scheduler: {h.get('error')}"))
                 else:
                     fut.set_result((h, payload))
-            elif op == "request-failed" and keys is None:
+            elif op == ops.REQUEST_FAILED and keys is None:
                 logger.debug("scheduler refused a request: %s", h.get("error"))
         else:
             logger.debug("client: ignoring %r from the scheduler", op)

@@ -25,7 +25,7 @@ from squall._core import encode_keys
 from squall.client.futures import Future, FutureState, Key, futures_of, pack_results
 from squall.client.loop import timeout_seconds
 from squall.client.workers import ClusterOps
-from squall.protocol import comm
+from squall.protocol import comm, ops
 from squall.tracebacks import user_frames
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class DataMovement(ClusterOps):
         return data
 
     async def _who_has(self, keys: list[Key]) -> _WhoHas:
-        h, payload = await self._request({"op": "who-has"}, encode_keys(keys))
+        h, payload = await self._request({"op": ops.WHO_HAS}, encode_keys(keys))
         return _WhoHas(keys, holders_of(list(h["addresses"]), bytes(payload), len(keys)))
 
     async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
@@ -196,7 +196,11 @@ class DataMovement(ClusterOps):
                 errors.append(f"{a}: {r!r}")
             else:
                 nbytes.update(r)
-        header = {"op": "scatter", "holders": holders, "nbytes": [nbytes.get(k, -1) for k in keys]}
+        header = {
+            "op": ops.SCATTER,
+            "holders": holders,
+            "nbytes": [nbytes.get(k, -1) for k in keys],
+        }
         if errors:
             # Still tell the scheduler: it has the workers drop what they staged.
             with contextlib.suppress(RuntimeError, comm.CommError):
@@ -221,7 +225,7 @@ class DataMovement(ClusterOps):
         """Stage values on a worker (``update-data``); returns their sizes there."""
         kb = encode_keys(keys)
         header = {
-            "op": "update-data",
+            "op": ops.UPDATE_DATA,
             "keys_bytes": len(kb),
             "sizes": [len(blobs[k]) for k in keys],
         }

@@ -12,7 +12,7 @@ import cloudpickle  # type: ignore[import-untyped]
 
 from squall.client.connection import ClientConnection
 from squall.client.loop import timeout_seconds
-from squall.protocol import comm
+from squall.protocol import comm, ops
 from squall.protocol.remote_errors import unpack_error
 
 
@@ -20,7 +20,7 @@ class ClusterOps(ClientConnection):
     """The methods of :class:`~squall.client.client.Client` about the cluster."""
 
     async def _identity(self) -> comm.Header:
-        h, _ = await self._request({"op": "scheduler-info"})
+        h, _ = await self._request({"op": ops.SCHEDULER_INFO})
         return h
 
     async def _running_workers(self, workers: Any, timeout: float | None) -> list[str]:
@@ -94,7 +94,7 @@ class ClusterOps(ClientConnection):
         blob = cloudpickle.dumps((function, args, kwargs))
 
         async def one(address: str) -> Any:
-            h, payload = await self._peers.request(address, {"op": "run", "wait": wait}, blob)
+            h, payload = await self._peers.request(address, {"op": ops.RUN, "wait": wait}, blob)
             if h.get("status") == "OK":
                 return pickle.loads(payload)
             exc, tb = unpack_error(h, payload, f"run on {address}")
@@ -125,7 +125,7 @@ class ClusterOps(ClientConnection):
         seconds = 4 * self._timeout if timeout is None else timeout_seconds(timeout)
 
         async def run() -> None:
-            header = {"op": "restart", "timeout": seconds, "wait_for_workers": wait_for_workers}
+            header = {"op": ops.RESTART, "timeout": seconds, "wait_for_workers": wait_for_workers}
             h, _ = await self._request(header)
             if h.get("error"):
                 raise TimeoutError(h["error"])

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from squall import config
 from squall.deploy.lifeline import lifeline
-from squall.protocol import comm
+from squall.protocol import comm, ops
 
 T = TypeVar("T")
 
@@ -140,10 +140,10 @@ async def scheduler_info(address: str) -> dict[str, Any]:
     c = await comm.connect(address, role="client", info={"client": "scheduler-info"})
     try:
         await c.read()  # registered
-        await c.write({"op": "scheduler-info", "id": 0})
+        await c.write({"op": ops.SCHEDULER_INFO, "id": 0})
         while True:
             for header, _ in await c.read_messages():
-                if header["op"] == "scheduler-info":
+                if header["op"] == ops.SCHEDULER_INFO:
                     return dict(header)
     finally:
         await c.close()

@@ -17,6 +17,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 
 from squall import config
+from squall.protocol import ops
 
 PROTOCOL = "squall/1"
 _LENGTHS = struct.Struct("<II")
@@ -112,7 +113,7 @@ class Comm:
         """The next message: one frame, or a message's parts put back together. Raises
         CommClosedError at EOF, ProtocolError on garbage."""
         header, payload = await self._read_frame()
-        if header["op"] != "part":
+        if header["op"] != ops.PART:
             return header, payload
         total = header.get("total")
         if type(total) is not int or not 0 < total <= self.max_message_bytes:
@@ -122,7 +123,7 @@ class Comm:
             )
         # Grown only by bytes that arrived: the announced total is never allocated.
         buf = bytearray()
-        while header["op"] == "part":
+        while header["op"] == ops.PART:
             if header.get("total") != total or len(buf) + len(payload) > total:
                 raise ProtocolError(f"{self.peer}: message parts disagree on its size")
             buf += payload
@@ -158,7 +159,7 @@ class Comm:
     async def read_messages(self) -> list[Message]:
         """The messages of the next frame: one, or all of a batch."""
         header, payload = await self.read()
-        if header["op"] != "batch":
+        if header["op"] != ops.BATCH:
             return [(header, payload)]
         msgs = header.get("msgs")
         if not isinstance(msgs, list):
@@ -203,7 +204,7 @@ class Comm:
         """One message in ``part`` frames, then its own header with ``parts`` = its
         size (docs/runtime.md); no other frame goes between them."""
         total = len(payload)
-        part = msgpack.packb({"op": "part", "total": total}, use_bin_type=True)
+        part = msgpack.packb({"op": ops.PART, "total": total}, use_bin_type=True)
         step = min(PART_BYTES, self.max_frame_bytes - len(part))
         last: bytes = msgpack.packb({**header, "parts": total}, use_bin_type=True)
         if len(last) > self.max_frame_bytes:
@@ -240,15 +241,15 @@ async def connect(
         raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
     comm = Comm(reader, writer, address)
     try:
-        await comm.write({"op": "hello", "protocol": PROTOCOL, "role": role, **(info or {})})
+        await comm.write({"op": ops.HELLO, "protocol": PROTOCOL, "role": role, **(info or {})})
         reply, _ = await asyncio.wait_for(comm.read(), timeout)
     except (CommError, asyncio.TimeoutError) as e:
         await comm.close()
         raise HandshakeError(f"handshake with {address} failed: {e}") from None
-    if reply["op"] == "error":
+    if reply["op"] == ops.ERROR:
         await comm.close()
         raise HandshakeError(f"{address} refused the connection: {reply.get('message')}")
-    if reply["op"] != "welcome" or reply.get("protocol") != PROTOCOL:
+    if reply["op"] != ops.WELCOME or reply.get("protocol") != PROTOCOL:
         await comm.close()
         raise HandshakeError(
             f"{address} speaks protocol {reply.get('protocol')!r}, this process {PROTOCOL!r}"
@@ -291,11 +292,11 @@ async def listen(
             hello, _ = await asyncio.wait_for(comm.read(), handshake_timeout)
             problem = _check_hello(hello, roles)
             if problem:
-                await comm.write({"op": "error", "message": problem})
+                await comm.write({"op": ops.ERROR, "message": problem})
                 await comm.close()
                 return
             comm.peer_info = hello
-            await comm.write({"op": "welcome", "protocol": PROTOCOL, **(info or {})})
+            await comm.write({"op": ops.WELCOME, "protocol": PROTOCOL, **(info or {})})
         except (CommError, asyncio.TimeoutError):
             await comm.close()
             return
@@ -313,7 +314,7 @@ async def listen(
 
 
 def _check_hello(hello: Header, roles: frozenset[str]) -> str | None:
-    if hello["op"] != "hello":
+    if hello["op"] != ops.HELLO:
         return f"expected a hello, got {hello['op']!r}"
     if hello.get("protocol") != PROTOCOL:
         theirs = hello.get("protocol")
@@ -381,7 +382,7 @@ class BatchedSend:
             self._headers, self._payloads, self._size = [], [], 0
         for headers, payloads in batches:
             payload = payloads[0] if len(payloads) == 1 else b"".join(payloads)
-            await self.comm.write({"op": "batch", "msgs": headers}, payload)
+            await self.comm.write({"op": ops.BATCH, "msgs": headers}, payload)
             self.frames_sent += 1
 
     async def close(self) -> None:

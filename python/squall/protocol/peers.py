@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Hashable
 
 from squall._core import encode_keys
-from squall.protocol import comm
+from squall.protocol import comm, ops
 
 
 class Peers:
@@ -53,10 +53,10 @@ class Peers:
         """``get-data``: each key's size in the payload (-1: the worker lacks it), and
         the payload of their pickles."""
         h, payload = await self.request(
-            address, {"op": "get-data", "n": len(keys)}, encode_keys(keys)
+            address, {"op": ops.GET_DATA, "n": len(keys)}, encode_keys(keys)
         )
         sizes = h.get("sizes")
-        if h["op"] != "data" or not isinstance(sizes, list):
+        if h["op"] != ops.DATA or not isinstance(sizes, list):
             await self.drop(address)
             raise comm.ProtocolError(f"{address}: unexpected reply {h['op']!r} to get-data")
         if len(sizes) != len(keys) or sum(s for s in sizes if s > 0) != len(payload):

@@ -2,20 +2,21 @@
 
 A spec is opaque bytes to the scheduler, one of two kinds:
 
-* a **call spec** (``submit``/``map``): ``b"\\x01"``, the u32 little-endian length of the
-  cloudpickled function, those bytes, then ``pickle((args, kwargs))`` in which every
-  dependency (a future passed as an argument) has been replaced by a :class:`Dep`
-  marker that the worker fills with the dependency's value. The function's bytes are
-  shared by every spec of a ``map`` and unpickled once per worker process (cached by
-  their content), and the worker's compiled loop calls such a spec without going
-  through Python code of its own;
+* a **call spec** (``submit``/``map``): :func:`call_prefix` (the cloudpickled
+  function's bytes behind a tag and their length), then ``pickle((args, kwargs))`` in
+  which every dependency (a future passed as an argument) has been replaced by a
+  :class:`Dep` marker that the worker fills with the dependency's value. The function's
+  bytes are shared by every spec of a ``map`` and unpickled once per worker process
+  (:func:`load_function`, cached by their content), and the worker's compiled loop
+  calls such a spec without going through Python code of its own. The format and the
+  cache are Rust's (squall-wire's ``spec``, ``squall._core``), the only side that reads
+  call specs on the hot path: this module uses them rather than spelling them again;
 * a pickled dask task-spec node (``dask._task_spec.GraphNode``, from collections),
   called with the values of its dependencies (pickles start with ``0x80``).
 """
 
 from __future__ import annotations
 
-import functools
 import pickle
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -23,17 +24,21 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 
+from squall._core import call_prefix, load_function, split_call
 from squall.nested import DESCEND, rebuild
+
+__all__ = [
+    "PLAIN_TYPES",
+    "Dep",
+    "call_prefix",
+    "fill_call",
+    "load_function",
+    "make_spec",
+    "run_spec",
+]
 
 # Argument types pickle can write exactly as cloudpickle would.
 PLAIN_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
-
-
-@functools.lru_cache(maxsize=256)
-def load_function(blob: bytes) -> Callable[..., Any]:
-    """A function pickled once on the client, unpickled once per worker process."""
-    func: Callable[..., Any] = cloudpickle.loads(blob)
-    return func
 
 
 @dataclass(frozen=True)
@@ -41,14 +46,6 @@ class Dep:
     """Stands for the value of task ``key`` inside a spec's arguments."""
 
     key: Hashable
-
-
-CALL_TAG = 1
-
-
-def call_prefix(func_blob: bytes) -> bytes:
-    """The part of a call spec naming the function (shared by a ``map``'s specs)."""
-    return bytes((CALL_TAG,)) + len(func_blob).to_bytes(4, "little") + func_blob
 
 
 def make_spec(
@@ -91,16 +88,11 @@ def fill_call(
     return rebuild(args, value, True), (rebuild(kwargs, value, True) if kwargs else kwargs)
 
 
-def split_call(spec: bytes) -> tuple[bytes, bytes]:
-    """A call spec's function bytes and its pickled ``(args, kwargs)``."""
-    n = int.from_bytes(spec[1:5], "little")
-    return spec[5 : 5 + n], spec[5 + n :]
-
-
 def run_spec(spec: bytes, data: Mapping[Hashable, Any]) -> Any:
     """Run a spec with its dependencies' values taken from ``data``."""
-    if spec[:1] == bytes((CALL_TAG,)):
-        blob, call = split_call(spec)
+    parts = split_call(spec)
+    if parts is not None:
+        blob, call = parts
         args, kwargs = pickle.loads(call)
         if data:
             args, kwargs = fill_call(args, kwargs, data)

@@ -19,6 +19,7 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from squall._core import encode_keys
+from squall.protocol import ops
 from squall.protocol.specs import PLAIN_TYPES, make_spec
 
 Key = Hashable
@@ -61,7 +62,7 @@ def encode(
     payload = b"".join(
         chain((keys_bytes, sizes.tobytes(), offsets.tobytes(), indices.tobytes()), parts)
     )
-    return {"op": "update-graph", "n": n, "keys_bytes": len(keys_bytes)}, payload, index
+    return {"op": ops.UPDATE_GRAPH, "n": n, "keys_bytes": len(keys_bytes)}, payload, index
 
 
 def call_specs(

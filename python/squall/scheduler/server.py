@@ -18,7 +18,7 @@ from typing import Any
 
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
-from squall.protocol import comm
+from squall.protocol import comm, ops
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -29,7 +29,7 @@ def default_address() -> str:
 
 
 # Commands sent one message each; the per-task ones go packed (encode_notices).
-_RARE_OPS = frozenset({"steal-request", "remove-worker", "close-worker", "task-erred"})
+_RARE_OPS = frozenset({ops.STEAL_REQUEST, ops.REMOVE_WORKER, ops.CLOSE_WORKER, ops.TASK_ERRED})
 
 
 @dataclass
@@ -40,6 +40,13 @@ class Peer:
     address: str = ""
     #: The heartbeat period this worker was last asked for (workers only).
     heartbeat_interval: float | None = None
+
+    def send(self, header: comm.Header, payload: bytes | memoryview = b"") -> None:
+        """Queue a message. One to a peer whose connection already closed is dropped:
+        its reader is about to forget it, and whoever's event led here (another peer's
+        message, a tick) must not fail for it."""
+        with contextlib.suppress(comm.CommClosedError):
+            self.stream.send(header, payload)
 
 
 @dataclass
@@ -105,7 +112,7 @@ class SchedulerServer:
         peer = self.workers.get(w)
         if peer is not None and peer.heartbeat_interval != interval:
             peer.heartbeat_interval = interval
-            peer.stream.send({"op": "heartbeat-interval", "interval": interval})
+            peer.send({"op": ops.HEARTBEAT_INTERVAL, "interval": interval})
 
     def _close_worker(self, w: int) -> None:
         """The core removed the worker on its own (silent past the TTL): close its
@@ -139,11 +146,11 @@ class SchedulerServer:
                 resources=[(str(k), float(v)) for k, v in (info.get("resources") or {}).items()],
             )
         except (SchedulerError, KeyError, TypeError, ValueError) as e:
-            await c.write({"op": "error", "message": f"cannot register worker: {e}"})
+            await c.write({"op": ops.ERROR, "message": f"cannot register worker: {e}"})
             return
         stream = comm.BatchedSend(c, self._batch_interval)
         self.workers[w] = Peer(c, stream, str(info.get("name", info["address"])), info["address"])
-        await c.write({"op": "registered", "worker_id": w})
+        await c.write({"op": ops.REGISTERED, "worker_id": w})
         stream.start()
         logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
         self._dispatch()
@@ -164,17 +171,11 @@ class SchedulerServer:
     def _worker_message(self, w: int, h: comm.Header, payload: memoryview) -> None:
         op, now = h["op"], self.now()
         try:
-            if op == "finished":
-                n = int(h["n"])
-                if len(payload) != 28 * n:
-                    raise comm.ProtocolError(f"finished payload of {len(payload)} bytes for {n}")
-                data = bytes(payload)
-                tasks, runs = data[: 4 * n], data[4 * n : 12 * n]
-                sizes, secs = data[12 * n : 20 * n], data[20 * n :]
-                rejected = self.core.tasks_finished(w, tasks, runs, sizes, secs, now=now)
+            if op == ops.FINISHED:
+                rejected = self.core.finished_wire(w, bytes(payload), int(h["n"]), now=now)
                 if rejected:
                     logger.debug("worker %d: %d stale finished reports", w, len(rejected))
-            elif op == "erred":
+            elif op == ops.ERRED:
                 n_exc = int(h.get("n_exception", 0))
                 self.core.task_erred(
                     w,
@@ -186,27 +187,27 @@ class SchedulerServer:
                     exception_text=str(h.get("exception_text", "")),
                     traceback_text=str(h.get("traceback_text", "")),
                 )
-            elif op == "heartbeat":
+            elif op == ops.HEARTBEAT:
                 executing = [(int(t), float(s)) for t, s in h.get("executing", [])]
                 interval = self.core.heartbeat(
                     w, now=now, bandwidth=h.get("bandwidth"), executing=executing
                 )
                 self._pace_heartbeats(w, interval)
-            elif op == "steal-response":
+            elif op == ops.STEAL_RESPONSE:
                 self.core.steal_response(
                     w, int(h["task"]), h.get("state"), int(h["stimulus"]), now=now
                 )
-            elif op == "add-replicas":
+            elif op == ops.ADD_REPLICAS:
                 self.core.add_replicas(w, bytes(payload), now=now)
-            elif op == "drop-replicas":
+            elif op == ops.DROP_REPLICAS:
                 self.core.drop_replicas(w, bytes(payload), now=now)
-            elif op == "long-running":
+            elif op == ops.LONG_RUNNING:
                 self.core.long_running(
                     w, int(h["task"]), int(h["run_id"]), float(h["duration"]), now=now
                 )
-            elif op == "reschedule":
+            elif op == ops.RESCHEDULE:
                 self.core.reschedule(w, int(h["task"]), now=now)
-            elif op == "release-worker-data":
+            elif op == ops.RELEASE_WORKER_DATA:
                 self.core.release_worker_data(w, int(h["task"]), now=now)
             else:
                 raise comm.ProtocolError(f"unknown worker message {op!r}")
@@ -223,7 +224,7 @@ class SchedulerServer:
         cid = self.core.client(name)
         stream = comm.BatchedSend(c, self._batch_interval)
         self.clients[cid] = Peer(c, stream, name)
-        await c.write({"op": "registered", "client_id": cid})
+        await c.write({"op": ops.REGISTERED, "client_id": cid})
         stream.start()
         try:
             while True:
@@ -246,37 +247,37 @@ class SchedulerServer:
     ) -> tuple[comm.Header, bytes] | None:
         op, now = h["op"], self.now()
         try:
-            if op == "update-graph":
+            if op == ops.UPDATE_GRAPH:
                 return self._update_graph(cid, h, payload)
-            if op == "who-has":
+            if op == ops.WHO_HAS:
                 addresses, holders = self.core.who_has_wire(bytes(payload))
-                return {"op": "who-has", "id": h.get("id"), "addresses": addresses}, holders
-            if op in ("release-keys", "cancel", "retry"):
+                return {"op": ops.WHO_HAS, "id": h.get("id"), "addresses": addresses}, holders
+            if op in (ops.RELEASE_KEYS, ops.CANCEL, ops.RETRY):
                 keys = decode_keys(bytes(payload))
-                if op == "release-keys":
+                if op == ops.RELEASE_KEYS:
                     self.core.client_releases_keys(cid, keys, now=now)
-                elif op == "cancel":
+                elif op == ops.CANCEL:
                     self.core.cancel(cid, keys, now=now, force=bool(h.get("force")))
                 else:
                     self.core.retry(keys, now=now)
                 return None
-            if op == "scheduler-info":
+            if op == ops.SCHEDULER_INFO:
                 return self._scheduler_info(h), b""
-            if op == "scatter":
+            if op == ops.SCATTER:
                 return self._scatter(cid, h, decode_keys(bytes(payload)))
-            if op == "fire-and-forget":
+            if op == ops.FIRE_AND_FORGET:
                 self.core.fire_and_forget(decode_keys(bytes(payload)), now=self.now())
                 return None
-            if op == "restart":
+            if op == ops.RESTART:
                 task = asyncio.get_running_loop().create_task(self._restart(cid, h))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return None
             raise comm.ProtocolError(f"unknown client message {op!r}")
         except SchedulerError as e:
-            return {"op": "request-failed", "id": h.get("id"), "error": str(e)}, b""
+            return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": str(e)}, b""
         except (KeyError, TypeError, ValueError) as e:
-            return {"op": "request-failed", "id": h.get("id"), "error": f"malformed: {e}"}, b""
+            return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": f"malformed: {e}"}, b""
 
     def _update_graph(
         self, cid: int, h: comm.Header, payload: memoryview
@@ -307,12 +308,12 @@ class SchedulerServer:
                 len(redefined),
                 redefined[0],
             )
-        return {"op": "graph-accepted", "id": h.get("id")}, b""
+        return {"op": ops.GRAPH_ACCEPTED, "id": h.get("id")}, b""
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:
         workers = [self.core.worker_info(w) for _, w in self.core.workers()]
         return {
-            "op": "scheduler-info",
+            "op": ops.SCHEDULER_INFO,
             "id": h.get("id"),
             "scheduler_id": self.id,
             "address": self.address,
@@ -357,14 +358,13 @@ class SchedulerServer:
         for a, idx in per_worker.items():
             peer = self.workers.get(ids.get(a, -1))
             if peer is not None:
-                with contextlib.suppress(comm.CommClosedError):
-                    peer.stream.send(
-                        {"op": "scattered", "tasks": [tasks[i] for i in idx]},
-                        encode_keys([keys[i] for i in idx]),
-                    )
+                peer.send(
+                    {"op": ops.SCATTERED, "tasks": [tasks[i] for i in idx]},
+                    encode_keys([keys[i] for i in idx]),
+                )
         if error is not None:
-            return {"op": "request-failed", "id": h.get("id"), "error": error}, b""
-        return {"op": "scattered", "id": h.get("id")}, b""
+            return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": error}, b""
+        return {"op": ops.SCATTERED, "id": h.get("id")}, b""
 
     async def _restart(self, cid: int, h: comm.Header) -> None:
         async with self._restart_lock:
@@ -376,8 +376,7 @@ class SchedulerServer:
                 error = f"restart failed: {e}"
         peer = self.clients.get(cid)
         if peer is not None:
-            with contextlib.suppress(comm.CommClosedError):
-                peer.stream.send({"op": "restarted", "id": h.get("id"), "error": error})
+            peer.send({"op": ops.RESTARTED, "id": h.get("id"), "error": error})
 
     async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
         """Forget every task (clients are told with ``restart``), have every worker
@@ -388,14 +387,12 @@ class SchedulerServer:
             self.core.remove_client(c, now=now)  # releases all it wants; it stays connected
         self.core.release_fire_and_forget_keys(now=now)
         for peer in self.clients.values():
-            with contextlib.suppress(comm.CommClosedError):
-                peer.stream.send({"op": "restart"})
+            peer.send({"op": ops.RESTART})
         old = list(self.workers)
         for w in old:
             # No new work for them in the meantime (another client may be submitting).
             self.core.worker_status_change(w, "closing_gracefully", now=now)
-            with contextlib.suppress(comm.CommClosedError):
-                self.workers[w].stream.send({"op": "restart"})
+            self.workers[w].send({"op": ops.RESTART})
         self._dispatch()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -423,14 +420,14 @@ class SchedulerServer:
         counts = cmds.counts()
         if counts.keys() & _RARE_OPS:
             for op, target, task, extra in cmds.records():
-                if op == "steal-request":
+                if op == ops.STEAL_REQUEST:
                     self._to_worker(target, {"op": op, "task": task, "stimulus": extra})
-                elif op == "remove-worker":
+                elif op == ops.REMOVE_WORKER:
                     gone = self.core.worker_info(extra)["address"]  # kept after removal
                     self._to_worker(target, {"op": op, "worker_id": extra, "address": gone})
-                elif op == "close-worker":
+                elif op == ops.CLOSE_WORKER:
                     self._close_worker(target)
-                elif op == "task-erred":
+                elif op == ops.TASK_ERRED:
                     self._erred_to_client(target, task)
         # Per-task notices travel packed, one payload per peer and op (no Python object
         # per task). Frees first: a batch that frees an old run and re-dispatches the
@@ -439,22 +436,22 @@ class SchedulerServer:
         for w, op, tasks in to_workers:
             peer = self.workers.get(w)
             if peer is not None:
-                peer.stream.send({"op": op}, tasks)
-        if "compute-task" in counts:
+                peer.send({"op": op}, tasks)
+        if ops.COMPUTE_TASK in counts:
             for w, (addresses, payload, count) in self.core.encode_compute(cmds).items():
                 peer = self.workers.get(w)
                 if peer is not None:
-                    header = {"op": "compute", "addresses": addresses, "n": count}
-                    peer.stream.send(header, payload)
+                    header = {"op": ops.COMPUTE, "addresses": addresses, "n": count}
+                    peer.send(header, payload)
         for cid, op, keys in to_clients:
             client = self.clients.get(cid)
             if client is not None:
-                client.stream.send({"op": op}, keys)
+                client.send({"op": op}, keys)
 
     def _to_worker(self, w: int, header: comm.Header) -> None:
         peer = self.workers.get(w)
         if peer is not None:
-            peer.stream.send(header)
+            peer.send(header)
 
     def _erred_to_client(self, cid: int, task: int) -> None:
         peer = self.clients.get(cid)
@@ -463,7 +460,7 @@ class SchedulerServer:
         info = self.core.task_info(task)
         exc, tb = info.get("exception", b""), info.get("traceback", b"")
         header = {
-            "op": "task-erred",
+            "op": ops.TASK_ERRED,
             "exception_text": info.get("exception_text", ""),
             "traceback_text": info.get("traceback_text", ""),
             "error_kind": info.get("error_kind", "Remote"),
@@ -472,7 +469,7 @@ class SchedulerServer:
         }
         key = encode_keys([info["key"]])
         header["n_key"] = len(key)
-        peer.stream.send(header, key + exc + tb)
+        peer.send(header, key + exc + tb)
 
 
 def _task_options(classes: Any) -> list[tuple[dict[str, Any], list[int]]] | None:

@@ -62,10 +62,10 @@ from dask.sizeof import sizeof
 
 from squall import config
 from squall._core import WorkerCore, decode_keys, encode_keys
-from squall.protocol import comm
+from squall.protocol import comm, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import error_fields, pack_error
-from squall.protocol.specs import PLAIN_TYPES, fill_call, load_function, run_spec
+from squall.protocol.specs import PLAIN_TYPES, fill_call, run_spec
 from squall.worker import context
 
 if TYPE_CHECKING:
@@ -151,7 +151,6 @@ class Worker:
             self._finished_delay,
             run_spec,
             fill_call,
-            load_function,
             pack_error,
             _sizeof,
         )
@@ -214,7 +213,7 @@ class Worker:
         except comm.CommError:
             await self._listener.close()
             raise
-        if reply["op"] != "registered":
+        if reply["op"] != ops.REGISTERED:
             await self._scheduler.close()
             await self._listener.close()
             raise comm.HandshakeError(
@@ -325,34 +324,34 @@ class Worker:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
             executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-            self._send({"op": "heartbeat", "executing": executing, "bandwidth": self.bandwidth})
+            self._send({"op": ops.HEARTBEAT, "executing": executing, "bandwidth": self.bandwidth})
 
     # ----- scheduler messages ---------------------------------------------------------
 
     def _handle(self, h: comm.Header, payload: memoryview) -> None:
         op = h["op"]
         logger.debug("worker %s: %s %s", self.address, op, h)
-        if op == "compute":
+        if op == ops.COMPUTE:
             self._core.compute(bytes(payload), list(h["addresses"]))
-        elif op == "free-keys":
+        elif op == ops.FREE_KEYS:
             self._core.free(bytes(payload))
-        elif op == "remove-replicas":
+        elif op == ops.REMOVE_REPLICAS:
             self._core.remove_replicas(bytes(payload))
-        elif op == "steal-request":
+        elif op == ops.STEAL_REQUEST:
             tid = int(h["task"])
             state = self._core.steal(tid)
             self._send(
-                {"op": "steal-response", "task": tid, "state": state, "stimulus": h["stimulus"]}
+                {"op": ops.STEAL_RESPONSE, "task": tid, "state": state, "stimulus": h["stimulus"]}
             )
-        elif op == "scattered":
+        elif op == ops.SCATTERED:
             self._scattered([int(t) for t in h["tasks"]], decode_keys(bytes(payload)))
-        elif op == "restart":
+        elif op == ops.RESTART:
             logger.info("worker %s: restart requested by the scheduler", self.address)
             self.restart_requested = True
             self._spawn(self.close(abort=True))
-        elif op == "remove-worker":
+        elif op == ops.REMOVE_WORKER:
             self._peers.forget(h.get("address"))
-        elif op == "heartbeat-interval":
+        elif op == ops.HEARTBEAT_INTERVAL:
             # The scheduler paces heartbeats by cluster size; the next sleep follows it.
             self._heartbeat_interval = float(h["interval"])
         else:
@@ -403,7 +402,9 @@ class Worker:
         run_id, need_thread = answer
         if run_id is not None:
             duration = self._core.elapsed(tid) or 0.0
-            self._send({"op": "long-running", "task": tid, "run_id": run_id, "duration": duration})
+            self._send(
+                {"op": ops.LONG_RUNNING, "task": tid, "run_id": run_id, "duration": duration}
+            )
         if need_thread:  # the seceded task keeps its thread
             self._start_thread()
 
@@ -424,18 +425,18 @@ class Worker:
         completions close together share one ``finished`` message."""
         finished, erred, gained, dropped = self._core.take_reports()
         if gained:  # fetched copies: the scheduler counts them as holders
-            self._send({"op": "add-replicas"}, gained)
+            self._send({"op": ops.ADD_REPLICAS}, gained)
         if finished is not None:
             n, payload = finished
-            self._send({"op": "finished", "n": n}, payload)
+            self._send({"op": ops.FINISHED, "n": n}, payload)
         for tid, run_id, err in erred:
             self._send_erred(tid, run_id, err)
         if dropped:
-            self._send({"op": "drop-replicas"}, dropped)
+            self._send({"op": ops.DROP_REPLICAS}, dropped)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
         fields, payload = error_fields(err)
-        self._send({"op": "erred", "task": tid, "run_id": run_id, **fields}, payload)
+        self._send({"op": ops.ERRED, "task": tid, "run_id": run_id, **fields}, payload)
 
     # ----- dependencies ---------------------------------------------------------------
 
@@ -502,7 +503,7 @@ class Worker:
         if self.status != "running":
             return
         for tid in self._core.give_back(waiters):
-            self._send({"op": "reschedule", "task": tid})
+            self._send({"op": ops.RESCHEDULE, "task": tid})
 
     # ----- serving data ---------------------------------------------------------------
 
@@ -512,18 +513,18 @@ class Worker:
             while True:
                 for h, payload in await c.read_messages():
                     op = h["op"]
-                    if op == "get-data":
+                    if op == ops.GET_DATA:
                         # No name for the values: this frame outlives the request,
                         # and must not keep what the worker frees later.
                         sizes, blobs = _pickle_values(
                             self._core.get_data(bytes(payload), _MISSING)
                         )
                         await c.write(
-                            {"op": "data", "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
+                            {"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
                         )
-                    elif op == "update-data":
+                    elif op == ops.UPDATE_DATA:
                         await c.write(self._update_data(h, payload))
-                    elif op == "run":
+                    elif op == ops.RUN:
                         await c.write(*await self._run_function(h, payload))
                     else:
                         raise comm.ProtocolError(f"unknown peer message {op!r}")
@@ -549,8 +550,8 @@ class Worker:
         except Exception as e:
             for key in keys:
                 self._staged.pop(key, None)
-            return {"op": "data-updated", "id": h.get("id"), "error": repr(e)}
-        return {"op": "data-updated", "id": h.get("id"), "nbytes": nbytes}
+            return {"op": ops.DATA_UPDATED, "id": h.get("id"), "error": repr(e)}
+        return {"op": ops.DATA_UPDATED, "id": h.get("id"), "nbytes": nbytes}
 
     def _scattered(self, tasks: list[int], keys: list[Key]) -> None:
         """The scheduler registered staged data as tasks in memory (-1: refused it)."""
@@ -561,7 +562,7 @@ class Worker:
             if staged is None:  # its staging failed; unless held already, it is not here
                 [held] = self._core.get_data(encode_keys([key]), _MISSING)
                 if held is _MISSING:
-                    self._send({"op": "release-worker-data", "task": tid})
+                    self._send({"op": ops.RELEASE_WORKER_DATA, "task": tid})
                     continue
                 staged = (held, self.nbytes.get(key, 0))
             self._core.put_scattered(tid, key, *staged)
@@ -570,7 +571,7 @@ class Worker:
         self, h: comm.Header, payload: memoryview
     ) -> tuple[comm.Header, bytes]:
         """``Client.run``: call on the event loop (as Dask), awaiting coroutines."""
-        reply: comm.Header = {"op": "run-result", "id": h.get("id")}
+        reply: comm.Header = {"op": ops.RUN_RESULT, "id": h.get("id")}
         try:
             func, args, kwargs = pickle.loads(payload)
             if _takes_arg(func, "dask_worker"):

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use squall_core::{CancelReason, Command};
+use squall_wire::ops::op_name;
 use squall_wire::packed;
 use std::collections::BTreeMap;
 
@@ -18,22 +19,6 @@ impl Commands {
 
     pub fn commands(&self) -> &[Command] {
         &self.cmds
-    }
-}
-
-fn op_name(c: &Command) -> &'static str {
-    match c {
-        Command::ComputeTask { .. } => "compute-task",
-        Command::FreeKeys { .. } => "free-keys",
-        Command::StealRequest { .. } => "steal-request",
-        Command::RemoveReplicas { .. } => "remove-replicas",
-        Command::CloseWorker { .. } => "close-worker",
-        Command::WorkerRemoved { .. } => "remove-worker",
-        Command::KeyInMemory { .. } => "key-in-memory",
-        Command::TaskErred { .. } => "task-erred",
-        Command::LostData { .. } => "lost-data",
-        Command::TaskRetried { .. } => "task-retried",
-        Command::CancelledKeys { .. } => "cancelled-keys",
     }
 }
 

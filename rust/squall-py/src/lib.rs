@@ -11,6 +11,7 @@ mod microbench;
 mod order;
 mod scheduler;
 mod sim;
+mod specs;
 mod wire;
 mod worker;
 
@@ -38,6 +39,8 @@ mod _core {
     #[pymodule_export]
     use super::sim::simulate;
     #[pymodule_export]
+    use super::specs::{call_prefix, load_function, split_call};
+    #[pymodule_export]
     use super::wire::{decode_compute, decode_keys, encode_keys};
     #[pymodule_export]
     use super::worker::WorkerCore;
@@ -45,6 +48,12 @@ mod _core {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        m.add("__version__", env!("CARGO_PKG_VERSION"))
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        // The commands' op names (`Commands.counts`, `records`), which the tests check
+        // `squall.protocol.ops` against.
+        m.add(
+            "COMMAND_OPS",
+            pyo3::types::PyTuple::new(m.py(), squall_wire::ops::COMMAND_OPS)?,
+        )
     }
 }

@@ -3,18 +3,34 @@
 //! tested and fuzzed alone. Decoders return [`WireError`] on any malformed input: they
 //! never panic and check every length and count against the bytes present before
 //! allocating for it. The binding (squall-py) only converts to and from Python objects.
+//! The modules that need squall-core's types sit behind the `scheduler` feature.
 
+#[cfg(feature = "scheduler")]
 mod addresses;
+#[cfg(feature = "scheduler")]
 pub mod compute;
 mod error;
+pub mod finished;
+#[cfg(feature = "scheduler")]
 pub mod graph;
+#[cfg(feature = "scheduler")]
 pub mod keys;
+#[cfg(feature = "scheduler")]
 pub mod notices;
+#[cfg(feature = "scheduler")]
+pub mod ops;
 pub mod packed;
+#[cfg(feature = "scheduler")]
 mod reader;
+pub mod spec;
+#[cfg(feature = "scheduler")]
 pub mod who_has;
 
 pub use error::{WireError, WireResult};
 
-#[cfg(test)]
+#[cfg(all(test, feature = "scheduler"))]
 mod tests;
+#[cfg(test)]
+mod tests_finished;
+#[cfg(test)]
+mod tests_spec;

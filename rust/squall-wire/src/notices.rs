@@ -4,6 +4,7 @@
 //! lists. Other commands travel one message each.
 
 use crate::keys::put_key;
+use crate::ops::op_name;
 use crate::packed;
 use squall_core::{Command, Scheduler};
 use std::collections::BTreeMap;
@@ -18,15 +19,17 @@ pub struct Notices {
 pub fn encode_notices(s: &Scheduler, cmds: &[Command]) -> Notices {
     let mut n = Notices::default();
     for c in cmds {
-        let (to, op, task) = match *c {
-            Command::FreeKeys { worker, task } => (worker.0, "free-keys", task),
-            Command::RemoveReplicas { worker, task } => (worker.0, "remove-replicas", task),
-            Command::KeyInMemory { client, task } => (client.0, "key-in-memory", task),
-            Command::LostData { client, task } => (client.0, "lost-data", task),
-            Command::TaskRetried { client, task } => (client.0, "task-retried", task),
-            Command::CancelledKeys { client, task, .. } => (client.0, "cancelled-keys", task),
+        let (to, task) = match *c {
+            Command::FreeKeys { worker, task } | Command::RemoveReplicas { worker, task } => {
+                (worker.0, task)
+            }
+            Command::KeyInMemory { client, task }
+            | Command::LostData { client, task }
+            | Command::TaskRetried { client, task }
+            | Command::CancelledKeys { client, task, .. } => (client.0, task),
             _ => continue,
         };
+        let op = op_name(c);
         if matches!(c, Command::FreeKeys { .. } | Command::RemoveReplicas { .. }) {
             packed::put(n.to_workers.entry((to, op)).or_default(), task.0);
         } else if let Some(ts) = s.task_slot(task) {

@@ -6,6 +6,7 @@
 use crate::keys::{Fetch, KeyId, Keys};
 use rustc_hash::{FxHashMap, FxHashSet};
 use squall_priority::Priority;
+use squall_wire::finished::FinishedBatch;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -97,34 +98,6 @@ pub struct Missing {
     pub waiters: Vec<(u32, u64)>,
 }
 
-#[derive(Default)]
-pub struct Finished {
-    pub tasks: Vec<u32>,
-    pub run_ids: Vec<u64>,
-    pub nbytes: Vec<i64>,
-    pub seconds: Vec<f64>,
-}
-
-impl Finished {
-    pub fn len(&self) -> usize {
-        self.tasks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tasks.is_empty()
-    }
-
-    /// The `finished` payload: the four little-endian arrays.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len() * 28);
-        out.extend(self.tasks.iter().flat_map(|x| x.to_le_bytes()));
-        out.extend(self.run_ids.iter().flat_map(|x| x.to_le_bytes()));
-        out.extend(self.nbytes.iter().flat_map(|x| x.to_le_bytes()));
-        out.extend(self.seconds.iter().flat_map(|x| x.to_le_bytes()));
-        out
-    }
-}
-
 /// A ready task; the greatest runs first (BinaryHeap is a max-heap): the best
 /// priority, then among equal priorities the later arrival (`instance` is unique).
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
@@ -157,7 +130,7 @@ pub struct Machine<V> {
     granted: FxHashSet<u64>,
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
-    pub finished: Finished,
+    pub finished: FinishedBatch,
     /// Keys of fetched copies to announce to the scheduler, and of announced copies
     /// dropped since (in this order: a copy may come and go between two reports).
     pub replicas_added: Vec<Box<[u8]>>,
@@ -187,7 +160,7 @@ impl<V> Machine<V> {
             granted: FxHashSet::default(),
             free_resources: resources,
             to_fetch: Vec::new(),
-            finished: Finished::default(),
+            finished: FinishedBatch::default(),
             replicas_added: Vec::new(),
             replicas_dropped: Vec::new(),
             graveyard: Vec::new(),
@@ -896,11 +869,7 @@ impl<V> Machine<V> {
     }
 
     fn report(&mut self, id: u32, run_id: u64, nbytes: i64, seconds: f64) {
-        let f = &mut self.finished;
-        f.tasks.push(id);
-        f.run_ids.push(run_id);
-        f.nbytes.push(nbytes);
-        f.seconds.push(seconds);
+        self.finished.push(id, run_id, nbytes, seconds);
     }
 
     fn deps_arrived(&mut self, waiters: &[(u32, u64)]) {

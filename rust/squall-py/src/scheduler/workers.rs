@@ -10,6 +10,7 @@ use squall_core::{
     ErrorInfo, ErrorKind, Finished, Outcome, TaskId, WorkerId, WorkerSpec, WorkerStatus,
     WorkerTaskState,
 };
+use squall_wire::finished::FinishedBatch;
 use squall_wire::keys::read_keys;
 use std::sync::Arc;
 
@@ -115,10 +116,27 @@ impl Scheduler {
             .map(outcome)
     }
 
+    /// A worker's `finished` message (docs/protocol.md#finished): its `n` reports
+    /// decoded from the payload as they came. Handled in order, as Dask handles a batch;
+    /// returns the indices rejected (stale or unknown). A malformed payload is a
+    /// ValueError.
+    #[pyo3(signature = (worker, payload, n, *, now))]
+    fn finished_wire(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        payload: &[u8],
+        n: usize,
+        now: f64,
+    ) -> PyResult<Vec<usize>> {
+        let f = FinishedBatch::decode(n, payload).map_err(wire_error)?;
+        let workers = vec![worker; n];
+        self.apply_finished(py, workers, f, now)
+    }
+
     /// Many finished reports as packed little-endian buffers: the reporting worker of
     /// each (u32, or one int for all), u32 task ids, u64 run ids, i64 sizes and optional
-    /// f64 compute seconds. Handled in order, as Dask handles a batch; returns the
-    /// indices rejected (stale or unknown).
+    /// f64 compute seconds. Handled in order; returns the indices rejected.
     #[pyo3(signature = (workers, tasks, run_ids, nbytes, durations=None, *, now))]
     #[allow(clippy::too_many_arguments)]
     fn tasks_finished(
@@ -137,28 +155,22 @@ impl Scheduler {
             Ok(w) => vec![w; n],
             Err(_) => packed::<u32>(workers.cast::<PyBytes>()?.as_bytes(), "workers")?,
         };
-        let runs = packed::<u64>(run_ids, "run_ids")?;
-        let sizes = packed::<i64>(nbytes, "nbytes")?;
-        let durs = durations
-            .map(|d| packed::<f64>(d, "durations"))
-            .transpose()?;
-        if workers.len() != n
-            || runs.len() != n
-            || sizes.len() != n
-            || durs.as_ref().is_some_and(|d| d.len() != n)
+        let f = FinishedBatch {
+            tasks,
+            run_ids: packed::<u64>(run_ids, "run_ids")?,
+            nbytes: packed::<i64>(nbytes, "nbytes")?,
+            seconds: match durations {
+                Some(d) => packed::<f64>(d, "durations")?,
+                None => vec![0.0; n],
+            },
+        };
+        if workers.len() != n || f.run_ids.len() != n || f.nbytes.len() != n || f.seconds.len() != n
         {
             return Err(PyValueError::new_err(
                 "workers, tasks, run_ids, nbytes and durations must have equal lengths",
             ));
         }
-        self.core(py, move |s| {
-            let reports = (0..n).map(|i| {
-                let d = durs.as_ref().map_or(0.0, |d| d[i]);
-                let r = Finished::computed(TaskId(tasks[i]), runs[i], sizes[i], now - d, now);
-                (WorkerId(workers[i]), r)
-            });
-            Ok(s.tasks_finished(reports, now))
-        })
+        self.apply_finished(py, workers, f, now)
     }
 
     #[pyo3(signature = (worker, task, run_id, *, now, exception=None, traceback=None,
@@ -291,5 +303,26 @@ fn host_of(address: &str) -> String {
     match rest.rsplit_once(':') {
         Some((h, _)) => h.trim_matches(|c| c == '[' || c == ']').to_owned(),
         None => rest.to_owned(),
+    }
+}
+
+impl Scheduler {
+    /// Hands report `i` of `f`, from `workers[i]`, to the core: it ran for its seconds
+    /// up to `now`.
+    fn apply_finished(
+        &mut self,
+        py: Python<'_>,
+        workers: Vec<u32>,
+        f: FinishedBatch,
+        now: f64,
+    ) -> PyResult<Vec<usize>> {
+        self.core(py, move |s| {
+            let reports = (0..f.len()).map(|i| {
+                let (task, secs) = (TaskId(f.tasks[i]), f.seconds[i]);
+                let r = Finished::computed(task, f.run_ids[i], f.nbytes[i], now - secs, now);
+                (WorkerId(workers[i]), r)
+            });
+            Ok(s.tasks_finished(reports, now))
+        })
     }
 }

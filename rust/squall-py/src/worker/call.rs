@@ -1,38 +1,19 @@
-//! Calling a task: call specs run directly (their functions unpickled once per
-//! process), other specs through `squall.spec.run_spec`; failures packed for the report.
+//! Calling a task: call specs run directly (their functions from the per-process cache,
+//! `crate::specs`), other specs through `squall.protocol.specs.run_spec`; failures
+//! packed for the report.
 
 use super::{key_of, WorkerCore};
 use crate::convert::key_to_py;
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use crate::errors::wire_error;
+use crate::specs::load_function;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use squall_core::Key;
+use squall_wire::spec::{split_call, CallSpec};
 use squall_worker::Job;
 
-/// First byte of a call spec (`squall.spec.CALL_TAG`).
-const CALL_TAG: u8 = 1;
-/// Functions kept unpickled per process; beyond this the cache starts over.
-const MAX_FUNCTIONS: usize = 256;
-
 impl WorkerCore {
-    /// The function of a call spec, unpickled once per process.
-    fn function(&self, py: Python<'_>, blob: &[u8]) -> PyResult<Py<PyAny>> {
-        if let Some(f) = self.lock().functions.get(blob) {
-            return Ok(f.clone_ref(py));
-        }
-        let f = self
-            .hooks
-            .load_function
-            .call1(py, (PyBytes::new(py, blob),))?;
-        let mut g = self.lock();
-        let old = (g.functions.len() >= MAX_FUNCTIONS).then(|| std::mem::take(&mut g.functions));
-        // Another thread may have loaded it meanwhile: that copy goes too.
-        let replaced = g.functions.insert(blob.into(), f.clone_ref(py));
-        drop(g);
-        drop((old, replaced));
-        Ok(f)
-    }
-
     /// Calls a job; Ok((value, nbytes)) or the packed error.
     pub(super) fn call(
         &self,
@@ -101,22 +82,14 @@ impl WorkerCore {
             }
             Ok(d)
         };
-        if spec.first() != Some(&CALL_TAG) {
+        let Some(CallSpec { function, call }) = split_call(spec).map_err(wire_error)? else {
             return self
                 .hooks
                 .run_spec
                 .call1(py, (PyBytes::new(py, spec), data()?));
-        }
-        let n = spec
-            .get(1..5)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-            .filter(|n| 5 + n <= spec.len())
-            .ok_or_else(|| PyValueError::new_err("malformed call spec"))?;
-        let func = self.function(py, &spec[5..5 + n])?;
-        let call = self
-            .hooks
-            .loads
-            .call1(py, (PyBytes::new(py, &spec[5 + n..]),))?;
+        };
+        let func = load_function(py, function)?;
+        let call = self.hooks.loads.call1(py, (PyBytes::new(py, call),))?;
         let mut call = call.bind(py).clone();
         if !deps.is_empty() {
             let (args, kwargs) = call.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;

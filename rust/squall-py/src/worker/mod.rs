@@ -16,7 +16,6 @@ use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use rustc_hash::FxHashMap;
 use squall_core::Key;
 use squall_wire::compute::decode_compute;
 use squall_wire::keys::{read_keys, write_keys};
@@ -33,15 +32,13 @@ struct Inner {
     reports_since: Option<Instant>,
     /// Failed tasks to report: (task, run id, packed error).
     erred: Vec<(u32, u64, Py<PyAny>)>,
-    functions: FxHashMap<Box<[u8]>, Py<PyAny>>,
 }
 
-/// Python helpers the loop calls: `(run_spec, fill_call, load_function, pack_error,
-/// sizeof)`, as in `squall.worker`.
+/// Python helpers the loop calls: `(run_spec, fill_call, pack_error, sizeof)`, as in
+/// `squall.worker`.
 struct Hooks {
     run_spec: Py<PyAny>,
     fill_call: Py<PyAny>,
-    load_function: Py<PyAny>,
     pack_error: Py<PyAny>,
     sizeof: Py<PyAny>,
     loads: Py<PyAny>,
@@ -166,7 +163,7 @@ fn key_of<V>(m: &Machine<V>, k: KeyId) -> Key {
 #[pymethods]
 impl WorkerCore {
     #[new]
-    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, load_function, pack_error, sizeof))]
+    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, pack_error, sizeof))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -176,7 +173,6 @@ impl WorkerCore {
         report_delay: f64,
         run_spec: Py<PyAny>,
         fill_call: Py<PyAny>,
-        load_function: Py<PyAny>,
         pack_error: Py<PyAny>,
         sizeof: Py<PyAny>,
     ) -> PyResult<Self> {
@@ -192,7 +188,6 @@ impl WorkerCore {
                 wake_pending: false,
                 reports_since: None,
                 erred: Vec::new(),
-                functions: FxHashMap::default(),
             }),
             work: Condvar::new(),
             nthreads,
@@ -201,7 +196,6 @@ impl WorkerCore {
             hooks: Hooks {
                 run_spec,
                 fill_call,
-                load_function,
                 pack_error,
                 sizeof,
                 loads,

@@ -1,0 +1,67 @@
+//! Call specs' Python face (format: squall-wire's `spec`, docs/protocol.md#run-specs)
+//! and the one per-process cache of their functions: the client builds specs with
+//! `call_prefix`; the worker's compiled loop and `squall.protocol.specs` split them with
+//! `split_call` and look their functions up with `load_function`, as do dask graphs
+//! whose pickles carry functions (`squall.dask.graphs`).
+
+use crate::errors::wire_error;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyBytes;
+use rustc_hash::FxHashMap;
+use squall_wire::spec::CallSpec;
+use std::sync::{Mutex, MutexGuard};
+
+/// Functions kept unpickled per process; beyond this the cache starts over.
+const MAX_FUNCTIONS: usize = 256;
+
+type Functions = Option<FxHashMap<Box<[u8]>, Py<PyAny>>>;
+
+/// Taken only while holding the GIL and never across a call into Python.
+static FUNCTIONS: Mutex<Functions> = Mutex::new(None);
+static CLOUDPICKLE_LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn functions() -> MutexGuard<'static, Functions> {
+    FUNCTIONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The function pickled in `blob` (by cloudpickle on the client), unpickled once per
+/// process: later calls with the same bytes return the same object.
+#[pyfunction]
+pub fn load_function(py: Python<'_>, blob: &[u8]) -> PyResult<Py<PyAny>> {
+    if let Some(f) = functions().as_ref().and_then(|m| m.get(blob)) {
+        return Ok(f.clone_ref(py));
+    }
+    let loads = CLOUDPICKLE_LOADS.get_or_try_init(py, || {
+        PyResult::Ok(py.import("cloudpickle")?.getattr("loads")?.unbind())
+    })?;
+    let f = loads.call1(py, (PyBytes::new(py, blob),))?;
+    let mut g = functions();
+    let m = g.get_or_insert_with(FxHashMap::default);
+    let old = (m.len() >= MAX_FUNCTIONS).then(|| std::mem::take(m));
+    // Another thread may have loaded it meanwhile: that copy goes too.
+    let replaced = m.insert(blob.into(), f.clone_ref(py));
+    // Freeing Python objects may run arbitrary code: not under the lock.
+    drop(g);
+    drop((old, replaced));
+    Ok(f)
+}
+
+/// The part of a call spec naming the function (shared by the specs of a `map`).
+#[pyfunction]
+pub fn call_prefix<'py>(py: Python<'py>, function: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let prefix = squall_wire::spec::call_prefix(function).map_err(wire_error)?;
+    Ok(PyBytes::new(py, &prefix))
+}
+
+/// A call spec's function bytes and pickled `(args, kwargs)`; None for another kind of
+/// spec; a malformed call spec is a ValueError.
+#[pyfunction]
+pub fn split_call<'py>(
+    py: Python<'py>,
+    spec: &[u8],
+) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let parts = squall_wire::spec::split_call(spec).map_err(wire_error)?;
+    Ok(parts
+        .map(|CallSpec { function, call }| (PyBytes::new(py, function), PyBytes::new(py, call))))
+}
