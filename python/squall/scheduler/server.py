@@ -40,6 +40,8 @@ class Peer:
     address: str = ""
     #: The heartbeat period this worker was last asked for (workers only).
     heartbeat_interval: float | None = None
+    #: The address of the nanny supervising this worker, if any (workers only).
+    nanny: str | None = None
 
 
 @dataclass
@@ -54,6 +56,8 @@ class SchedulerServer:
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
+    #: Connected nannies, by address (docs/runtime.md#supervision).
+    nannies: dict[str, Peer] = field(default_factory=dict)
     _listener: comm.Listener | None = None
     _ticker: asyncio.Task[None] | None = None
     _t0: float = field(default_factory=time.monotonic)
@@ -74,7 +78,7 @@ class SchedulerServer:
 
     async def start(self) -> None:
         self._listener = await comm.listen(
-            self.address, self._serve, roles=frozenset({"worker", "client"})
+            self.address, self._serve, roles=frozenset({"worker", "client", "nanny"})
         )
         self.address = self._listener.address
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
@@ -87,7 +91,7 @@ class SchedulerServer:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        for peer in [*self.workers.values(), *self.clients.values()]:
+        for peer in [*self.workers.values(), *self.clients.values(), *self.nannies.values()]:
             await peer.stream.close()
             await peer.conn.close()
         if self._listener is not None:
@@ -115,13 +119,19 @@ class SchedulerServer:
         if peer is None:
             return
         logger.warning("worker %s removed: no heartbeat within the TTL", peer.address)
+        self._disconnect(peer)
+
+    def _disconnect(self, peer: Peer) -> None:
+        """Close a peer's connection; its reader then ends and forgets the peer."""
         task = asyncio.get_running_loop().create_task(peer.conn.close())
-        self._tasks.add(task)  # its reader then ends and forgets the peer
+        self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
             await self._serve_worker(c)
+        elif c.peer_info["role"] == "nanny":
+            await self._serve_nanny(c)
         else:
             await self._serve_client(c)
 
@@ -142,7 +152,8 @@ class SchedulerServer:
             await c.write({"op": "error", "message": f"cannot register worker: {e}"})
             return
         stream = comm.BatchedSend(c, self._batch_interval)
-        self.workers[w] = Peer(c, stream, str(info.get("name", info["address"])), info["address"])
+        name = str(info.get("name", info["address"]))
+        self.workers[w] = Peer(c, stream, name, info["address"], nanny=info.get("nanny"))
         await c.write({"op": "registered", "worker_id": w})
         stream.start()
         logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
@@ -215,6 +226,39 @@ class SchedulerServer:
             logger.debug("worker %d: %s ignored: %s", w, op, e)
         except (KeyError, TypeError, ValueError) as e:
             raise comm.ProtocolError(f"malformed {op!r} message from worker {w}: {e}") from None
+
+    # ----- nannies --------------------------------------------------------------------
+
+    async def _serve_nanny(self, c: comm.Comm) -> None:
+        address = str(c.peer_info["address"])
+        stream = comm.BatchedSend(c, self._batch_interval)
+        self.nannies[address] = Peer(c, stream, address, address)
+        await c.write({"op": "registered"})
+        stream.start()
+        try:
+            while True:
+                for header, _ in await c.read_messages():
+                    if header["op"] != "worker-died":
+                        raise comm.ProtocolError(f"unknown nanny message {header['op']!r}")
+                    self._worker_died(address, header.get("exit_code"))
+                self._dispatch()
+        except comm.CommError as e:
+            logger.info("nanny %s left: %s", address, e)
+        finally:
+            peer = self.nannies.pop(address)
+            await peer.stream.close()
+
+    def _worker_died(self, nanny: str, exit_code: Any) -> None:
+        """A nanny saw its worker's process end: remove the worker now, not when its
+        connection's end is noticed (or its heartbeats are missed), and as an
+        unexpected departure (its tasks become suspicious). Whichever of this and the
+        connection's end comes second finds the worker removed already."""
+        for w, peer in self.workers.items():
+            if peer.nanny == nanny:
+                logger.warning("worker %s died (%s)", peer.address, exit_code)
+                with contextlib.suppress(SchedulerError):
+                    self.core.remove_worker(w, now=self.now(), expected=False)
+                self._disconnect(peer)
 
     # ----- clients --------------------------------------------------------------------
 
@@ -310,7 +354,10 @@ class SchedulerServer:
         return {"op": "graph-accepted", "id": h.get("id")}, b""
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:
-        workers = [self.core.worker_info(w) for _, w in self.core.workers()]
+        workers = [
+            {**self.core.worker_info(w), "nanny": self._nanny_of(w)}
+            for _, w in self.core.workers()
+        ]
         return {
             "op": "scheduler-info",
             "id": h.get("id"),
@@ -322,6 +369,10 @@ class SchedulerServer:
             "total_memory": self.core.total_memory,
             "workers": workers,
         }
+
+    def _nanny_of(self, w: int) -> str | None:
+        peer = self.workers.get(w)
+        return None if peer is None else peer.nanny
 
     def _scatter(self, cid: int, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
         """Register data a client put on workers (``update-data``), then tell each
@@ -381,7 +432,8 @@ class SchedulerServer:
 
     async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
         """Forget every task (clients are told with ``restart``), have every worker
-        restart (``restart``; the process re-executes itself) and wait for the old
+        restart (``restart`` to its nanny, which starts a new worker process, or to the
+        worker itself, whose process re-executes itself) and wait for the old
         workers to leave and as many to join. Returns what went wrong, if anything."""
         now = self.now()
         for c in self.clients:
@@ -394,8 +446,10 @@ class SchedulerServer:
         for w in old:
             # No new work for them in the meantime (another client may be submitting).
             self.core.worker_status_change(w, "closing_gracefully", now=now)
+            peer = self.workers[w]
+            nanny = self.nannies.get(peer.nanny) if peer.nanny is not None else None
             with contextlib.suppress(comm.CommClosedError):
-                self.workers[w].stream.send({"op": "restart"})
+                (nanny or peer).stream.send({"op": "restart"})
         self._dispatch()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
