@@ -553,7 +553,11 @@ def test_run_on_every_worker(client: Client) -> None:
 
 
 def test_restart_cancels_everything_and_brings_workers_back() -> None:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+    # Without nannies: each worker process re-executes itself (tests/test_nanny.py: with).
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, nanny=False) as cluster,
+        Client(cluster) as c,
+    ):
         pids = [p.pid for p in cluster.worker_processes]
         before = set(c.nthreads())
         done = c.submit(inc, 1)

@@ -1,0 +1,179 @@
+"""Workers under nannies (docs/runtime.md#supervision), over real processes: crashing
+tasks, killed workers, restart, ``Client.run(nanny=True)``, no orphans."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import cloudpickle  # type: ignore[import-untyped]
+import psutil
+import pytest
+from conftest import cli_scheduler, eventually
+
+from squall import Client
+from squall.deploy.local import LocalCluster
+from squall.errors import CancelledError, KilledWorker
+
+# Worker processes cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def inc(x: int) -> int:
+    time.sleep(0.005)
+    return x + 1
+
+
+def exit_process() -> None:
+    os._exit(1)
+
+
+def segfault() -> None:
+    ctypes.string_at(0)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster) as c:
+        yield c
+    cluster.wait_for_workers(2)  # back to full size for the next test
+
+
+def worker_pids(c: Client) -> dict[str, int]:
+    return dict(c.run(os.getpid))
+
+
+def nanny_pids(cluster: LocalCluster) -> set[int]:
+    return {p.pid for p in cluster.worker_processes}
+
+
+def test_a_killed_worker_is_replaced_under_the_same_name(
+    cluster: LocalCluster, client: Client
+) -> None:
+    before = worker_pids(client)
+    names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+    address = min(before)
+    t0 = time.monotonic()
+    os.kill(before[address], signal.SIGKILL)
+    eventually(lambda: address not in client.nthreads() and len(client.nthreads()) == 2, 30)
+    print(f"worker replaced {time.monotonic() - t0:.2f} s after its SIGKILL")
+    after = worker_pids(client)
+    [new] = set(after) - set(before)
+    assert psutil.Process(after[new]).ppid() in nanny_pids(cluster)
+    assert client.scheduler_info()["workers"][new]["name"] == names[address]
+    assert client.submit(inc, 1, workers=[new]).result(timeout=30) == 2
+
+
+@pytest.mark.parametrize("crash", [exit_process, segfault])
+def test_a_crashing_task_errs_with_killed_worker_while_the_rest_completes(
+    cluster: LocalCluster, client: Client, crash: object
+) -> None:
+    nannies = nanny_pids(cluster)
+    others = client.map(inc, range(200))
+    bad = client.submit(crash)
+    t0 = time.monotonic()
+    with pytest.raises(KilledWorker) as info:
+        bad.result(timeout=60)
+    assert time.monotonic() - t0 < 60
+    assert bad.key in str(info.value) and info.value.key == bad.key
+    assert "The last worker that attempt to run the task was tcp://" in str(info.value)
+    assert client.gather(others) == list(range(1, 201))
+    eventually(lambda: len(client.nthreads()) == 2, timeout=30)  # full size again
+    assert nanny_pids(cluster) == nannies  # the nannies stayed
+    assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def test_restart_starts_new_worker_processes_through_the_nannies(
+    cluster: LocalCluster, client: Client
+) -> None:
+    before = worker_pids(client)
+    nannies = nanny_pids(cluster)
+    stuck = client.submit(time.sleep, 60)
+    client.restart()
+    with pytest.raises(CancelledError, match="scheduler-restart"):
+        stuck.result(timeout=5)
+    after = worker_pids(client)
+    assert len(after) == 2 and not set(after.values()) & set(before.values())
+    assert nanny_pids(cluster) == nannies
+    assert all(p.poll() is None for p in cluster.worker_processes)
+    assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def nanny_type(dask_worker: object) -> str:
+    return type(dask_worker).__name__
+
+
+def test_run_in_the_nannies(cluster: LocalCluster, client: Client) -> None:
+    ran = client.run(os.getpid, nanny=True)
+    assert set(ran) == set(client.nthreads())  # keyed by worker address, as distributed
+    assert set(ran.values()) == nanny_pids(cluster)
+    assert set(client.run(nanny_type, nanny=True).values()) == {"Nanny"}
+    workers = client.scheduler_info()["workers"].values()
+    assert all(w["nanny"].startswith("tcp://") for w in workers)
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_closing_a_local_cluster_leaves_no_process() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        pids = nanny_pids(cluster) | set(worker_pids(c).values())
+        assert len(pids) == 2
+    assert all(map(exited, pids))
+
+
+def test_a_nanny_started_by_hand_closes_its_worker_and_takes_it_along_when_killed() -> None:
+    cmd = [sys.executable, "-m", "squall.worker", "--nthreads", "1"]
+    with cli_scheduler() as address, Client(address) as c:
+        for stop in (signal.SIGTERM, signal.SIGKILL):
+            nanny = subprocess.Popen([*cmd, address])
+            try:
+                eventually(lambda: len(c.nthreads()) == 1, timeout=30)
+                [pid] = c.run(os.getpid).values()
+                assert psutil.Process(pid).ppid() == nanny.pid
+                nanny.send_signal(stop)
+                assert nanny.wait(timeout=20) == (0 if stop == signal.SIGTERM else -stop)
+                # SIGKILLed, the nanny leaves its worker a closed stdin: it shuts down.
+                eventually(lambda pid=pid: exited(pid), timeout=15)
+                eventually(lambda: c.nthreads() == {})
+            finally:
+                if nanny.poll() is None:
+                    nanny.kill()
+                    nanny.wait()
+
+
+def test_squall_worker_without_a_nanny() -> None:
+    with cli_scheduler() as address:
+        cmd = [sys.executable, "-m", "squall.worker", address, "--no-nanny", "--nthreads", "1"]
+        worker = subprocess.Popen(cmd)
+        try:
+            with Client(address) as c:
+                eventually(lambda: len(c.nthreads()) == 1, timeout=30)
+                assert list(c.run(os.getpid).values()) == [worker.pid]  # no process between
+                workers = c.scheduler_info()["workers"].values()
+                assert [w["nanny"] for w in workers] == [None]
+                with pytest.raises(ValueError, match="no nanny"):
+                    c.run(os.getpid, nanny=True)
+                assert c.submit(inc, 1).result(timeout=30) == 2
+                worker.send_signal(signal.SIGTERM)
+                assert worker.wait(timeout=20) == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
