@@ -22,7 +22,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 import dask
 import pytest
-from conftest import cli_scheduler
+from conftest import cli_scheduler, eventually
 
 import squall
 from squall import (
@@ -46,13 +46,6 @@ Pair = namedtuple("Pair", ["a", "b"])
 
 def inc(x: int) -> int:
     return x + 1
-
-
-def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

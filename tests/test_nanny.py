@@ -37,17 +37,12 @@ def segfault() -> None:
     ctypes.string_at(0)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster:
-        yield cluster
-
-
 @pytest.fixture
 def client(cluster: LocalCluster) -> Iterator[Client]:
+    """A client of the module's cluster (conftest), which it leaves at full size."""
     with Client(cluster) as c:
         yield c
-    cluster.wait_for_workers(2)  # back to full size for the next test
+    cluster.wait_for_workers(2)
 
 
 def worker_pids(c: Client) -> dict[str, int]:

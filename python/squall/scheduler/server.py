@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +128,19 @@ class SchedulerServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _read_until_closed(
+        self, c: comm.Comm, who: str, handle: Callable[[comm.Header, memoryview], None]
+    ) -> None:
+        """Hand each message of ``c`` to ``handle``, and the core's commands out after
+        each batch, until the connection ends."""
+        try:
+            while True:
+                for header, payload in await c.read_messages():
+                    handle(header, payload)
+                self._dispatch()
+        except comm.CommError as e:
+            logger.info("%s left: %s", who, e)
+
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
             await self._serve_worker(c)
@@ -159,12 +173,9 @@ class SchedulerServer:
         logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
         self._dispatch()
         try:
-            while True:
-                for header, payload in await c.read_messages():
-                    self._worker_message(w, header, payload)
-                self._dispatch()
-        except comm.CommError as e:
-            logger.info("worker %s left: %s", info["address"], e)
+            await self._read_until_closed(
+                c, f"worker {info['address']}", lambda h, p: self._worker_message(w, h, p)
+            )
         finally:
             peer = self.workers.pop(w)
             await peer.stream.close()
@@ -236,17 +247,17 @@ class SchedulerServer:
         await c.write({"op": "registered"})
         stream.start()
         try:
-            while True:
-                for header, _ in await c.read_messages():
-                    if header["op"] != "worker-died":
-                        raise comm.ProtocolError(f"unknown nanny message {header['op']!r}")
-                    self._worker_died(address, header.get("exit_code"))
-                self._dispatch()
-        except comm.CommError as e:
-            logger.info("nanny %s left: %s", address, e)
+            await self._read_until_closed(
+                c, f"nanny {address}", lambda h, _: self._nanny_message(address, h)
+            )
         finally:
             peer = self.nannies.pop(address)
             await peer.stream.close()
+
+    def _nanny_message(self, nanny: str, h: comm.Header) -> None:
+        if h["op"] != "worker-died":
+            raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
+        self._worker_died(nanny, h.get("exit_code"))
 
     def _worker_died(self, nanny: str, exit_code: Any) -> None:
         """A nanny saw its worker's process end: remove the worker now, not when its
@@ -269,15 +280,14 @@ class SchedulerServer:
         self.clients[cid] = Peer(c, stream, name)
         await c.write({"op": "registered", "client_id": cid})
         stream.start()
+
+        def handle(header: comm.Header, payload: memoryview) -> None:
+            reply = self._client_message(cid, header, payload)
+            if reply is not None:
+                stream.send(*reply)
+
         try:
-            while True:
-                for header, payload in await c.read_messages():
-                    reply = self._client_message(cid, header, payload)
-                    if reply is not None:
-                        stream.send(*reply)
-                self._dispatch()
-        except comm.CommError as e:
-            logger.info("client %s left: %s", name, e)
+            await self._read_until_closed(c, f"client {name}", handle)
         finally:
             peer = self.clients.pop(cid)
             await peer.stream.close()
