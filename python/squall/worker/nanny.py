@@ -113,6 +113,7 @@ class Nanny:
         quick_deaths = 0
         while not self._closing.is_set():
             started = loop.time()
+            self._restarting = False  # a restart asked for while none ran is done
             self._process = await asyncio.create_subprocess_exec(
                 *self._command,
                 "--no-nanny",
@@ -127,7 +128,6 @@ class Nanny:
             if self._closing.is_set():
                 return
             if self._restarting:
-                self._restarting = False
                 quick_deaths = 0
                 continue
             if code == 0:

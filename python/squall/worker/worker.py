@@ -35,8 +35,9 @@ docs/runtime.md. Choices the protocol table leaves open:
   the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
   then is it served and freed like a task's result.
 * ``run`` (peer message, ``Client.run``) calls a function on the event loop, as Dask.
-* ``restart`` from the scheduler closes the worker at once; the ``squall worker``
-  program then re-executes itself (same pid, fresh interpreter, abandoned task threads
+* ``restart`` from the scheduler (to workers without a nanny; see
+  :mod:`squall.worker.nanny`) closes the worker at once; the ``squall worker`` program
+  then re-executes itself (same pid, fresh interpreter, abandoned task threads
   gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
