@@ -3,6 +3,7 @@ tasks, killed workers, restart, ``Client.run(nanny=True)``, no orphans."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import signal
@@ -19,6 +20,8 @@ from conftest import cli_scheduler, eventually
 from squall import Client
 from squall.deploy.local import LocalCluster
 from squall.errors import CancelledError, KilledWorker
+from squall.protocol import comm
+from squall.scheduler.server import SchedulerServer
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -51,6 +54,45 @@ def worker_pids(c: Client) -> dict[str, int]:
 
 def nanny_pids(cluster: LocalCluster) -> set[int]:
     return {p.pid for p in cluster.worker_processes}
+
+
+def test_the_scheduler_removes_the_worker_a_nanny_reports_dead_at_once() -> None:
+    nanny_address = "tcp://127.0.0.1:9100"
+
+    async def main() -> None:
+        server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})
+        await server.start()
+        try:
+            nanny = await comm.connect(
+                server.address, role="nanny", info={"address": nanny_address}
+            )
+            assert (await nanny.read())[0]["op"] == "registered"
+            info = {"address": "tcp://127.0.0.1:9101", "nthreads": 1, "pid": 42}
+            worker = await comm.connect(
+                server.address, role="worker", info={**info, "nanny": nanny_address}
+            )
+            assert (await worker.read())[0]["op"] == "registered"
+            [listed] = server._scheduler_info({})["workers"]
+            assert listed["nanny"] == nanny_address
+            # A late report about the nanny's previous worker process changes nothing.
+            await nanny.write({"op": "worker-died", "pid": 41, "exit_code": -9})
+            await asyncio.sleep(0.2)
+            assert len(list(server.core.workers())) == 1
+            # The worker's connection is still open: only the report can remove it,
+            # and the scheduler then disconnects it; the connection's end finds the
+            # worker removed already.
+            await nanny.write({"op": "worker-died", "pid": 42, "exit_code": -9})
+            with pytest.raises(comm.CommClosedError):
+                while True:
+                    await worker.read_messages()
+            assert list(server.core.workers()) == []
+            while server.workers:
+                await asyncio.sleep(0.01)
+            await nanny.close()
+        finally:
+            await server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
 
 
 def test_a_killed_worker_is_replaced_under_the_same_name(

@@ -41,8 +41,10 @@ class Peer:
     address: str = ""
     #: The heartbeat period this worker was last asked for (workers only).
     heartbeat_interval: float | None = None
-    #: The address of the nanny supervising this worker, if any (workers only).
+    #: The address of the nanny supervising this worker, if any, and the worker's
+    #: process id, which tells it from the next worker of that nanny (workers only).
     nanny: str | None = None
+    pid: int | None = None
 
 
 @dataclass
@@ -167,7 +169,9 @@ class SchedulerServer:
             return
         stream = comm.BatchedSend(c, self._batch_interval)
         name = str(info.get("name", info["address"]))
-        self.workers[w] = Peer(c, stream, name, info["address"], nanny=info.get("nanny"))
+        self.workers[w] = Peer(
+            c, stream, name, info["address"], nanny=info.get("nanny"), pid=info.get("pid")
+        )
         await c.write({"op": "registered", "worker_id": w})
         stream.start()
         logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
@@ -257,15 +261,20 @@ class SchedulerServer:
     def _nanny_message(self, nanny: str, h: comm.Header) -> None:
         if h["op"] != "worker-died":
             raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
-        self._worker_died(nanny, h.get("exit_code"))
+        try:
+            pid = int(h["pid"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise comm.ProtocolError(f"malformed worker-died from nanny {nanny}: {e}") from None
+        self._worker_died(nanny, pid, h.get("exit_code"))
 
-    def _worker_died(self, nanny: str, exit_code: Any) -> None:
+    def _worker_died(self, nanny: str, pid: int, exit_code: Any) -> None:
         """A nanny saw its worker's process end: remove the worker now, not when its
         connection's end is noticed (or its heartbeats are missed), and as an
         unexpected departure (its tasks become suspicious). Whichever of this and the
-        connection's end comes second finds the worker removed already."""
+        connection's end comes second finds the worker removed already; the pid keeps
+        a late report from touching the nanny's next worker."""
         for w, peer in self.workers.items():
-            if peer.nanny == nanny:
+            if peer.nanny == nanny and peer.pid == pid:
                 logger.warning("worker %s died (%s)", peer.address, exit_code)
                 with contextlib.suppress(SchedulerError):
                     self.core.remove_worker(w, now=self.now(), expected=False)

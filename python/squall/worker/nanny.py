@@ -144,7 +144,8 @@ class Nanny:
                 delay,
             )
             with contextlib.suppress(comm.CommError):
-                await self._scheduler_comm().write({"op": "worker-died", "exit_code": code})
+                died = {"op": "worker-died", "pid": self._process.pid, "exit_code": code}
+                await self._scheduler_comm().write(died)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay)
 

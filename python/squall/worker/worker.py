@@ -51,6 +51,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import pickle
 import sys
 import threading
@@ -212,6 +213,7 @@ class Worker:
             "memory_limit": self.memory_limit,
             "resources": self.resources,
             "nanny": self.nanny,
+            "pid": os.getpid(),
         }
         try:
             self._scheduler = await comm.connect(self.scheduler_address, role="worker", info=info)
