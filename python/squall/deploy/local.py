@@ -42,7 +42,7 @@ class LocalCluster:
     only as many as its amounts allow.
 
     With ``nanny=True`` (the default, as Dask's) each worker runs under a nanny that
-    starts a new worker process when it dies (docs/runtime.md#supervision);
+    starts a new worker process when it dies (docs/runtime.md#supervision-the-nanny);
     ``worker_processes`` are then the nannies' processes."""
 
     def __init__(

@@ -59,7 +59,7 @@ class SchedulerServer:
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
-    #: Connected nannies, by address (docs/runtime.md#supervision).
+    #: Connected nannies, by address (docs/runtime.md#supervision-the-nanny).
     nannies: dict[str, Peer] = field(default_factory=dict)
     _listener: comm.Listener | None = None
     _ticker: asyncio.Task[None] | None = None

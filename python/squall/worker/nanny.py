@@ -1,5 +1,5 @@
 """The nanny: a ``squall worker`` process that runs the worker in a child process and
-starts a new one when it dies (docs/runtime.md#supervision).
+starts a new one when it dies (docs/runtime.md#supervision-the-nanny).
 
 It lives beside the worker program because it *is* that program by default (``squall
 worker`` = ``squall worker --nanny``), whatever starts it: LocalCluster, ``--nworkers``,
@@ -63,10 +63,6 @@ class Nanny:
         self._closing = asyncio.Event()
         self._restarting = False
         self._bg: set[asyncio.Task[Any]] = set()
-
-    @property
-    def worker_pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
 
     async def run(self) -> int:
         """Supervise until done; the exit code of the ``squall worker`` program."""
