@@ -3,7 +3,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -38,3 +39,11 @@ def cli_scheduler() -> Iterator[str]:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for ``cond()`` to hold, polling; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)

@@ -22,7 +22,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 import dask
 import pytest
-from conftest import cli_scheduler
+from conftest import cli_scheduler, eventually
 
 import squall
 from squall import (
@@ -46,13 +46,6 @@ Pair = namedtuple("Pair", ["a", "b"])
 
 def inc(x: int) -> int:
     return x + 1
-
-
-def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -553,7 +546,11 @@ def test_run_on_every_worker(client: Client) -> None:
 
 
 def test_restart_cancels_everything_and_brings_workers_back() -> None:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+    # Without nannies: each worker process re-executes itself (tests/test_nanny.py: with).
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, nanny=False) as cluster,
+        Client(cluster) as c,
+    ):
         pids = [p.pid for p in cluster.worker_processes]
         before = set(c.nthreads())
         done = c.submit(inc, 1)

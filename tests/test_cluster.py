@@ -82,7 +82,7 @@ def test_worker_killed_mid_graph_results_still_correct() -> None:
         futures = c.map(slow_inc, range(200))
         total = c.submit(sum, futures)
         time.sleep(0.5)
-        os.kill(cluster.worker_processes[0].pid, signal.SIGKILL)
+        os.kill(min(c.run(os.getpid).items())[1], signal.SIGKILL)  # a worker, not its nanny
         assert total.result(timeout=60) == sum(range(1, 201))
 
 
@@ -158,6 +158,9 @@ def test_local_cluster_processes_end_with_the_process_that_started_them() -> Non
     try:
         pids = pids_from(parent)
         assert len(pids) == 1 + default_shape(os.cpu_count() or 1)[0]
+        # The nannies' workers, before the forked child (the last pid).
+        pids = [w.pid for n in pids[1:] for w in psutil.Process(n).children()] + pids
+        assert len(pids) == 1 + 2 * default_shape(os.cpu_count() or 1)[0]
         forked = [c.pid for c in psutil.Process(parent.pid).children() if c.pid not in pids]
         assert len(forked) == 1
         pids += forked

@@ -24,6 +24,7 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import dask
+import psutil
 import pytest
 
 from squall import Client, config, fire_and_forget, get_worker
@@ -560,7 +561,8 @@ def test_stealing_moves_queued_work_to_a_new_idle_worker_and_runs_each_task_once
 def test_silent_worker_is_removed_after_ttl_and_its_work_rescheduled(tmp_path: Path) -> None:
     # The scheduler waits max(worker-ttl, 10 heartbeat intervals) = 5 s.
     with two_workers(worker_ttl="1s") as (cluster, c, a0, a1):
-        proc = cluster.worker_processes[0]
+        nanny = cluster.worker_processes[0]
+        proc = psutil.Process(c.run(os.getpid, workers=[a0])[a0])
         x = c.submit(add_one, 1, workers=[a0], allow_other_workers=True)
         assert x.result(timeout=TIMEOUT) == 2  # held by local-0 only
         running = Blocker(c, tmp_path, workers=[a0], allow_other_workers=True)
@@ -574,7 +576,7 @@ def test_silent_worker_is_removed_after_ttl_and_its_work_rescheduled(tmp_path: P
         finally:
             os.kill(proc.pid, signal.SIGCONT)
         # The scheduler dropped the silent worker; resumed, it finds itself disconnected
-        # and closes (as a Dask worker without a nanny), rather than lingering unknown.
-        assert proc.wait(timeout=TIMEOUT) == 0
+        # and closes, rather than lingering unknown, and so does its nanny.
+        assert nanny.wait(timeout=TIMEOUT) == 0
         assert list(c.nthreads()) == [a1]
         assert c.submit(add_one, 10).result(timeout=TIMEOUT) == 11

@@ -86,9 +86,9 @@ class ClusterOps(ClientConnection):
         the task system, on the worker's event loop: ``{address: result}``. A
         ``dask_worker`` parameter receives the worker; coroutine functions are awaited
         (not with ``wait=False``, which returns None). Failures raise, or with
-        ``on_error="return"``/``"ignore"`` are returned/left out."""
-        if nanny:
-            raise ValueError("squall workers have no nanny")
+        ``on_error="return"``/``"ignore"`` are returned/left out. With ``nanny=True``
+        it runs in the workers' nannies instead (still keyed by worker address;
+        ``dask_worker`` receives the nanny)."""
         if on_error not in ("raise", "return", "ignore"):
             raise ValueError(f"on_error must be 'raise', 'return', or 'ignore'; got {on_error!r}")
         blob = cloudpickle.dumps((function, args, kwargs))
@@ -102,8 +102,14 @@ class ClusterOps(ClientConnection):
 
         async def run_all() -> dict[str, Any] | None:
             info = await self._identity()
-            addresses = [w["address"] for w in _select(info["workers"], workers)]
-            replies = await asyncio.gather(*map(one, addresses), return_exceptions=True)
+            selected = _select(info["workers"], workers)
+            addresses = [w["address"] for w in selected]
+            targets = addresses
+            if nanny:
+                targets = [w["nanny"] for w in selected]
+                if None in targets:
+                    raise ValueError("nanny=True, but some of these workers have no nanny")
+            replies = await asyncio.gather(*map(one, targets), return_exceptions=True)
             results: dict[str, Any] = {}
             for address, r in zip(addresses, replies, strict=True):
                 if isinstance(r, BaseException):
@@ -163,7 +169,7 @@ def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
         "resources": w["resources"],
         "status": w["status"],
         "services": {},
-        "nanny": None,
+        "nanny": w["nanny"],
         "metrics": {
             "memory": w["nbytes"],
             "in_memory": w["has_what"],

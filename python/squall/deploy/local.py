@@ -39,7 +39,11 @@ class LocalCluster:
     ``{"worker_saturation": "inf"}``. Every worker declares ``resources`` (e.g.
     ``{"GPU": 1}``, as ``squall worker --resources "GPU=1"``): tasks submitted with
     ``resources=`` run only on workers declaring enough, and each worker runs at once
-    only as many as its amounts allow."""
+    only as many as its amounts allow.
+
+    With ``nanny=True`` (the default, as Dask's) each worker runs under a nanny that
+    starts a new worker process when it dies (docs/runtime.md#supervision-the-nanny);
+    ``worker_processes`` are then the nannies' processes."""
 
     def __init__(
         self,
@@ -52,6 +56,7 @@ class LocalCluster:
         log_level: str = "WARNING",
         scheduler_kwargs: dict[str, Any] | None = None,
         resources: dict[str, float] | None = None,
+        nanny: bool = True,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
@@ -59,6 +64,7 @@ class LocalCluster:
         self.n_workers = default_workers if n_workers is None else n_workers
         self.threads_per_worker = threads_per_worker or default_threads
         self.resources = dict(resources or {})
+        self.nanny = nanny
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
@@ -90,7 +96,12 @@ class LocalCluster:
     def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
         cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
-        cmd += ["--log-level", log_level, "--watch-stdin"]
+        cmd += [
+            "--log-level",
+            log_level,
+            "--watch-stdin",
+            "--nanny" if self.nanny else "--no-nanny",
+        ]
         if self.resources:
             cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
         return subprocess.Popen(cmd, stdin=lifeline(), text=True, env=self._env)

@@ -66,6 +66,9 @@ DATA_UPDATED: Final = "data-updated"
 RUN: Final = "run"
 RUN_RESULT: Final = "run-result"
 
+# Nanny -> scheduler (the scheduler sends a nanny ``restart``).
+WORKER_DIED: Final = "worker-died"
+
 # Core commands that are not messages of their own name: ``compute-task`` goes out in
 # ``compute`` batches, and ``close-worker`` has the scheduler close that worker's
 # connection. Every other command travels as the message of its own name

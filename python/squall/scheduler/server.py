@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,10 @@ class Peer:
     address: str = ""
     #: The heartbeat period this worker was last asked for (workers only).
     heartbeat_interval: float | None = None
+    #: The address of the nanny supervising this worker, if any, and the worker's
+    #: process id, which tells it from the next worker of that nanny (workers only).
+    nanny: str | None = None
+    pid: int | None = None
 
     def send(self, header: comm.Header, payload: bytes | memoryview = b"") -> None:
         """Queue a message. One to a peer whose connection already closed is dropped:
@@ -61,6 +66,8 @@ class SchedulerServer:
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
+    #: Connected nannies, by address (docs/runtime.md#supervision-the-nanny).
+    nannies: dict[str, Peer] = field(default_factory=dict)
     _listener: comm.Listener | None = None
     _ticker: asyncio.Task[None] | None = None
     _t0: float = field(default_factory=time.monotonic)
@@ -81,7 +88,7 @@ class SchedulerServer:
 
     async def start(self) -> None:
         self._listener = await comm.listen(
-            self.address, self._serve, roles=frozenset({"worker", "client"})
+            self.address, self._serve, roles=frozenset({"worker", "client", "nanny"})
         )
         self.address = self._listener.address
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
@@ -94,7 +101,7 @@ class SchedulerServer:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        for peer in [*self.workers.values(), *self.clients.values()]:
+        for peer in [*self.workers.values(), *self.clients.values(), *self.nannies.values()]:
             await peer.stream.close()
             await peer.conn.close()
         if self._listener is not None:
@@ -122,13 +129,32 @@ class SchedulerServer:
         if peer is None:
             return
         logger.warning("worker %s removed: no heartbeat within the TTL", peer.address)
+        self._disconnect(peer)
+
+    def _disconnect(self, peer: Peer) -> None:
+        """Close a peer's connection; its reader then ends and forgets the peer."""
         task = asyncio.get_running_loop().create_task(peer.conn.close())
-        self._tasks.add(task)  # its reader then ends and forgets the peer
+        self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _read_until_closed(
+        self, c: comm.Comm, who: str, handle: Callable[[comm.Header, memoryview], None]
+    ) -> None:
+        """Hand each message of ``c`` to ``handle``, and the core's commands out after
+        each batch, until the connection ends."""
+        try:
+            while True:
+                for header, payload in await c.read_messages():
+                    handle(header, payload)
+                self._dispatch()
+        except comm.CommError as e:
+            logger.info("%s left: %s", who, e)
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
             await self._serve_worker(c)
+        elif c.peer_info["role"] == "nanny":
+            await self._serve_nanny(c)
         else:
             await self._serve_client(c)
 
@@ -149,24 +175,31 @@ class SchedulerServer:
             await c.write({"op": ops.ERROR, "message": f"cannot register worker: {e}"})
             return
         stream = comm.BatchedSend(c, self._batch_interval)
-        self.workers[w] = Peer(c, stream, str(info.get("name", info["address"])), info["address"])
+        name = str(info.get("name", info["address"]))
+        self.workers[w] = Peer(
+            c, stream, name, info["address"], nanny=info.get("nanny"), pid=info.get("pid")
+        )
         await c.write({"op": ops.REGISTERED, "worker_id": w})
         stream.start()
         logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
         self._dispatch()
         try:
-            while True:
-                for header, payload in await c.read_messages():
-                    self._worker_message(w, header, payload)
-                self._dispatch()
-        except comm.CommError as e:
-            logger.info("worker %s left: %s", info["address"], e)
+            await self._read_until_closed(
+                c, f"worker {info['address']}", lambda h, p: self._worker_message(w, h, p)
+            )
         finally:
-            peer = self.workers.pop(w)
-            await peer.stream.close()
-            with contextlib.suppress(SchedulerError):
-                self.core.remove_worker(w, now=self.now())
-            self._dispatch()
+            await self._drop_peer(self.workers, w, self.core.remove_worker)
+
+    async def _drop_peer(
+        self, peers: dict[int, Peer], i: int, remove: Callable[..., None]
+    ) -> None:
+        """A worker's or client's connection ended: stop its stream, remove it from the
+        core (which may have removed it already) and send what that changes."""
+        peer = peers.pop(i)
+        await peer.stream.close()
+        with contextlib.suppress(SchedulerError):
+            remove(i, now=self.now())
+        self._dispatch()
 
     def _worker_message(self, w: int, h: comm.Header, payload: memoryview) -> None:
         op, now = h["op"], self.now()
@@ -217,6 +250,44 @@ class SchedulerServer:
         except (KeyError, TypeError, ValueError) as e:
             raise comm.ProtocolError(f"malformed {op!r} message from worker {w}: {e}") from None
 
+    # ----- nannies --------------------------------------------------------------------
+
+    async def _serve_nanny(self, c: comm.Comm) -> None:
+        address = str(c.peer_info["address"])
+        stream = comm.BatchedSend(c, self._batch_interval)
+        self.nannies[address] = Peer(c, stream, address, address)
+        await c.write({"op": ops.REGISTERED})
+        stream.start()
+        try:
+            await self._read_until_closed(
+                c, f"nanny {address}", lambda h, _: self._nanny_message(address, h)
+            )
+        finally:
+            peer = self.nannies.pop(address)
+            await peer.stream.close()
+
+    def _nanny_message(self, nanny: str, h: comm.Header) -> None:
+        if h["op"] != ops.WORKER_DIED:
+            raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
+        try:
+            pid = int(h["pid"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise comm.ProtocolError(f"malformed worker-died from nanny {nanny}: {e}") from None
+        self._worker_died(nanny, pid, h.get("exit_code"))
+
+    def _worker_died(self, nanny: str, pid: int, exit_code: Any) -> None:
+        """A nanny saw its worker's process end: remove the worker now, not when its
+        connection's end is noticed (or its heartbeats are missed), and as an
+        unexpected departure (its tasks become suspicious). Whichever of this and the
+        connection's end comes second finds the worker removed already; the pid keeps
+        a late report from touching the nanny's next worker."""
+        for w, peer in self.workers.items():
+            if peer.nanny == nanny and peer.pid == pid:
+                logger.warning("worker %s died (%s)", peer.address, exit_code)
+                with contextlib.suppress(SchedulerError):
+                    self.core.remove_worker(w, now=self.now(), expected=False)
+                self._disconnect(peer)
+
     # ----- clients --------------------------------------------------------------------
 
     async def _serve_client(self, c: comm.Comm) -> None:
@@ -226,21 +297,16 @@ class SchedulerServer:
         self.clients[cid] = Peer(c, stream, name)
         await c.write({"op": ops.REGISTERED, "client_id": cid})
         stream.start()
+
+        def handle(header: comm.Header, payload: memoryview) -> None:
+            reply = self._client_message(cid, header, payload)
+            if reply is not None:
+                stream.send(*reply)
+
         try:
-            while True:
-                for header, payload in await c.read_messages():
-                    reply = self._client_message(cid, header, payload)
-                    if reply is not None:
-                        stream.send(*reply)
-                self._dispatch()
-        except comm.CommError as e:
-            logger.info("client %s left: %s", name, e)
+            await self._read_until_closed(c, f"client {name}", handle)
         finally:
-            peer = self.clients.pop(cid)
-            await peer.stream.close()
-            with contextlib.suppress(SchedulerError):
-                self.core.remove_client(cid, now=self.now())
-            self._dispatch()
+            await self._drop_peer(self.clients, cid, self.core.remove_client)
 
     def _client_message(
         self, cid: int, h: comm.Header, payload: memoryview
@@ -311,7 +377,10 @@ class SchedulerServer:
         return {"op": ops.GRAPH_ACCEPTED, "id": h.get("id")}, b""
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:
-        workers = [self.core.worker_info(w) for _, w in self.core.workers()]
+        workers = [
+            {**self.core.worker_info(w), "nanny": self._nanny_of(w)}
+            for _, w in self.core.workers()
+        ]
         return {
             "op": ops.SCHEDULER_INFO,
             "id": h.get("id"),
@@ -323,6 +392,10 @@ class SchedulerServer:
             "total_memory": self.core.total_memory,
             "workers": workers,
         }
+
+    def _nanny_of(self, w: int) -> str | None:
+        peer = self.workers.get(w)
+        return None if peer is None else peer.nanny
 
     def _scatter(self, cid: int, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
         """Register data a client put on workers (``update-data``), then tell each
@@ -380,7 +453,8 @@ class SchedulerServer:
 
     async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
         """Forget every task (clients are told with ``restart``), have every worker
-        restart (``restart``; the process re-executes itself) and wait for the old
+        restart (``restart`` to its nanny, which starts a new worker process, or to the
+        worker itself, whose process re-executes itself) and wait for the old
         workers to leave and as many to join. Returns what went wrong, if anything."""
         now = self.now()
         for c in self.clients:
@@ -392,7 +466,9 @@ class SchedulerServer:
         for w in old:
             # No new work for them in the meantime (another client may be submitting).
             self.core.worker_status_change(w, "closing_gracefully", now=now)
-            self.workers[w].send({"op": ops.RESTART})
+            peer = self.workers[w]
+            nanny = self.nannies.get(peer.nanny) if peer.nanny is not None else None
+            (nanny or peer).send({"op": ops.RESTART})
         self._dispatch()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -82,7 +82,7 @@ def cluster(system: str, workers: int, threads: int) -> Iterator[tuple[Any, psut
         from squall.client.client import Client
         from squall.deploy.local import LocalCluster
 
-        with LocalCluster(n_workers=workers, threads_per_worker=threads) as c:
+        with LocalCluster(n_workers=workers, threads_per_worker=threads, nanny=False) as c:
             assert c.scheduler_process is not None
             with Client(c) as client:
                 yield client, psutil.Process(c.scheduler_process.pid)

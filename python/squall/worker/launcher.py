@@ -1,7 +1,8 @@
 """The ``squall worker`` program around a ``Worker``.
 
-A restart from the scheduler re-executes it in place; ``--nworkers`` starts several
-worker processes.
+By default it is a nanny (:mod:`squall.worker.nanny`) running the worker in a process of
+its own; with ``--no-nanny`` it is the worker, and a restart from the scheduler
+re-executes it in place. ``--nworkers`` starts several such processes.
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
+    p.add_argument(
+        "--nanny",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the worker under a supervisor that restarts it when it dies",
+    )
+    # Given by the nanny to the worker it starts: the nanny's address, for the scheduler.
+    p.add_argument("--nanny-address", help=argparse.SUPPRESS)
     args = parse_process_args(p, argv)
     try:
         level = config.log_level(args.log_level)
@@ -89,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--listen with a fixed port needs --nworkers 1")
         return _run_workers(args)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.nanny:
+        from squall.worker.nanny import run_nanny
+
+        return run_nanny(args.scheduler, worker_command(args, args.name))
     try:
         restart = asyncio.run(
             run_worker(
@@ -98,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 address=args.listen,
                 resources=args.resources,
                 memory_limit=args.memory_limit,
+                nanny=args.nanny_address,
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -129,20 +143,9 @@ def _run_workers(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         for i in range(args.nworkers):
-            # Unset options stay unset, so each process reads the same config defaults.
-            cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
-            cmd += ["--memory-limit", str(args.memory_limit)]
-            for flag, value in (
-                ("--nthreads", args.nthreads),
-                ("--listen", args.listen),
-                ("--log-level", args.log_level),
-            ):
-                if value is not None:
-                    cmd += [flag, str(value)]
-            if args.name is not None:
-                cmd += ["--name", f"{args.name}-{i}"]
-            if args.resources:
-                cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
+            name = None if args.name is None else f"{args.name}-{i}"
+            cmd = worker_command(args, name)
+            cmd.append("--nanny" if args.nanny else "--no-nanny")
             procs.append(subprocess.Popen(cmd))
         codes = [proc.wait() for proc in procs]
     except BaseException:
@@ -152,3 +155,21 @@ def _run_workers(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0 if all(code == 0 for code in codes) else 1
+
+
+def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
+    """The command running one ``squall worker`` process of these arguments, named
+    ``name``; options left unset stay unset, so it reads the same config defaults."""
+    cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
+    cmd += ["--memory-limit", str(args.memory_limit)]
+    for flag, value in (
+        ("--nthreads", args.nthreads),
+        ("--listen", args.listen),
+        ("--log-level", args.log_level),
+        ("--name", name),
+    ):
+        if value is not None:
+            cmd += [flag, str(value)]
+    if args.resources:
+        cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
+    return cmd

@@ -35,8 +35,9 @@ docs/runtime.md. Choices the protocol table leaves open:
   the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
   then is it served and freed like a task's result.
 * ``run`` (peer message, ``Client.run``) calls a function on the event loop, as Dask.
-* ``restart`` from the scheduler closes the worker at once; the ``squall worker``
-  program then re-executes itself (same pid, fresh interpreter, abandoned task threads
+* ``restart`` from the scheduler (to workers without a nanny; see
+  :mod:`squall.worker.nanny`) closes the worker at once; the ``squall worker`` program
+  then re-executes itself (same pid, fresh interpreter, abandoned task threads
   gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
@@ -50,6 +51,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import pickle
 import sys
 import threading
@@ -124,6 +126,7 @@ class Worker:
         address: str | None = None,
         resources: dict[str, float] | None = None,
         memory_limit: int = 0,
+        nanny: str | None = None,
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -137,6 +140,8 @@ class Worker:
         self.address = address
         self.resources = {str(k): float(v) for k, v in (resources or {}).items()}
         self.memory_limit = memory_limit
+        #: The address of the nanny supervising this worker (squall.worker.nanny), if any.
+        self.nanny = nanny
         self.worker_id: int | None = None
         self._batch_interval = config.seconds("comm.batch-interval.worker")
         self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
@@ -206,6 +211,8 @@ class Worker:
             "name": self.name if self.name is not None else self.address,
             "memory_limit": self.memory_limit,
             "resources": self.resources,
+            "nanny": self.nanny,
+            "pid": os.getpid(),
         }
         try:
             self._scheduler = await comm.connect(self.scheduler_address, role="worker", info=info)
@@ -525,7 +532,7 @@ class Worker:
                     elif op == ops.UPDATE_DATA:
                         await c.write(self._update_data(h, payload))
                     elif op == ops.RUN:
-                        await c.write(*await self._run_function(h, payload))
+                        await c.write(*await run_function(self, h, payload, self._bg))
                     else:
                         raise comm.ProtocolError(f"unknown peer message {op!r}")
         except comm.CommError as e:
@@ -567,29 +574,6 @@ class Worker:
                 staged = (held, self.nbytes.get(key, 0))
             self._core.put_scattered(tid, key, *staged)
 
-    async def _run_function(
-        self, h: comm.Header, payload: memoryview
-    ) -> tuple[comm.Header, bytes]:
-        """``Client.run``: call on the event loop (as Dask), awaiting coroutines."""
-        reply: comm.Header = {"op": ops.RUN_RESULT, "id": h.get("id")}
-        try:
-            func, args, kwargs = pickle.loads(payload)
-            if _takes_arg(func, "dask_worker"):
-                kwargs = {**kwargs, "dask_worker": self}
-            result = func(*args, **kwargs)
-            if inspect.isawaitable(result):
-                if h.get("wait", True):
-                    result = await result
-                else:
-                    task = asyncio.ensure_future(result)
-                    self._bg.add(task)
-                    task.add_done_callback(self._bg.discard)
-                    result = None
-            return {**reply, "status": "OK"}, cloudpickle.dumps(result)
-        except Exception as e:
-            fields, blob = error_fields(pack_error(e))
-            return {**reply, "status": "error", **fields}, blob
-
 
 _MISSING = object()
 
@@ -610,6 +594,32 @@ def _pickle_values(values: list[Any]) -> tuple[list[int], list[bytes]]:
         sizes.append(len(blob))
         blobs.append(blob)
     return sizes, blobs
+
+
+async def run_function(
+    server: object, h: comm.Header, payload: memoryview, background: set[asyncio.Task[Any]]
+) -> tuple[comm.Header, bytes]:
+    """``Client.run`` on a worker or a nanny (``server``, given to a ``dask_worker``
+    parameter): call on the event loop (as Dask), awaiting coroutines unless not
+    ``wait`` (then kept in ``background``)."""
+    reply: comm.Header = {"op": ops.RUN_RESULT, "id": h.get("id")}
+    try:
+        func, args, kwargs = pickle.loads(payload)
+        if _takes_arg(func, "dask_worker"):
+            kwargs = {**kwargs, "dask_worker": server}
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if h.get("wait", True):
+                result = await result
+            else:
+                task = asyncio.ensure_future(result)
+                background.add(task)
+                task.add_done_callback(background.discard)
+                result = None
+        return {**reply, "status": "OK"}, cloudpickle.dumps(result)
+    except Exception as e:
+        fields, blob = error_fields(pack_error(e))
+        return {**reply, "status": "error", **fields}, blob
 
 
 def default_address() -> str:

@@ -18,18 +18,19 @@ fn strs(keys: &[String]) -> Vec<&str> {
     keys.iter().map(String::as_str).collect()
 }
 
+/// Submits `keys` as wanted independent roots, in order (as `client.map` does).
+fn submit_roots(h: &mut H, keys: &[String]) {
+    let opts = TaskOptions::default();
+    h.submit_with(&roots(keys), &strs(keys), opts, GraphOrder::Sequential)
+        .unwrap();
+}
+
 #[test]
 fn queuing_fills_saturation_slots_then_releases_one_per_completion() {
     let mut h = H::new();
     h.worker("tcp://a", 4);
     let keys = many("root", 20);
-    h.submit_with(
-        &roots(&keys),
-        &strs(&keys),
-        TaskOptions::default(),
-        GraphOrder::Sequential,
-    )
-    .unwrap();
+    submit_roots(&mut h, &keys);
     // ceil(1.1 × 4) = 5 slots.
     assert_eq!(h.running.len(), 5);
     assert_eq!(h.s.n_queued(), 15);
@@ -50,13 +51,7 @@ fn queuing_batches_tiny_tasks_by_expected_duration() {
     let mut h = H::new();
     let w = h.worker("tcp://a", 1);
     let keys = many("tiny", 3000);
-    h.submit_with(
-        &roots(&keys),
-        &strs(&keys),
-        TaskOptions::default(),
-        GraphOrder::Sequential,
-    )
-    .unwrap();
+    submit_roots(&mut h, &keys);
     assert_eq!(
         h.running.len(),
         2,
@@ -113,13 +108,7 @@ fn co_assignment_without_queuing_batches_siblings() {
     h.worker("tcp://a", 2);
     h.worker("tcp://b", 2);
     let keys = many("root", 16);
-    h.submit_with(
-        &roots(&keys),
-        &strs(&keys),
-        TaskOptions::default(),
-        GraphOrder::Sequential,
-    )
-    .unwrap();
+    submit_roots(&mut h, &keys);
     assert_eq!(h.s.n_queued(), 0, "no queuing with infinite saturation");
     // floor(16 / 4 × 2) = 8 consecutive siblings per worker.
     let places: Vec<String> = keys.iter().map(|k| h.worker_of(k).unwrap()).collect();
@@ -573,13 +562,7 @@ fn a_late_report_of_a_requeued_task_is_ignored_and_its_result_freed() {
     let a = h.worker("tcp://a", 1);
     h.worker("tcp://b", 1);
     let keys = many("root", 10);
-    h.submit_with(
-        &roots(&keys),
-        &strs(&keys),
-        TaskOptions::default(),
-        GraphOrder::Sequential,
-    )
-    .unwrap();
+    submit_roots(&mut h, &keys);
     let (_, t, run) = *h.running.iter().find(|r| r.0 == a).unwrap();
     let now = h.tick_time(1.0);
     h.s.worker_status_change(a, WorkerStatus::Paused, now)

@@ -1,0 +1,199 @@
+"""The nanny: a ``squall worker`` process that runs the worker in a child process and
+starts a new one when it dies (docs/runtime.md#supervision-the-nanny).
+
+It lives beside the worker program because it *is* that program by default (``squall
+worker`` = ``squall worker --nanny``), whatever starts it: LocalCluster, ``--nworkers``,
+a user; the deployment code only chooses ``--nanny`` or ``--no-nanny``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from squall import config
+from squall.deploy.lifeline import lifeline
+from squall.protocol import comm, ops
+from squall.worker.worker import run_function
+
+logger = logging.getLogger("squall.nanny")
+
+#: A worker that dies sooner than this (seconds) after it started died quickly.
+QUICK_DEATH = 10.0
+#: Seconds to wait before starting a new worker after the 1st, 2nd, ... quick death in
+#: a row (the last repeats): the first at once, as Dask's nanny, then doubling, so that
+#: a worker that cannot live does not spin.
+BACKOFF = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: How long a worker told to stop (SIGTERM) may take before it is killed.
+STOP_GRACE = 5.0
+
+
+def backoff(quick_deaths: int) -> float:
+    """The delay before a restart after ``quick_deaths`` (≥ 1) quick deaths in a row."""
+    return BACKOFF[min(quick_deaths, len(BACKOFF)) - 1]
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Nanny:
+    """Supervises one worker process, ``worker_command`` (a ``squall worker
+    --no-nanny`` command line), until it leaves on its own (exit code 0: it lost its
+    scheduler or was closed), the scheduler goes away, or the nanny is told to close.
+
+    The nanny holds a connection to the scheduler as role ``nanny``: it sends
+    ``worker-died`` when its worker dies, and takes ``restart``. It also serves peers
+    ``run`` (``Client.run(..., nanny=True)``)."""
+
+    def __init__(self, scheduler_address: str, worker_command: list[str]) -> None:
+        self.scheduler_address = scheduler_address
+        self.address = comm.format_address(str(config.get("worker.host")), 0)
+        self._command = worker_command
+        self._process: asyncio.subprocess.Process | None = None
+        self._scheduler: comm.Comm | None = None
+        self._listener: comm.Listener | None = None
+        self._closing = asyncio.Event()
+        self._restarting = False
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    async def run(self) -> int:
+        """Supervise until done; the exit code of the ``squall worker`` program."""
+        self._listener = await comm.listen(
+            self.address, self._serve_peer, roles=frozenset({"peer"})
+        )
+        self.address = self._listener.address
+        try:
+            self._scheduler = await comm.connect(
+                self.scheduler_address, role="nanny", info={"address": self.address}
+            )
+            reply, _ = await self._scheduler.read()
+            if reply["op"] != ops.REGISTERED:
+                raise comm.CommError(str(reply.get("message", reply)))
+        except comm.CommError as e:
+            logger.error("nanny %s: cannot join the scheduler: %s", self.address, e)
+            await self._listener.close()
+            return 1
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.close)
+        reader = loop.create_task(self._read_scheduler())
+        try:
+            await self._supervise()
+        finally:
+            await self._stop_worker()
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            await self._scheduler.close()
+            await self._listener.close()
+        return 0
+
+    def close(self) -> None:
+        """Stop the worker, then the nanny."""
+        if not self._closing.is_set():
+            logger.info("nanny %s: closing", self.address)
+            self._closing.set()
+            self._spawn(self._stop_worker())
+
+    async def _supervise(self) -> None:
+        loop = asyncio.get_running_loop()
+        quick_deaths = 0
+        while not self._closing.is_set():
+            started = loop.time()
+            self._restarting = False  # a restart asked for while none ran is done
+            self._process = await asyncio.create_subprocess_exec(
+                *self._command,
+                "--no-nanny",
+                "--watch-stdin",  # the worker dies with its nanny, even a SIGKILLed one
+                "--nanny-address",
+                self.address,
+                stdin=lifeline(),
+            )
+            if self._closing.is_set():  # closed while it started
+                await self._stop_worker()
+            code = await self._process.wait()
+            if self._closing.is_set():
+                return
+            if self._restarting:
+                quick_deaths = 0
+                continue
+            if code == 0:
+                logger.info("nanny %s: the worker left, closing", self.address)
+                return
+            quick = loop.time() - started < QUICK_DEATH
+            quick_deaths = quick_deaths + 1 if quick else 1
+            delay = backoff(quick_deaths)
+            logger.warning(
+                "nanny %s: worker process %d died (%s); restarting in %.1fs",
+                self.address,
+                self._process.pid,
+                describe_exit(code),
+                delay,
+            )
+            with contextlib.suppress(comm.CommError):
+                died = {"op": ops.WORKER_DIED, "pid": self._process.pid, "exit_code": code}
+                await self._scheduler_comm().write(died)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), delay)
+
+    async def _stop_worker(self) -> None:
+        """SIGTERM (the worker's graceful exit), SIGKILL after ``STOP_GRACE``."""
+        p = self._process
+        if p is None or p.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            p.terminate()
+        try:
+            await asyncio.wait_for(p.wait(), STOP_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            await p.wait()
+
+    def _scheduler_comm(self) -> comm.Comm:
+        assert self._scheduler is not None, "the nanny has not joined its scheduler"
+        return self._scheduler
+
+    async def _read_scheduler(self) -> None:
+        try:
+            while True:
+                for h, _ in await self._scheduler_comm().read_messages():
+                    if h["op"] == ops.RESTART:
+                        logger.info("nanny %s: restart requested", self.address)
+                        self._restarting = True
+                        self._spawn(self._stop_worker())
+                    else:
+                        logger.warning("nanny %s: unknown message %r ignored", self.address, h)
+        except comm.CommError as e:
+            logger.info("nanny %s: lost the scheduler (%s)", self.address, e)
+            self.close()
+
+    async def _serve_peer(self, c: comm.Comm) -> None:
+        try:
+            while True:
+                for h, payload in await c.read_messages():
+                    if h["op"] != ops.RUN:
+                        raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
+                    await c.write(*await run_function(self, h, payload, self._bg))
+        except comm.CommError as e:
+            if not isinstance(e, comm.CommClosedError):
+                logger.info("nanny %s: peer %s: %s", self.address, c.peer, e)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+
+def run_nanny(scheduler_address: str, worker_command: list[str]) -> int:
+    """``squall worker`` (``--nanny``): supervise a worker run by ``worker_command``."""
+    return asyncio.run(Nanny(scheduler_address, worker_command).run())
