@@ -133,7 +133,7 @@ impl Scheduler {
     }
 
     pub(crate) fn put_key_in_stealable(&mut self, t: TaskId) {
-        let Some(w) = self.task(t).processing_on else {
+        let Some(w) = self.task(t).processing_on() else {
             return;
         };
         let Some(level) = self.steal_level(t) else {
@@ -279,7 +279,7 @@ impl Scheduler {
                     let current = self.stealing.key_stealable.contains_key(&t)
                         && self
                             .get_task(t)
-                            .is_some_and(|x| x.processing_on == Some(victim));
+                            .is_some_and(|x| x.processing_on() == Some(victim));
                     if !current {
                         self.stealing.bins(victim)[level].swap_remove(&t);
                         continue;
@@ -430,7 +430,7 @@ impl Scheduler {
         let d = self.remove_from_in_flight(t).expect("checked in flight");
         let (thief, victim) = (d.thief, d.victim);
         let reschedule = |s: &mut Scheduler, st: &mut Stimulus| {
-            if s.task(t).state == S::Processing && s.task(t).processing_on == Some(victim) {
+            if s.task(t).state == S::Processing && s.task(t).processing_on() == Some(victim) {
                 st.recs.insert(t, S::Released);
                 s.settle(st);
             }
@@ -445,7 +445,8 @@ impl Scheduler {
                     || self.worker(thief).status != crate::worker::WorkerStatus::Running
                 {
                     reschedule(self, st);
-                } else if self.task(t).processing_on == Some(victim) && self.is_registered(victim) {
+                } else if self.task(t).processing_on() == Some(victim) && self.is_registered(victim)
+                {
                     self.move_processing(t, victim, thief);
                     self.stealing.moves += 1;
                 } else {
@@ -468,7 +469,7 @@ impl Scheduler {
     fn move_processing(&mut self, t: TaskId, victim: WorkerId, thief: WorkerId) {
         self.detach_from_worker(t, victim);
         self.attach_to_worker(t, thief);
-        self.tm(t).processing_on = Some(thief);
+        self.tm(t).set_processing_on(Some(thief));
         self.put_key_in_stealable(t);
         let run_id = self.next_run_id();
         self.tm(t).run_id = run_id;

@@ -384,7 +384,7 @@ impl Scheduler {
         let t = report.task;
         let ts = self.task(t);
         if ts.run_id != report.run_id {
-            if ts.state == S::Processing && ts.processing_on == Some(w) {
+            if ts.state == S::Processing && ts.processing_on() == Some(w) {
                 st.recs.insert(t, S::Released);
                 return (Ok(Outcome::Applied), Slots::MayHaveOpened);
             }
@@ -453,7 +453,7 @@ impl Scheduler {
             if ts.state != S::Processing {
                 return (Ok(Outcome::Ignored), Slots::Unchanged);
             }
-            if ts.run_id != run_id && ts.processing_on != Some(w) {
+            if ts.run_id != run_id && ts.processing_on() != Some(w) {
                 let stale = CoreError::StaleRunId {
                     key: ts.key.clone(),
                     got: run_id,
@@ -492,7 +492,7 @@ impl Scheduler {
         self.check_task(t)?;
         let ts = self.task(t);
         if ts.state != S::Processing
-            || ts.processing_on != Some(w)
+            || ts.processing_on() != Some(w)
             || ts.run_id != run_id
             || ts.is_long_running()
         {
@@ -521,7 +521,7 @@ impl Scheduler {
         self.check_worker(w)?;
         self.check_task(t)?;
         let ts = self.task(t);
-        if ts.state != S::Processing || ts.processing_on != Some(w) {
+        if ts.state != S::Processing || ts.processing_on() != Some(w) {
             return Ok(Outcome::Ignored);
         }
         self.stimulus(now, |_, st| {
@@ -568,7 +568,7 @@ impl Scheduler {
             .task(t)
             .dependents
             .iter()
-            .filter(|&d| self.task(d).processing_on == Some(w))
+            .filter(|&d| self.task(d).processing_on() == Some(w))
             .count() as u32;
         if n == 0 {
             return;

@@ -183,7 +183,7 @@ impl Scheduler {
             }
             (Processing, Erred) => {
                 if self.task(t).is_actor() {
-                    if let Some(ws) = self.task(t).processing_on {
+                    if let Some(ws) = self.task(t).processing_on() {
                         self.wm(ws).actors.swap_remove(&t);
                     }
                 }
@@ -429,7 +429,7 @@ impl Scheduler {
     /// `_add_to_processing` (docs/scheduling.md#entering-processing).
     pub(crate) fn add_to_processing(&mut self, t: TaskId, w: WorkerId, stim: u64, recs: &mut Recs) {
         let dep_bytes = self.attach_to_worker(t, w);
-        self.tm(t).processing_on = Some(w);
+        self.tm(t).set_processing_on(Some(w));
         self.set_state(t, S::Processing);
         self.check_idle_saturated(w, None);
         self.n_processing_assignments += 1;
@@ -459,7 +459,8 @@ impl Scheduler {
 
     /// `_exit_processing_common` (docs/scheduling.md#leaving-processing): returns the worker if it is still registered.
     pub(crate) fn exit_processing_common(&mut self, t: TaskId) -> Option<WorkerId> {
-        let w = self.tm(t).processing_on.take()?;
+        let w = self.task(t).processing_on()?;
+        self.tm(t).set_processing_on(None);
         self.detach_from_worker(t, w);
         if !self.is_registered(w) {
             return None;
@@ -507,7 +508,7 @@ impl Scheduler {
             recs.insert(t, S::Released);
             return;
         }
-        if self.task(t).processing_on != Some(worker) {
+        if self.task(t).processing_on() != Some(worker) {
             debug_assert!(
                 false,
                 "finished report from a worker the task is not processing on"
@@ -902,7 +903,7 @@ impl Scheduler {
             });
             self.remove_want(t, c);
         }
-        self.tm(t).processing_on = None;
+        self.tm(t).set_processing_on(None);
         self.remove_task(t);
     }
 

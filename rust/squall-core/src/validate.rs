@@ -138,7 +138,7 @@ impl Scheduler {
             );
         }
         ensure!(
-            ts.processing_on.is_some() == (ts.state == S::Processing),
+            ts.processing_on().is_some() == (ts.state == S::Processing),
             "{k:?}: processing_on set iff processing (state {})",
             ts.state.name()
         );
@@ -226,7 +226,7 @@ impl Scheduler {
                 );
             }
             S::Processing => {
-                let w = ts.processing_on.expect("checked above");
+                let w = ts.processing_on().expect("checked above");
                 ensure!(
                     self.get_worker(w)
                         .is_some_and(|ws| ws.processing.contains(&t)),
@@ -274,7 +274,7 @@ impl Scheduler {
                 .get_task(t)
                 .ok_or_else(|| format!("{a}: processing a forgotten task"))?;
             ensure!(
-                ts.processing_on == Some(w),
+                ts.processing_on() == Some(w),
                 "{a}: lists {:?} which processes elsewhere",
                 ts.key
             );

@@ -515,7 +515,7 @@ fn events_for_unknown_workers_tasks_and_stale_runs_are_errors() {
     h.drain();
     let b = h.worker("tcp://b", 1);
     let (_, t, run) = h.running[0];
-    let other = if h.s.task(t).processing_on == Some(a) {
+    let other = if h.s.task(t).processing_on() == Some(a) {
         b
     } else {
         a

@@ -473,7 +473,7 @@ impl World {
     fn is_current(&self, r: &Rec) -> bool {
         self.lookup(&r.key).is_some_and(|t| {
             let ts = self.s.task(t);
-            ts.state == S::Processing && ts.processing_on == Some(r.w) && ts.run_id == r.run
+            ts.state == S::Processing && ts.processing_on() == Some(r.w) && ts.run_id == r.run
         })
     }
 

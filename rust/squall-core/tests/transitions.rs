@@ -421,7 +421,7 @@ fn a_dropped_fetched_copy_is_needed_again_by_tasks_processing_there() {
     h.s.add_keys(other, &[x], now).unwrap();
     // A dependent lands on a worker holding x, then that copy goes before it ran.
     h.submit(&[("y", &["x"])], &["y"]).unwrap();
-    let on = h.s.task(h.t("y")).processing_on.unwrap();
+    let on = h.s.task(h.t("y")).processing_on().unwrap();
     let now = h.tick_time(0.1);
     h.s.release_worker_data(on, x, now).unwrap();
     h.s.validate().unwrap();

@@ -619,7 +619,7 @@ impl Simulation {
                 let current = self.s.get_task(t).is_some_and(|ts| {
                     ts.state == TaskState::Processing
                         && ts.run_id == run_id
-                        && ts.processing_on == Some(w)
+                        && ts.processing_on() == Some(w)
                 });
                 let nbytes = self.tasks.nbytes[task] as i64;
                 let report = Finished::computed(t, run_id, nbytes, start, stop);

@@ -192,7 +192,7 @@ pub fn encode_compute(s: &Scheduler, cmds: &[Command]) -> BTreeMap<WorkerId, Com
         {
             let current = s
                 .get_task(task)
-                .is_some_and(|ts| ts.run_id == run_id && ts.processing_on == Some(worker));
+                .is_some_and(|ts| ts.run_id == run_id && ts.processing_on() == Some(worker));
             if current {
                 building.entry(worker).or_default().push(s, task, run_id);
             }

@@ -172,7 +172,7 @@ impl H {
         let s = &self.s;
         self.running.retain(|&(w, t, run)| {
             s.get_task(t)
-                .is_some_and(|ts| ts.run_id == run && ts.processing_on == Some(w))
+                .is_some_and(|ts| ts.run_id == run && ts.processing_on() == Some(w))
         });
     }
 
@@ -253,7 +253,7 @@ impl H {
         let t = self.t(k);
         self.s
             .task(t)
-            .processing_on
+            .processing_on()
             .map(|w| self.s.worker(w).address.clone())
     }
 }

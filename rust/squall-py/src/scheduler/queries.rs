@@ -57,7 +57,7 @@ impl Scheduler {
         d.set_item("nbytes", ts.nbytes)?;
         d.set_item(
             "processing_on",
-            ts.processing_on.map(|w| s.worker(w).address.clone()),
+            ts.processing_on().map(|w| s.worker(w).address.clone()),
         )?;
         d.set_item(
             "who_has",
