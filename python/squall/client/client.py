@@ -45,6 +45,7 @@ from squall._core import encode_keys
 from squall.client.data import DataMovement
 from squall.client.futures import Future, Key, dep_key, futures_of
 from squall.client.loop import timeout_seconds
+from squall.client.unique import unique_ids
 from squall.dask.graphs import (
     compute_expr,
     expr_of_graph,
@@ -195,7 +196,7 @@ class Client(DataMovement):
             if pure:
                 key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
             else:
-                key = f"{funcname(func)}-{uuid.uuid4()}"
+                key = f"{funcname(func)}-{unique_ids.next()}"
         with self._refcount_lock:
             if key in self.futures:
                 return Future(key, self)
