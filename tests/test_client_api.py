@@ -36,6 +36,7 @@ from squall import (
     secede,
 )
 from squall.deploy.local import LocalCluster
+from squall.deploy.shape import default_shape
 from squall.errors import CancelledError
 
 # Worker processes cannot import this test module: ship its functions by value.
@@ -605,7 +606,23 @@ def test_worker_cli_with_several_processes() -> None:
         text=True,
         timeout=30,
     )
-    assert bad.returncode != 0 and "--nworkers must be at least 1" in bad.stderr
+    assert bad.returncode != 0 and "--nworkers must come to at least 1" in bad.stderr
+
+
+@pytest.mark.parametrize("nworkers", ["auto", "-1"])
+def test_worker_cli_sizes_itself_to_the_machine(nworkers: str) -> None:
+    cores = os.cpu_count() or 1
+    expected = default_shape(cores) if nworkers == "auto" else (cores, 1)
+    with cli_scheduler() as address:
+        cmd = [sys.executable, "-m", "squall.cli", "worker", address, "--nworkers", nworkers]
+        workers = subprocess.Popen([*cmd, "--no-nanny"])
+        try:
+            with Client(address) as c:
+                eventually(lambda: len(c.nthreads()) == expected[0], timeout=30)
+                assert set(c.nthreads().values()) == {expected[1]}
+        finally:
+            workers.send_signal(signal.SIGTERM)
+            assert workers.wait(timeout=20) == 0
 
 
 def test_workers_measure_bandwidth_and_report_it(client: Client, cluster: LocalCluster) -> None:

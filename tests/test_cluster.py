@@ -20,7 +20,8 @@ from conftest import cli_scheduler
 
 import squall
 from squall import Client
-from squall.deploy.local import LocalCluster, default_shape
+from squall.deploy.local import LocalCluster
+from squall.deploy.shape import default_shape
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

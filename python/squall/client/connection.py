@@ -66,15 +66,20 @@ class ClientConnection:
         direct_to_workers: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        # ``direct_to_workers`` and distributed's other options (``kwargs``) are accepted
-        # and ignored: results always come straight from the workers.
+        # ``direct_to_workers`` is accepted and ignored: results always come straight
+        # from the workers. Without an address, ``kwargs`` go to the LocalCluster started
+        # (``n_workers=``, ``processes=``, ...), which ignores distributed's options it
+        # does not know, as it does otherwise.
         if asynchronous:
             require_running_loop()  # before starting a cluster nothing would close
         self._own_cluster: Any = None
         if address is None:
             from squall.deploy.local import LocalCluster
 
-            self._own_cluster = address = LocalCluster()
+            self._own_cluster = address = LocalCluster(**kwargs)
+        #: The cluster object this client was given or started (``Client(cluster)``,
+        #: ``Client()``), as distributed's ``Client.cluster``; None for an address.
+        self.cluster: Any = None if isinstance(address, str) else address
         if not isinstance(address, str):
             address = getattr(address, "scheduler_address", None) or getattr(
                 address, "address", None

@@ -1,6 +1,8 @@
-"""``LocalCluster``: a scheduler and worker processes on this machine.
+"""``LocalCluster``: a scheduler and workers on this machine.
 
-They do not outlive the process that started them (:mod:`squall.deploy.lifeline`).
+Processes by default, which do not outlive the process that started them
+(:mod:`squall.deploy.lifeline`); with ``processes=False``, inside the calling process
+(:mod:`squall.deploy.embedded`).
 """
 
 from __future__ import annotations
@@ -15,18 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from squall import config
+from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
+from squall.deploy.shape import default_shape
 from squall.protocol import comm, ops
 
 T = TypeVar("T")
-
-
-def default_shape(n_cores: int) -> tuple[int, int]:
-    """(workers, threads per worker) for a machine, as Dask sizes its LocalCluster."""
-    if n_cores <= 4:
-        return n_cores, 1
-    workers = max(2, int(n_cores**0.5))
-    return workers, max(1, n_cores // workers)
 
 
 class LocalCluster:
@@ -43,7 +39,12 @@ class LocalCluster:
 
     With ``nanny=True`` (the default, as Dask's) each worker runs under a nanny that
     starts a new worker process when it dies (docs/runtime.md#supervision-the-nanny);
-    ``worker_processes`` are then the nannies' processes."""
+    ``worker_processes`` are then the nannies' processes.
+
+    With ``processes=False`` the scheduler and workers run on a thread of this process
+    instead (as Dask's, one worker with a thread per core by default, and no nanny):
+    the quick embedded mode for tests and notebooks. Restarted workers are replaced by
+    new ones in the process; a task that crashes the worker crashes the caller too."""
 
     def __init__(
         self,
@@ -57,19 +58,25 @@ class LocalCluster:
         scheduler_kwargs: dict[str, Any] | None = None,
         resources: dict[str, float] | None = None,
         nanny: bool = True,
+        processes: bool = True,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
-        default_workers, default_threads = default_shape(cores)
+        default_workers, default_threads = default_shape(cores) if processes else (1, cores)
         self.n_workers = default_workers if n_workers is None else n_workers
         self.threads_per_worker = threads_per_worker or default_threads
         self.resources = dict(resources or {})
-        self.nanny = nanny
+        self.processes = processes
+        self.nanny = nanny and processes
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
+        self._embedded: EmbeddedCluster | None = None
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
         try:
-            self._start(host, scheduler_port, timeout, log_level)
+            if processes:
+                self._start(host, scheduler_port, timeout, log_level)
+            else:
+                self._start_embedded(host, scheduler_port, timeout, scheduler_kwargs)
         except BaseException:
             self.close()
             raise
@@ -91,6 +98,20 @@ class LocalCluster:
         self.scheduler_address = line[len(prefix) :].strip()
         for i in range(self.n_workers):
             self._procs.append(self._spawn_worker(f"local-{i}", log_level))
+        self.wait_for_workers(self.n_workers, timeout)
+
+    def _start_embedded(
+        self, host: str, port: int, timeout: float, scheduler_kwargs: dict[str, Any] | None
+    ) -> None:
+        self._embedded = EmbeddedCluster(comm.format_address(host, port), scheduler_kwargs)
+        self.scheduler_address = self._embedded.address
+        for i in range(self.n_workers):
+            self._embedded.add_worker(
+                nthreads=self.threads_per_worker,
+                name=f"local-{i}",
+                address=comm.format_address(host, 0),
+                resources=self.resources,
+            )
         self.wait_for_workers(self.n_workers, timeout)
 
     def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
@@ -124,10 +145,17 @@ class LocalCluster:
                 raise TimeoutError(f"only some of {n} workers joined within {timeout}s")
             time.sleep(0.05)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the workers, then the scheduler. Processes get ``timeout`` seconds
+        (default 10) after SIGTERM before SIGKILL; an embedded cluster waits at most
+        ``timeout`` for its workers and scheduler to close."""
+        if self._embedded is not None:
+            self._embedded.close(timeout)
+            self._embedded = None
         # Workers first, so none of them sees its scheduler vanish and warns about it.
-        _stop(self._procs)
-        _stop([self._scheduler] if self._scheduler else [])
+        grace = 10.0 if timeout is None else timeout
+        _stop(self._procs, grace)
+        _stop([self._scheduler] if self._scheduler else [], grace)
         if self._scheduler is not None and self._scheduler.stdout is not None:
             self._scheduler.stdout.close()
         self._procs.clear()
@@ -142,7 +170,7 @@ class LocalCluster:
     def __repr__(self) -> str:
         return (
             f"LocalCluster({self.scheduler_address!r}, workers={self.n_workers}, "
-            f"threads={self.threads_per_worker})"
+            f"threads={self.threads_per_worker}, processes={self.processes})"
         )
 
 
@@ -171,14 +199,15 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def _stop(procs: list[subprocess.Popen[str]]) -> None:
-    """SIGTERM, then SIGKILL whatever is still running 10 s later."""
+def _stop(procs: list[subprocess.Popen[str]], grace: float) -> None:
+    """SIGTERM, then SIGKILL whatever is still running ``grace`` seconds later."""
     for p in procs:
         if p.poll() is None:
             p.terminate()
+    deadline = time.monotonic() + grace
     for p in procs:
         try:
-            p.wait(timeout=10)
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()

@@ -19,6 +19,7 @@ from typing import Any
 
 from squall import config
 from squall.deploy.lifeline import parse_process_args
+from squall.deploy.shape import default_shape
 from squall.protocol import comm
 from squall.worker.worker import Worker
 
@@ -63,6 +64,15 @@ def _parse_resources(text: str) -> dict[str, float]:
     return out
 
 
+def _parse_nworkers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', not {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``squall worker``. On a restart from the scheduler the program re-executes
     itself with the same arguments."""
@@ -70,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
     p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
     p.add_argument("--nthreads", type=int, help="default: squall.worker.nthreads")
-    p.add_argument("--nworkers", type=int, default=1, help="worker processes to start")
+    p.add_argument(
+        "--nworkers",
+        type=_parse_nworkers,
+        default=1,
+        help="worker processes to start; negative: CPU count + 1 + N; 'auto': processes "
+        "and threads sized to the CPUs as LocalCluster does",
+    )
     p.add_argument("--name", default=None)
     p.add_argument(
         "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
@@ -91,8 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as e:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
+    if args.nworkers == "auto":
+        args.nworkers, threads = default_shape(os.cpu_count() or 1)
+        if args.nthreads is None:
+            args.nthreads = threads
+    elif args.nworkers < 0:
+        args.nworkers += (os.cpu_count() or 1) + 1
     if args.nworkers < 1:
-        p.error("--nworkers must be at least 1")
+        p.error("--nworkers must come to at least 1")
     if args.nworkers > 1:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
             p.error("--listen with a fixed port needs --nworkers 1")
