@@ -1,6 +1,7 @@
 """``squall bench e2e``: squall and ``distributed`` end to end, in one run, on the same
 machine and cluster shape (one scheduler process, worker processes with the same
-threads, no nanny), so the figures are ratios taken under the same noise.
+threads, with or without a nanny: ``--nanny``), so the figures are ratios taken under
+the same noise.
 
 Rows: a no-op ``map``, N ``submit`` calls, a ``dask.delayed`` binary-tree sum and a
 dask.array ``(x + x.T).sum()``: tasks/s (median of ``--repeat`` runs), the squall/dask
@@ -76,13 +77,16 @@ def _free_port() -> int:
 
 
 @contextmanager
-def cluster(system: str, workers: int, threads: int) -> Iterator[tuple[Any, psutil.Process]]:
-    """A client and the scheduler's process, for ``system`` with no workers if 0."""
+def cluster(
+    system: str, workers: int, threads: int, nanny: bool = False
+) -> Iterator[tuple[Any, psutil.Process]]:
+    """A client and the scheduler's process, for ``system`` with no workers if 0; each
+    worker under a nanny if ``nanny``."""
     if system == "squall":
         from squall.client.client import Client
         from squall.deploy.local import LocalCluster
 
-        with LocalCluster(n_workers=workers, threads_per_worker=threads, nanny=False) as c:
+        with LocalCluster(n_workers=workers, threads_per_worker=threads, nanny=nanny) as c:
             assert c.scheduler_process is not None
             with Client(c) as client:
                 yield client, psutil.Process(c.scheduler_process.pid)
@@ -104,7 +108,8 @@ def cluster(system: str, workers: int, threads: int) -> Iterator[tuple[Any, psut
                 spawn(
                     "distributed.cli.dask_worker",
                     address,
-                    *("--nthreads", str(threads), "--no-nanny", "--no-dashboard"),
+                    *("--nthreads", str(threads), "--no-dashboard"),
+                    "--nanny" if nanny else "--no-nanny",
                 )
             )
         with DaskClient(address, timeout=30) as client:  # type: ignore[no-untyped-call]
@@ -190,9 +195,11 @@ WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
 }
 
 
-def throughput(system: str, name: str, size: int, repeat: int, workers: int, threads: int) -> Row:
+def throughput(
+    system: str, name: str, size: int, repeat: int, workers: int, threads: int, nanny: bool
+) -> Row:
     fn = WORKLOADS[name][0]
-    with cluster(system, workers, threads) as (client, sched):
+    with cluster(system, workers, threads, nanny) as (client, sched):
         fn(client, max(size // 100, 10))  # warm up: imports, connections, durations
         runs = []
         for _ in range(repeat):
@@ -218,10 +225,10 @@ def hold_memory(system: str, n: int) -> Row:
     return Row("hold-waiting (bytes/task)", system, n, dt, rss / n, 0.0)
 
 
-def accept_latency(system: str, leaves: int) -> Row:
+def accept_latency(system: str, leaves: int, nanny: bool) -> Row:
     """Seconds from a delayed graph leaving the client until the scheduler holds it."""
     total, n = _tree(leaves)
-    with cluster(system, 1, 1) as (client, _):
+    with cluster(system, 1, 1, nanny) as (client, _):
         t0 = time.perf_counter()
         future = client.compute(total)
         sent = time.perf_counter()
@@ -253,6 +260,7 @@ def main(
     threads: int = 1,
     quick: bool = False,
     full: bool = False,
+    nanny: bool = False,
     as_json: bool = False,
 ) -> list[Row]:
     sizes = QUICK if quick else SIZES
@@ -262,7 +270,7 @@ def main(
     for name in workloads:
         attr = WORKLOADS[name][1]
         got = {
-            s: throughput(s, name, getattr(sizes[s], attr), repeat, workers, threads)
+            s: throughput(s, name, getattr(sizes[s], attr), repeat, workers, threads, nanny)
             for s in systems
         }
         if "dask" in got and "squall" in got:
@@ -273,7 +281,7 @@ def main(
         rows.append(hold_memory(s, sizes[s].hold))
         _show(rows[-1:], as_json)
     for s in systems:
-        rows.append(accept_latency(s, sizes[s].accept_leaves))
+        rows.append(accept_latency(s, sizes[s].accept_leaves, nanny))
         _show(rows[-1:], as_json)
     return rows
 
