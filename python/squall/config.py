@@ -81,7 +81,7 @@ def log_level(value: str | None = None) -> str:
 # ----- the core's scheduling knobs ------------------------------------------------------
 
 # Keys of squall.scheduler that configure the scheduler process, not its core.
-_SERVER_KEYS = frozenset({"host", "port", "tick-interval"})
+_SERVER_KEYS = frozenset({"host", "port", "tick-interval", "nanny-report-timeout"})
 
 
 def _duration(value: Any, where: str, unit: str = "s") -> float:

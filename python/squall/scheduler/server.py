@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
@@ -45,6 +45,8 @@ class Peer:
     #: process id, which tells it from the next worker of that nanny (workers only).
     nanny: str | None = None
     pid: int | None = None
+    #: Its nanny's ``worker-died`` came while it was still registered (workers only).
+    died: bool = False
 
     def send(self, header: comm.Header, payload: bytes | memoryview = b"") -> None:
         """Queue a message. One to a peer whose connection already closed is dropped:
@@ -52,6 +54,14 @@ class Peer:
         message, a tick) must not fail for it."""
         with contextlib.suppress(comm.CommClosedError):
             self.stream.send(header, payload)
+
+
+class DeathReport(NamedTuple):
+    """How a nanny's worker process ended: its exit code (0: it left cleanly) and the
+    tasks it was running then (None if unknown)."""
+
+    exit_code: int
+    executing: list[int] | None
 
 
 @dataclass
@@ -77,11 +87,17 @@ class SchedulerServer:
     started: float = field(init=False, default_factory=time.time)
     _restart_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    #: Workers whose connection ended, waiting for their nanny's ``worker-died``.
+    _deaths: dict[int, asyncio.Future[DeathReport | None]] = field(
+        init=False, default_factory=dict
+    )
+    _nanny_report_timeout: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
+        self._nanny_report_timeout = config.seconds("scheduler.nanny-report-timeout")
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -188,7 +204,38 @@ class SchedulerServer:
                 c, f"worker {info['address']}", lambda h, p: self._worker_message(w, h, p)
             )
         finally:
-            await self._drop_peer(self.workers, w, self.core.remove_worker)
+            report = await self._death_report(w)
+            await self._drop_peer(
+                self.workers, w, lambda w, now: self._remove_worker(w, now, report)
+            )
+
+    async def _death_report(self, w: int) -> DeathReport | None:
+        """A worker's connection ended: if it has a nanny that has not reported yet,
+        wait (bounded) for the ``worker-died`` that tells how its process ended and
+        what it was running, so that only those tasks become suspicious
+        (docs/runtime.md#supervision-the-nanny)."""
+        peer = self.workers[w]
+        if peer.died or peer.nanny not in self.nannies:
+            return None
+        report = self._deaths[w] = asyncio.get_running_loop().create_future()
+        try:
+            return await asyncio.wait_for(report, self._nanny_report_timeout)
+        except TimeoutError:
+            logger.info("no report from the nanny of worker %s", peer.address)
+            return None
+        finally:
+            del self._deaths[w]
+
+    def _remove_worker(self, w: int, now: float, report: DeathReport | None) -> None:
+        """Remove a worker from the core; which of its tasks become suspicious follows
+        its nanny's report: none after a clean exit, those it was running after a death,
+        all of them (as Dask) when nothing is known."""
+        if report is None or (report.exit_code != 0 and report.executing is None):
+            self.core.remove_worker(w, now=now)
+        elif report.exit_code == 0:
+            self.core.remove_worker(w, now=now, expected=True)
+        else:
+            self.core.worker_died(w, report.executing or [], now=now)
 
     async def _drop_peer(
         self, peers: dict[int, Peer], i: int, remove: Callable[..., None]
@@ -265,28 +312,43 @@ class SchedulerServer:
         finally:
             peer = self.nannies.pop(address)
             await peer.stream.close()
+            for w, report in self._deaths.items():  # it will not report any more
+                if self.workers[w].nanny == address and not report.done():
+                    report.set_result(None)
 
     def _nanny_message(self, nanny: str, h: comm.Header) -> None:
         if h["op"] != ops.WORKER_DIED:
             raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
         try:
             pid = int(h["pid"])
+            executing = h.get("executing")
+            report = DeathReport(
+                int(h["exit_code"]), None if executing is None else [int(t) for t in executing]
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise comm.ProtocolError(f"malformed worker-died from nanny {nanny}: {e}") from None
-        self._worker_died(nanny, pid, h.get("exit_code"))
+        self._worker_died(nanny, pid, report)
 
-    def _worker_died(self, nanny: str, pid: int, exit_code: Any) -> None:
-        """A nanny saw its worker's process end: remove the worker now, not when its
-        connection's end is noticed (or its heartbeats are missed), and as an
-        unexpected departure (its tasks become suspicious). Whichever of this and the
-        connection's end comes second finds the worker removed already; the pid keeps
-        a late report from touching the nanny's next worker."""
+    def _worker_died(self, nanny: str, pid: int, report: DeathReport) -> None:
+        """A nanny saw its worker's process end. If the worker's connection has ended
+        already, its reader is waiting for this report; otherwise remove the worker now,
+        not when its connection's end is noticed (or its heartbeats are missed). The
+        pid keeps a late report from touching the nanny's next worker."""
         for w, peer in self.workers.items():
-            if peer.nanny == nanny and peer.pid == pid:
-                logger.warning("worker %s died (%s)", peer.address, exit_code)
+            if peer.nanny != nanny or peer.pid != pid:
+                continue
+            if report.exit_code != 0:
+                logger.warning("worker %s died (exit code %s)", peer.address, report.exit_code)
+            waiting = self._deaths.get(w)
+            if waiting is not None:
+                if not waiting.done():
+                    waiting.set_result(report)
+            elif not peer.died:
+                peer.died = True
                 with contextlib.suppress(SchedulerError):
-                    self.core.remove_worker(w, now=self.now(), expected=False)
+                    self._remove_worker(w, self.now(), report)
                 self._disconnect(peer)
+            return
 
     # ----- clients --------------------------------------------------------------------
 

@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Given by the nanny to the worker it starts: the nanny's address, for the scheduler.
     p.add_argument("--nanny-address", help=argparse.SUPPRESS)
+    # ... and the file where the worker keeps the tasks it is running, for the nanny.
+    p.add_argument("--executing-record", help=argparse.SUPPRESS)
     args = parse_process_args(p, argv)
     try:
         level = config.log_level(args.log_level)
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 resources=args.resources,
                 memory_limit=args.memory_limit,
                 nanny=args.nanny_address,
+                executing_record=args.executing_record,
             )
         )
     except (comm.CommError, ValueError) as e:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from squall import config
+from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
 from squall.protocol import comm, ops
 from squall.worker.worker import run_function
@@ -50,8 +54,9 @@ class Nanny:
     scheduler or was closed), the scheduler goes away, or the nanny is told to close.
 
     The nanny holds a connection to the scheduler as role ``nanny``: it sends
-    ``worker-died`` when its worker dies, and takes ``restart``. It also serves peers
-    ``run`` (``Client.run(..., nanny=True)``)."""
+    ``worker-died`` whenever its worker's process ends, with the exit code and the tasks
+    the worker was running then (kept in a file they share), and takes ``restart``. It
+    also serves peers ``run`` (``Client.run(..., nanny=True)``)."""
 
     def __init__(self, scheduler_address: str, worker_command: list[str]) -> None:
         self.scheduler_address = scheduler_address
@@ -63,6 +68,9 @@ class Nanny:
         self._closing = asyncio.Event()
         self._restarting = False
         self._bg: set[asyncio.Task[Any]] = set()
+        fd, record = tempfile.mkstemp(prefix="squall-executing-")
+        os.close(fd)
+        self._record = Path(record)
 
     async def run(self) -> int:
         """Supervise until done; the exit code of the ``squall worker`` program."""
@@ -80,6 +88,7 @@ class Nanny:
         except comm.CommError as e:
             logger.error("nanny %s: cannot join the scheduler: %s", self.address, e)
             await self._listener.close()
+            self._record.unlink(missing_ok=True)
             return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -95,6 +104,7 @@ class Nanny:
                 await reader
             await self._scheduler.close()
             await self._listener.close()
+            self._record.unlink(missing_ok=True)
         return 0
 
     def close(self) -> None:
@@ -110,17 +120,19 @@ class Nanny:
         while not self._closing.is_set():
             started = loop.time()
             self._restarting = False  # a restart asked for while none ran is done
+            self._record.write_bytes(b"")  # nothing of the previous worker's
             self._process = await asyncio.create_subprocess_exec(
                 *self._command,
                 "--no-nanny",
                 "--watch-stdin",  # the worker dies with its nanny, even a SIGKILLed one
-                "--nanny-address",
-                self.address,
+                *("--nanny-address", self.address),
+                *("--executing-record", str(self._record)),
                 stdin=lifeline(),
             )
             if self._closing.is_set():  # closed while it started
                 await self._stop_worker()
             code = await self._process.wait()
+            await self._report_exit(self._process.pid, code)
             if self._closing.is_set():
                 return
             if self._restarting:
@@ -139,11 +151,19 @@ class Nanny:
                 describe_exit(code),
                 delay,
             )
-            with contextlib.suppress(comm.CommError):
-                died = {"op": ops.WORKER_DIED, "pid": self._process.pid, "exit_code": code}
-                await self._scheduler_comm().write(died)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay)
+
+    async def _report_exit(self, pid: int, code: int) -> None:
+        """Tell the scheduler the worker process ended, with what it was running (None
+        if unknown: the record was not kept or overflowed)."""
+        try:
+            executing = read_executing_record(self._record.read_bytes())
+        except OSError:
+            executing = None
+        report = {"op": ops.WORKER_DIED, "pid": pid, "exit_code": code, "executing": executing}
+        with contextlib.suppress(comm.CommError):
+            await self._scheduler_comm().write(report)
 
     async def _stop_worker(self) -> None:
         """SIGTERM (the worker's graceful exit), SIGKILL after ``STOP_GRACE``."""

@@ -127,6 +127,7 @@ class Worker:
         resources: dict[str, float] | None = None,
         memory_limit: int = 0,
         nanny: str | None = None,
+        executing_record: str | None = None,
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -159,6 +160,8 @@ class Worker:
             pack_error,
             _sizeof,
         )
+        if executing_record is not None:  # the nanny's (docs/runtime.md#supervision-the-nanny)
+            self._core.record_executing(executing_record)
 
         self._peers = Peers(reply_timeout=config.seconds("worker.get-data-timeout"))
         self._incoming: set[comm.Comm] = set()

@@ -10,6 +10,7 @@ use crate::state::Scheduler;
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_LONG_RUNNING};
 use crate::transitions::{Args, Recs};
 use crate::worker::{Worker, WorkerSpec, WorkerStatus};
+use rustc_hash::FxHashSet;
 use std::sync::Arc;
 
 /// A worker's report that a task finished.
@@ -247,15 +248,37 @@ impl Scheduler {
 
     /// `remove_worker` (docs/scheduling.md#lost-workers). `expected` (retirement) spares tasks a suspicious mark.
     pub fn remove_worker(&mut self, w: WorkerId, expected: bool, now: f64) -> CoreResult<()> {
+        let suspects = if expected {
+            Suspects::None
+        } else {
+            Suspects::All
+        };
+        self.remove_worker_with(w, suspects, now)
+    }
+
+    /// `worker_died` (docs/scheduling.md#lost-workers): the worker's process died while
+    /// running exactly `executing` (its nanny's account); only those of its tasks
+    /// become more suspicious, the others are rescheduled as after an expected departure.
+    pub fn worker_died(&mut self, w: WorkerId, executing: &[TaskId], now: f64) -> CoreResult<()> {
+        let executing: FxHashSet<TaskId> = executing.iter().copied().collect();
+        self.remove_worker_with(w, Suspects::Only(&executing), now)
+    }
+
+    fn remove_worker_with(
+        &mut self,
+        w: WorkerId,
+        suspects: Suspects<'_>,
+        now: f64,
+    ) -> CoreResult<()> {
         self.check_worker(w)?;
         self.stimulus(now, |s, st| {
-            s.remove_worker_in(w, expected, st);
+            s.remove_worker_in(w, suspects, st);
             ((), Slots::Unchanged)
         });
         Ok(())
     }
 
-    fn remove_worker_in(&mut self, w: WorkerId, expected: bool, st: &mut Stimulus) {
+    fn remove_worker_in(&mut self, w: WorkerId, suspects: Suspects<'_>, st: &mut Stimulus) {
         let stim = st.id;
         self.leave_worker_sets(w);
         let (address, nthreads, memory) = {
@@ -281,7 +304,7 @@ impl Scheduler {
                 continue;
             }
             recs.insert(t, S::Released);
-            if !expected {
+            if suspects.includes(t) {
                 let p = self.prefix_of(t);
                 self.prefixes[p.idx()].suspicious += 1;
                 let ts = self.tm(t);
@@ -933,6 +956,27 @@ impl Scheduler {
         for w in stale {
             let _ = self.remove_worker(w, false, now);
             self.emit(Command::CloseWorker { worker: w });
+        }
+    }
+}
+
+/// Which of a departing worker's processing tasks may have killed it.
+#[derive(Clone, Copy)]
+enum Suspects<'a> {
+    /// An expected departure (retirement): none.
+    None,
+    /// An unexplained death: all of them, as Dask counts.
+    All,
+    /// A death whose executing tasks are known.
+    Only(&'a FxHashSet<TaskId>),
+}
+
+impl Suspects<'_> {
+    fn includes(self, t: TaskId) -> bool {
+        match self {
+            Suspects::None => false,
+            Suspects::All => true,
+            Suspects::Only(set) => set.contains(&t),
         }
     }
 }

@@ -81,7 +81,9 @@ enum Op {
     /// A worker joins (threads; reuse a dead worker's address).
     AddWorker(u8, bool),
     /// A worker dies (or retires when `expected`).
-    KillWorker(u16, bool),
+    /// A worker leaves: expected (0), dies unexplained (1), or dies with its nanny's
+    /// account of the tasks executing (2: the oldest it was given).
+    KillWorker(u16, u8),
     /// Time passes; stealing may balance.
     Tick(u8),
     /// Answer a steal request (which, worker-state selector, mode: 0 = stale id).
@@ -172,7 +174,7 @@ fn op_gen() -> impl Strategy<Value = Op> {
         30 => (any::<u16>(), any::<u8>()).prop_map(|(a, b)| Op::Finish(a, b)),
         4 => any::<u16>().prop_map(Op::Fail),
         3 => (1u8..=3, prop::bool::weighted(0.3)).prop_map(|(a, b)| Op::AddWorker(a, b)),
-        3 => (any::<u16>(), prop::bool::weighted(0.3)).prop_map(|(a, b)| Op::KillWorker(a, b)),
+        3 => (any::<u16>(), 0..3u8).prop_map(|(a, b)| Op::KillWorker(a, b)),
         5 => any::<u8>().prop_map(Op::Tick),
         6 => (any::<u16>(), any::<u8>(), 0u8..5).prop_map(|(a, b, c)| Op::Steal(a, b, c)),
         3 => (any::<u16>(), prop::bool::weighted(0.3)).prop_map(|(a, b)| Op::Release(a, b)),
@@ -763,12 +765,20 @@ impl World {
         }
     }
 
-    fn kill_worker(&mut self, i: usize, expected: bool) {
+    fn kill_worker(&mut self, i: usize, how: u8) {
         let w = self.workers.remove(i);
         let now = self.tick();
-        self.s
-            .remove_worker(w, expected, now)
-            .expect("remove worker");
+        if how == 2 {
+            let executing: Vec<TaskId> = (self.active.iter())
+                .filter(|r| r.w == w)
+                .take(1)
+                .filter_map(|r| self.lookup(&r.key))
+                .collect();
+            self.s.worker_died(w, &executing, now)
+        } else {
+            self.s.remove_worker(w, how == 0, now)
+        }
+        .expect("remove worker");
         self.log.push(format!("removed {}", self.addr(w)));
         self.dead.push(w);
         self.paused.remove(&w);
@@ -925,8 +935,8 @@ impl World {
             Op::AddWorker(n, reuse) if self.workers.len() < 6 => {
                 self.add_worker(u32::from(n), reuse)
             }
-            Op::KillWorker(i, expected) if !self.workers.is_empty() => {
-                self.kill_worker(i as usize % self.workers.len(), expected)
+            Op::KillWorker(i, how) if !self.workers.is_empty() => {
+                self.kill_worker(i as usize % self.workers.len(), how)
             }
             Op::Tick(dt) => {
                 self.now += 1.0 + f64::from(dt) / 100.0;

@@ -336,6 +336,31 @@ fn expected_removal_is_not_suspicious() {
 }
 
 #[test]
+fn a_death_with_known_executing_tasks_suspects_only_those() {
+    let mut h = H::new();
+    // Root-ish tasks queue two per thread here, so "a" and "b" both process on w.
+    h.submit(&[("a", &[]), ("b", &[])], &["a", "b"]).unwrap();
+    let w = h.worker("tcp://a", 1);
+    h.drain();
+    assert_eq!((h.state("a"), h.state("b")), (S::Processing, S::Processing));
+    let now = h.tick_time(1.0);
+    h.s.worker_died(w, &[h.t("a")], now).unwrap();
+    assert_eq!(h.s.task(h.t("a")).suspicious, 1);
+    assert_eq!(h.s.task(h.t("b")).suspicious, 0);
+    // Innocent tasks survive any number of such deaths; the culprit errs at the fourth.
+    for i in 0..3 {
+        let w = h.worker(&format!("tcp://w{i}"), 1);
+        h.drain();
+        let now = h.tick_time(1.0);
+        h.s.worker_died(w, &[h.t("a")], now).unwrap();
+        h.drain();
+    }
+    assert_eq!(h.state("a"), S::Erred);
+    assert_eq!(h.s.task(h.t("b")).suspicious, 0);
+    assert_ne!(h.state("b"), S::Erred);
+}
+
+#[test]
 fn fire_and_forget_keeps_tasks_until_done() {
     let mut h = H::new();
     h.worker("tcp://a", 1);

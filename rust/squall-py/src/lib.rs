@@ -43,7 +43,7 @@ mod _core {
     #[pymodule_export]
     use super::wire::{decode_compute, decode_keys, encode_keys};
     #[pymodule_export]
-    use super::worker::WorkerCore;
+    use super::worker::{read_executing_record, WorkerCore};
     use pyo3::prelude::*;
 
     #[pymodule_init]

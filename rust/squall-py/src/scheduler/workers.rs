@@ -61,6 +61,22 @@ impl Scheduler {
         })
     }
 
+    /// The worker's process died while running exactly ``executing`` (task ids, as its
+    /// nanny saw): only those become more suspicious (docs/scheduling.md#lost-workers).
+    #[pyo3(signature = (worker, executing, *, now))]
+    fn worker_died(
+        &mut self,
+        py: Python<'_>,
+        worker: u32,
+        executing: Vec<u32>,
+        now: f64,
+    ) -> PyResult<()> {
+        let executing: Vec<TaskId> = executing.into_iter().map(TaskId).collect();
+        self.core(py, move |s| {
+            s.worker_died(WorkerId(worker), &executing, now)
+        })
+    }
+
     #[pyo3(signature = (worker, status, *, now))]
     fn worker_status_change(
         &mut self,

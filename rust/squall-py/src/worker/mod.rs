@@ -9,7 +9,11 @@
 //! GIL; threads wait for work on a condition variable with the GIL released.
 
 mod call;
+mod executing_record;
 mod threads;
+
+pub use executing_record::read_executing_record;
+use executing_record::ExecutingRecord;
 
 use crate::convert::{key_from_py, key_to_py, packed};
 use crate::errors::wire_error;
@@ -32,6 +36,8 @@ struct Inner {
     reports_since: Option<Instant>,
     /// Failed tasks to report: (task, run id, packed error).
     erred: Vec<(u32, u64, Py<PyAny>)>,
+    /// The calls running now, for the nanny (None without one).
+    record: Option<ExecutingRecord>,
 }
 
 /// Python helpers the loop calls: `(run_spec, fill_call, pack_error, sizeof)`, as in
@@ -188,6 +194,7 @@ impl WorkerCore {
                 wake_pending: false,
                 reports_since: None,
                 erred: Vec::new(),
+                record: None,
             }),
             work: Condvar::new(),
             nthreads,
@@ -205,6 +212,13 @@ impl WorkerCore {
 
     fn set_address(&self, address: &str) {
         self.lock().m.set_address(address);
+    }
+
+    /// Keep the record of executing calls in the file at `path` (made by the nanny).
+    fn record_executing(&self, path: &str) -> PyResult<()> {
+        let record = ExecutingRecord::open(path)?;
+        self.lock().record = Some(record);
+        Ok(())
     }
 
     /// Takes a `compute` payload; returns how many tasks it held.

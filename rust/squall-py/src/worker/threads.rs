@@ -83,6 +83,10 @@ impl WorkerCore {
                     None => lost = Some(key),
                 }
             }
+            let entry = match (&mut g.record, &lost) {
+                (Some(record), None) => Some(record.enter(job.id)),
+                _ => None,
+            };
             drop(g);
             let start = Instant::now();
             let result = match lost {
@@ -97,6 +101,9 @@ impl WorkerCore {
             let seconds = start.elapsed().as_secs_f64();
             drop(deps);
             let mut g = self.lock();
+            if let (Some(record), Some(entry)) = (&mut g.record, entry) {
+                record.leave(entry);
+            }
             let id = job.id;
             let mut unreported = None; // dropped after unlocking, like every value
             let reported = match result {
