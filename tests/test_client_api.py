@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -37,7 +38,8 @@ from squall import (
 )
 from squall.deploy.local import LocalCluster
 from squall.deploy.shape import default_shape
-from squall.errors import CancelledError
+from squall._core import function_cache_size
+from squall.errors import CancelledError, RemoteError
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -486,6 +488,53 @@ def test_an_exception_that_cannot_be_shown_is_still_reported(client: Client) -> 
     exc = client.submit(raise_unprintable, pure=False).exception(timeout=10)
     assert type(exc).__name__ == "Unprintable"
     assert client.submit(inc, 1, pure=False).result(timeout=10) == 2
+
+
+class BadArgsError(Exception):
+    """Its arguments (a lock) cannot be pickled."""
+
+
+def raise_bad_args() -> None:
+    raise BadArgsError("bad arguments", threading.Lock())
+
+
+class NeedsTwo(Exception):
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def raise_needs_two() -> None:
+    raise NeedsTwo(1, 2)  # unpickling calls NeedsTwo("1 and 2"): a TypeError
+
+
+def raise_local_class() -> None:
+    class LocalError(ValueError):
+        pass
+
+    raise LocalError("from a class made in the task", threading.Lock())
+
+
+def test_an_exception_that_cannot_travel_keeps_its_type_and_message(client: Client) -> None:
+    with pytest.raises(BadArgsError, match="bad arguments"):
+        client.submit(raise_bad_args, pure=False).result(timeout=10)
+    with pytest.raises(NeedsTwo, match="1 and 2"):
+        client.submit(raise_needs_two, pure=False).result(timeout=10)
+    # A class the client cannot import comes as a stand-in of the same name.
+    exc = client.submit(raise_local_class, pure=False).exception(timeout=10)
+    assert type(exc).__name__ == "LocalError" and isinstance(exc, RemoteError)
+    assert "from a class made in the task" in str(exc)
+
+
+def test_the_function_cache_of_workers_is_bounded_in_bytes(client: Client) -> None:
+    for i in range(4):  # four 50 MB functions, each released after its call
+        blob = bytes([i]) * 50_000_000
+
+        def size(blob: bytes = blob) -> int:
+            return len(blob)
+
+        assert client.submit(size, pure=False).result(timeout=60) == 50_000_000
+    cached = client.run(function_cache_size)
+    assert all(nbytes <= 128 * 2**20 for _, nbytes in cached.values()), cached
 
 
 def waits_too_long() -> None:

@@ -6,12 +6,19 @@ pickling, so the client re-raises the remote frames; the header's ``exception_te
 (``repr``) and ``traceback_text`` (the formatted traceback) still describe an exception
 that cannot be unpickled. Tracebacks start in the user's code (:mod:`squall.tracebacks`),
 as distributed's workers send them.
+
+An exception that does not survive a pickle round trip (arguments that cannot be
+pickled, a constructor that does not take them back) keeps its type: it travels as its
+class's module, qualified name and message, and is rebuilt on arrival as an instance of
+that class if the class can be imported there, else of a stand-in subclass of
+:class:`~squall.errors.RemoteError` with the same name and module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copyreg
+import importlib
 import pickle
 import traceback
 import types
@@ -46,12 +53,53 @@ def pack_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
         exc_blob = cloudpickle.dumps(e)
         pickle.loads(exc_blob)
     except Exception:
-        exc_blob = cloudpickle.dumps(RuntimeError(exc_text))
+        exc_blob = pickle.dumps(_Rebuilt(type(e), _message(e, exc_text)))
     try:
         tb_blob = pickle.dumps(tb)
     except Exception:
         tb_blob = pickle.dumps(None)
     return exc_text, tb_text, exc_blob, tb_blob
+
+
+def _message(e: BaseException, fallback: str) -> str:
+    try:
+        return str(e)
+    except Exception:
+        return fallback
+
+
+class _Rebuilt:
+    """Pickles as a call of :func:`rebuild_exception` with plain strings."""
+
+    def __init__(self, cls: type[BaseException], message: str) -> None:
+        self.args = (cls.__module__, cls.__qualname__, message)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str, str]]:
+        return rebuild_exception, self.args
+
+
+_stand_ins: dict[tuple[str, str], type[RemoteError]] = {}
+
+
+def rebuild_exception(module: str, qualname: str, message: str) -> BaseException:
+    """An exception of class ``module.qualname`` carrying ``message``: of that class if
+    it can be imported and made without its constructor, else of a stand-in."""
+    with contextlib.suppress(Exception):
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            exc = cls.__new__(cls)
+            exc.args = (message,)
+            str(exc)  # a __str__ that wants what __init__ sets would fail later
+            return exc
+    stand_in = _stand_ins.get((module, qualname))
+    if stand_in is None:
+        name = qualname.rsplit(".", 1)[-1]
+        doc = f"Stands for {module}.{qualname}, which cannot be imported here."
+        attrs = {"__module__": module, "__qualname__": qualname, "__doc__": doc}
+        stand_in = _stand_ins[module, qualname] = type(name, (RemoteError,), attrs)
+    return stand_in(message)
 
 
 def error_fields(err: tuple[str, str, bytes, bytes]) -> tuple[comm.Header, bytes]:

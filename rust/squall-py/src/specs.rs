@@ -12,39 +12,62 @@ use rustc_hash::FxHashMap;
 use squall_wire::spec::CallSpec;
 use std::sync::{Mutex, MutexGuard};
 
-/// Functions kept unpickled per process; beyond this the cache starts over.
+/// Functions kept unpickled per process, and the pickled bytes they may add up to;
+/// beyond either the cache starts over, and a function pickled larger than the byte
+/// bound is not kept at all (docs/runtime.md#execution-on-workers): what released
+/// functions can pin stays bounded.
 const MAX_FUNCTIONS: usize = 256;
+const MAX_FUNCTION_BYTES: usize = 128 << 20;
 
-type Functions = Option<FxHashMap<Box<[u8]>, Py<PyAny>>>;
+#[derive(Default)]
+struct Functions {
+    by_blob: FxHashMap<Box<[u8]>, Py<PyAny>>,
+    bytes: usize,
+}
 
 /// Taken only while holding the GIL and never across a call into Python.
-static FUNCTIONS: Mutex<Functions> = Mutex::new(None);
+static FUNCTIONS: Mutex<Option<Functions>> = Mutex::new(None);
 static CLOUDPICKLE_LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-fn functions() -> MutexGuard<'static, Functions> {
+fn functions() -> MutexGuard<'static, Option<Functions>> {
     FUNCTIONS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The function pickled in `blob` (by cloudpickle on the client), unpickled once per
-/// process: later calls with the same bytes return the same object.
+/// process while it stays cached: later calls with the same bytes return the same object.
 #[pyfunction]
 pub fn load_function(py: Python<'_>, blob: &[u8]) -> PyResult<Py<PyAny>> {
-    if let Some(f) = functions().as_ref().and_then(|m| m.get(blob)) {
+    if let Some(f) = functions().as_ref().and_then(|m| m.by_blob.get(blob)) {
         return Ok(f.clone_ref(py));
     }
     let loads = CLOUDPICKLE_LOADS.get_or_try_init(py, || {
         PyResult::Ok(py.import("cloudpickle")?.getattr("loads")?.unbind())
     })?;
     let f = loads.call1(py, (PyBytes::new(py, blob),))?;
+    if blob.len() > MAX_FUNCTION_BYTES {
+        return Ok(f);
+    }
     let mut g = functions();
-    let m = g.get_or_insert_with(FxHashMap::default);
-    let old = (m.len() >= MAX_FUNCTIONS).then(|| std::mem::take(m));
+    let m = g.get_or_insert_with(Functions::default);
+    let full = m.by_blob.len() >= MAX_FUNCTIONS || m.bytes + blob.len() > MAX_FUNCTION_BYTES;
+    let old = full.then(|| std::mem::take(m));
     // Another thread may have loaded it meanwhile: that copy goes too.
-    let replaced = m.insert(blob.into(), f.clone_ref(py));
+    let replaced = m.by_blob.insert(blob.into(), f.clone_ref(py));
+    if replaced.is_none() {
+        m.bytes += blob.len();
+    }
     // Freeing Python objects may run arbitrary code: not under the lock.
     drop(g);
     drop((old, replaced));
     Ok(f)
+}
+
+/// Functions cached now and the pickled bytes they came from (tests, diagnostics).
+#[pyfunction]
+pub fn function_cache_size() -> (usize, usize) {
+    functions()
+        .as_ref()
+        .map_or((0, 0), |m| (m.by_blob.len(), m.bytes))
 }
 
 /// The part of a call spec naming the function (shared by the specs of a `map`).
