@@ -36,9 +36,9 @@ from squall import (
     rejoin,
     secede,
 )
+from squall._core import function_cache_size
 from squall.deploy.local import LocalCluster
 from squall.deploy.shape import default_shape
-from squall._core import function_cache_size
 from squall.errors import CancelledError, RemoteError
 
 # Worker processes cannot import this test module: ship its functions by value.
