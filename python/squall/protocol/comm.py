@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ import msgpack  # type: ignore[import-untyped]
 
 from squall import config
 from squall.protocol import ops
+
+logger = logging.getLogger("squall.comm")
 
 PROTOCOL = "squall/1"
 _LENGTHS = struct.Struct("<II")
@@ -46,6 +49,15 @@ class MessageTooLarge(ValueError):
     """One message is larger than a message may be (``squall.comm.max-message-bytes``):
     refused before it is sent, so only the call that made it fails."""
 
+
+#: What reading the fields of a malformed message raises (a missing field, a value of
+#: the wrong type or out of range): handlers answer these as a malformed request or
+#: close that one connection, never the process.
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, OverflowError)
+
+#: Largest frame before the handshake: a hello is a few hundred bytes, and a stranger
+#: must not make a process buffer (or parse) more before it has been accepted.
+HELLO_MAX_BYTES = 64 * 2**10
 
 #: Room left in a frame for the batch's headers (msgpack), beside its payloads.
 HEADER_ROOM = 16 * 2**20
@@ -240,12 +252,14 @@ async def connect(
     except OSError as e:
         raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
     comm = Comm(reader, writer, address)
+    limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
     try:
         await comm.write({"op": ops.HELLO, "protocol": PROTOCOL, "role": role, **(info or {})})
         reply, _ = await asyncio.wait_for(comm.read(), timeout)
     except (CommError, asyncio.TimeoutError) as e:
         await comm.close()
         raise HandshakeError(f"handshake with {address} failed: {e}") from None
+    comm.max_frame_bytes = limit
     if reply["op"] == ops.ERROR:
         await comm.close()
         raise HandshakeError(f"{address} refused the connection: {reply.get('message')}")
@@ -288,6 +302,7 @@ async def listen(
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
+        limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
         try:
             hello, _ = await asyncio.wait_for(comm.read(), handshake_timeout)
             problem = _check_hello(hello, roles)
@@ -297,11 +312,16 @@ async def listen(
                 return
             comm.peer_info = hello
             await comm.write({"op": ops.WELCOME, "protocol": PROTOCOL, **(info or {})})
-        except (CommError, asyncio.TimeoutError):
+        except (CommError, asyncio.TimeoutError) as e:
+            logger.debug("%s: handshake refused: %s", comm.peer, e)
             await comm.close()
             return
+        comm.max_frame_bytes = limit
         try:
             await handler(comm)
+        except Exception:
+            # A bug on this side, not the peer's: said once, and only this connection ends.
+            logger.exception("%s: connection closed after an unexpected error", comm.peer)
         finally:
             await comm.close()
 

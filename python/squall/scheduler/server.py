@@ -187,7 +187,7 @@ class SchedulerServer:
                 memory_limit=int(info.get("memory_limit", 0)),
                 resources=[(str(k), float(v)) for k, v in (info.get("resources") or {}).items()],
             )
-        except (SchedulerError, KeyError, TypeError, ValueError) as e:
+        except (SchedulerError, *comm.MALFORMED) as e:
             await c.write({"op": ops.ERROR, "message": f"cannot register worker: {e}"})
             return
         stream = comm.BatchedSend(c, self._batch_interval)
@@ -294,7 +294,7 @@ class SchedulerServer:
         except SchedulerError as e:
             # Stale or unknown reports are expected in a distributed system: log, go on.
             logger.debug("worker %d: %s ignored: %s", w, op, e)
-        except (KeyError, TypeError, ValueError) as e:
+        except comm.MALFORMED as e:
             raise comm.ProtocolError(f"malformed {op!r} message from worker {w}: {e}") from None
 
     # ----- nannies --------------------------------------------------------------------
@@ -325,7 +325,7 @@ class SchedulerServer:
             report = DeathReport(
                 int(h["exit_code"]), None if executing is None else [int(t) for t in executing]
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except comm.MALFORMED as e:
             raise comm.ProtocolError(f"malformed worker-died from nanny {nanny}: {e}") from None
         self._worker_died(nanny, pid, report)
 
@@ -404,7 +404,7 @@ class SchedulerServer:
             raise comm.ProtocolError(f"unknown client message {op!r}")
         except SchedulerError as e:
             return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": str(e)}, b""
-        except (KeyError, TypeError, ValueError) as e:
+        except comm.MALFORMED as e:
             return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": f"malformed: {e}"}, b""
 
     def _update_graph(
@@ -507,7 +507,7 @@ class SchedulerServer:
                 error = await self._restart_workers(
                     float(h.get("timeout", 120.0)), bool(h.get("wait_for_workers", True))
                 )
-            except (SchedulerError, TypeError, ValueError) as e:
+            except (SchedulerError, *comm.MALFORMED) as e:
                 error = f"restart failed: {e}"
         peer = self.clients.get(cid)
         if peer is not None:

@@ -541,7 +541,7 @@ class Worker:
         except comm.CommError as e:
             if not isinstance(e, comm.CommClosedError):
                 logger.info("worker %s: peer %s: %s", self.address, c.peer, e)
-        except (KeyError, TypeError, ValueError) as e:
+        except comm.MALFORMED as e:
             logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
             self._incoming.discard(c)
