@@ -29,6 +29,7 @@ from squall.client.loop import require_running_loop, timed, timeout_seconds
 from squall.protocol import comm, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
+from squall.security import Security
 from squall.tracebacks import user_frames
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class ClientConnection:
         asynchronous: bool = False,
         name: str | None = None,
         direct_to_workers: bool | None = None,
+        security: Security | bool | None = None,
         **kwargs: Any,
     ) -> None:
         # ``direct_to_workers`` is accepted and ignored: results always come straight
@@ -76,10 +78,16 @@ class ClientConnection:
         if address is None:
             from squall.deploy.local import LocalCluster
 
-            self._own_cluster = address = LocalCluster(**kwargs)
+            self._own_cluster = address = LocalCluster(security=security, **kwargs)
         #: The cluster object this client was given or started (``Client(cluster)``,
         #: ``Client()``), as distributed's ``Client.cluster``; None for an address.
         self.cluster: Any = None if isinstance(address, str) else address
+        if not isinstance(security, Security):  # True: distributed's "make one"
+            cluster_security: Security | None = getattr(self.cluster, "security", None)
+            security = cluster_security or (Security.temporary() if security else None)
+        #: TLS and token for the scheduler and workers (docs/security.md); None: the
+        #: process's, from config.
+        self.security: Security | None = security
         if not isinstance(address, str):
             address = getattr(address, "scheduler_address", None) or getattr(
                 address, "address", None
@@ -107,7 +115,7 @@ class ClientConnection:
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
         self._releasing: deque[FutureState] = deque()
         self._drain_scheduled = False
-        self._peers = Peers(connect_timeout=self._timeout)
+        self._peers = Peers(connect_timeout=self._timeout, security=self.security)
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -146,7 +154,11 @@ class ClientConnection:
         if self._thread is None:
             self._thread_id = threading.get_ident()
         c = await comm.connect(
-            self.address, role="client", info={"client": self.id}, timeout=self._timeout
+            self.address,
+            role="client",
+            info={"client": self.id},
+            timeout=self._timeout,
+            security=self.security,
         )
         header, _ = await c.read()
         if header["op"] != ops.REGISTERED:

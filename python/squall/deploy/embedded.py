@@ -20,6 +20,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from squall.scheduler.server import SchedulerServer
+from squall.security import Security
 from squall.worker.worker import Worker
 
 T = TypeVar("T")
@@ -40,7 +41,13 @@ def _close_open_clusters() -> None:
 class EmbeddedCluster:
     """The event loop thread, the scheduler and the workers of one embedded cluster."""
 
-    def __init__(self, address: str, scheduler_config: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        address: str,
+        scheduler_config: dict[str, Any] | None,
+        security: Security | None = None,
+    ) -> None:
+        self.security = security
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="squall-embedded-cluster", daemon=True
@@ -48,7 +55,7 @@ class EmbeddedCluster:
         self._thread.start()
         self.workers: list[Worker] = []
         self._watchers: set[asyncio.Task[None]] = set()
-        self.scheduler = self.call(self._start_scheduler(address, scheduler_config))
+        self.scheduler = self.call(self._start_scheduler(address, scheduler_config, security))
         self.address = self.scheduler.address
         _open.add(self)
 
@@ -57,8 +64,10 @@ class EmbeddedCluster:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     @staticmethod
-    async def _start_scheduler(address: str, config: dict[str, Any] | None) -> SchedulerServer:
-        server = SchedulerServer(address, config)
+    async def _start_scheduler(
+        address: str, config: dict[str, Any] | None, security: Security | None
+    ) -> SchedulerServer:
+        server = SchedulerServer(address, config, security)
         await server.start()
         return server
 
@@ -67,7 +76,7 @@ class EmbeddedCluster:
         return self.call(self._add_worker(kwargs))
 
     async def _add_worker(self, kwargs: dict[str, Any]) -> Worker:
-        worker = Worker(self.address, **kwargs)
+        worker = Worker(self.address, security=self.security, **kwargs)
         await worker.start()
         self.workers.append(worker)
         watcher = asyncio.get_running_loop().create_task(self._replace_on_restart(worker, kwargs))

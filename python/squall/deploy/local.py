@@ -11,9 +11,11 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 from squall import config
@@ -21,6 +23,7 @@ from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
 from squall.deploy.shape import default_shape
 from squall.protocol import comm, ops
+from squall.security import Security
 
 T = TypeVar("T")
 
@@ -59,6 +62,7 @@ class LocalCluster:
         resources: dict[str, float] | None = None,
         nanny: bool = True,
         processes: bool = True,
+        security: Security | bool | None = None,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
@@ -71,7 +75,15 @@ class LocalCluster:
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
         self._embedded: EmbeddedCluster | None = None
+        if security is True:  # as distributed: a temporary self-signed certificate
+            security = Security.temporary()
+        #: TLS and token of this cluster (docs/security.md); clients of it use them.
+        self.security = security or None
+        self._scheme = "tls" if self.security and self.security.tls else "tcp"
+        self._secrets = tempfile.TemporaryDirectory(prefix="squall-cluster-")
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
+        if self.security is not None:
+            self._env.update(self.security.to_env(Path(self._secrets.name)))
         try:
             if processes:
                 self._start(host, scheduler_port, timeout, log_level)
@@ -103,13 +115,15 @@ class LocalCluster:
     def _start_embedded(
         self, host: str, port: int, timeout: float, scheduler_kwargs: dict[str, Any] | None
     ) -> None:
-        self._embedded = EmbeddedCluster(comm.format_address(host, port), scheduler_kwargs)
+        self._embedded = EmbeddedCluster(
+            comm.format_address(host, port, self._scheme), scheduler_kwargs, self.security
+        )
         self.scheduler_address = self._embedded.address
         for i in range(self.n_workers):
             self._embedded.add_worker(
                 nthreads=self.threads_per_worker,
                 name=f"local-{i}",
-                address=comm.format_address(host, 0),
+                address=comm.format_address(host, 0, self._scheme),
                 resources=self.resources,
             )
         self.wait_for_workers(self.n_workers, timeout)
@@ -136,7 +150,7 @@ class LocalCluster:
         return list(self._procs)
 
     def scheduler_info(self) -> dict[str, Any]:
-        return _run(scheduler_info(self.scheduler_address))
+        return _run(scheduler_info(self.scheduler_address, self.security))
 
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -160,6 +174,7 @@ class LocalCluster:
             self._scheduler.stdout.close()
         self._procs.clear()
         self._scheduler = None
+        self._secrets.cleanup()
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -174,9 +189,11 @@ class LocalCluster:
         )
 
 
-async def scheduler_info(address: str) -> dict[str, Any]:
+async def scheduler_info(address: str, security: Security | None = None) -> dict[str, Any]:
     """Ask a scheduler for its workers: {"workers": [{address, name, nthreads, ...}]}."""
-    c = await comm.connect(address, role="client", info={"client": "scheduler-info"})
+    c = await comm.connect(
+        address, role="client", info={"client": "scheduler-info"}, security=security
+    )
     try:
         await c.read()  # registered
         await c.write({"op": ops.SCHEDULER_INFO, "id": 0})

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,8 +19,10 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
-from squall import config
+from squall import config, security
 from squall.protocol import ops
+from squall.security import Security
+from squall.security import default as default_security
 
 logger = logging.getLogger("squall.comm")
 
@@ -66,13 +70,21 @@ HEADER_ROOM = 16 * 2**20
 PART_BYTES = 64 * 2**20
 
 
+SCHEMES = ("tcp", "tls")
+
+
+def scheme_of(address: str) -> str:
+    return address.split("://", 1)[0] if "://" in address else "tcp"
+
+
 def parse_address(address: str) -> tuple[str, int]:
-    """``tcp://host:port`` (or ``host:port``) → (host, port), with a clear error."""
+    """``tcp://host:port``, ``tls://host:port`` (or ``host:port``) → (host, port), with
+    a clear error."""
     rest = address
     if "://" in address:
         scheme, rest = address.split("://", 1)
-        if scheme != "tcp":
-            raise ValueError(f"unsupported address {address!r}: only tcp:// is supported")
+        if scheme not in SCHEMES:
+            raise ValueError(f"unsupported address {address!r}: use tcp:// or tls://")
     host, sep, port = rest.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -80,8 +92,20 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def format_address(host: str, port: int) -> str:
-    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+def format_address(host: str, port: int, scheme: str | None = None) -> str:
+    """An address; the scheme defaults to tls when this process's security has TLS."""
+    if scheme is None:
+        scheme = "tls" if security.default().tls else "tcp"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _transport(address: str, sec: Security, server: bool) -> ssl.SSLContext | None:
+    """The TLS context an address needs (None for tcp://), or a clear refusal."""
+    if scheme_of(address) == "tls":
+        return sec.ssl_context(server)
+    if sec.require_encryption:
+        raise CommError(f"refusing unencrypted {address}: encryption is required (use tls://)")
+    return None
 
 
 def encode_frame(header: Header, payload: bytes | memoryview = b"") -> bytes:
@@ -238,24 +262,41 @@ class Comm:
 
 
 async def connect(
-    address: str, *, role: str, info: Header | None = None, timeout: float | None = None
+    address: str,
+    *,
+    role: str,
+    info: Header | None = None,
+    timeout: float | None = None,
+    security: Security | None = None,
 ) -> Comm:
     """Open a connection and complete the handshake as ``role`` within ``timeout``
-    seconds (default ``squall.comm.timeouts.connect``)."""
+    seconds (default ``squall.comm.timeouts.connect``); ``security`` defaults to the
+    process's (docs/security.md)."""
     host, port = parse_address(address)
+    sec = security or default_security()
     if timeout is None:
         timeout = config.seconds("comm.timeouts.connect")
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        tls = _transport(address, sec, server=False)
+        opening = asyncio.open_connection(host, port, ssl=tls, server_hostname="" if tls else None)
+        reader, writer = await asyncio.wait_for(opening, timeout)
     except asyncio.TimeoutError:
         raise CommError(f"timed out after {timeout}s connecting to {address}") from None
+    except ssl.SSLError as e:
+        raise HandshakeError(f"TLS with {address} failed: {e.reason or e}") from None
     except OSError as e:
         raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
     comm = Comm(reader, writer, address)
     limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
+    nonce = os.urandom(16)
     try:
-        await comm.write({"op": ops.HELLO, "protocol": PROTOCOL, "role": role, **(info or {})})
+        hello = {"op": ops.HELLO, "protocol": PROTOCOL, "role": role, **(info or {})}
+        await comm.write({**hello, "nonce": nonce})
         reply, _ = await asyncio.wait_for(comm.read(), timeout)
+        if reply["op"] == ops.CHALLENGE:
+            reply = await asyncio.wait_for(_answer(comm, sec, nonce, reply), timeout)
+        elif reply["op"] == ops.WELCOME and sec.token is not None:
+            raise HandshakeError("it holds no token, as this process does")
     except (CommError, asyncio.TimeoutError) as e:
         await comm.close()
         raise HandshakeError(f"handshake with {address} failed: {e}") from None
@@ -270,6 +311,20 @@ async def connect(
         )
     comm.peer_info = reply
     return comm
+
+
+async def _answer(comm: Comm, sec: Security, nonce: bytes, challenge: Header) -> Header:
+    """Prove the token against the listener's challenge, then check its own proof."""
+    theirs = challenge.get("nonce")
+    if sec.token is None:
+        raise HandshakeError("it requires a token (SQUALL_TOKEN, squall.comm.token, --token-file)")
+    if not isinstance(theirs, bytes):
+        raise ProtocolError("malformed challenge")
+    await comm.write({"op": ops.PROOF, "proof": sec.prove("client", theirs, nonce)})
+    reply, _ = await comm.read()
+    if reply["op"] == ops.WELCOME and not sec.check(reply.get("proof"), "server", nonce, theirs):
+        raise HandshakeError("it did not prove that it holds the token")
+    return reply
 
 
 Handler = Callable[[Comm], Awaitable[None]]
@@ -292,11 +347,15 @@ async def listen(
     roles: frozenset[str],
     info: Header | None = None,
     timeout: float | None = None,
+    security: Security | None = None,
 ) -> Listener:
     """Accept connections on ``address``; each one that completes the handshake with a
     role in ``roles`` within ``timeout`` seconds (default ``squall.comm.timeouts.connect``)
-    is handed to ``handler`` (its hello is ``comm.peer_info``)."""
+    is handed to ``handler`` (its hello is ``comm.peer_info``). ``security`` (default:
+    the process's) decides TLS and the token check (docs/security.md)."""
     host, port = parse_address(address)
+    sec = security or default_security()
+    tls = _transport(address, sec, server=True)
     handshake_timeout = config.seconds("comm.timeouts.connect") if timeout is None else timeout
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -304,14 +363,18 @@ async def listen(
         comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
         try:
-            hello, _ = await asyncio.wait_for(comm.read(), handshake_timeout)
-            problem = _check_hello(hello, roles)
-            if problem:
-                await comm.write({"op": ops.ERROR, "message": problem})
-                await comm.close()
-                return
-            comm.peer_info = hello
-            await comm.write({"op": ops.WELCOME, "protocol": PROTOCOL, **(info or {})})
+            async with asyncio.timeout(handshake_timeout):
+                hello, _ = await comm.read()
+                problem = _check_hello(hello, roles)
+                welcome = {"op": ops.WELCOME, "protocol": PROTOCOL, **(info or {})}
+                if problem is None and sec.token is not None:
+                    problem, welcome["proof"] = await _challenge(comm, sec, hello)
+                if problem:
+                    await comm.write({"op": ops.ERROR, "message": problem})
+                    await comm.close()
+                    return
+                comm.peer_info = hello
+                await comm.write(welcome)
         except (CommError, asyncio.TimeoutError) as e:
             logger.debug("%s: handshake refused: %s", comm.peer, e)
             await comm.close()
@@ -319,6 +382,8 @@ async def listen(
         comm.max_frame_bytes = limit
         try:
             await handler(comm)
+        except CommError as e:
+            logger.info("%s: %s", comm.peer, e)
         except Exception:
             # A bug on this side, not the peer's: said once, and only this connection ends.
             logger.exception("%s: connection closed after an unexpected error", comm.peer)
@@ -326,11 +391,25 @@ async def listen(
             await comm.close()
 
     try:
-        server = await asyncio.start_server(accept, host, port)
+        server = await asyncio.start_server(accept, host, port, ssl=tls)
     except OSError as e:
         raise CommError(f"cannot listen on {address}: {e.strerror or e}") from None
     sock = server.sockets[0].getsockname()
-    return Listener(server, format_address(sock[0], sock[1]))
+    return Listener(server, format_address(sock[0], sock[1], scheme_of(address)))
+
+
+async def _challenge(comm: Comm, sec: Security, hello: Header) -> tuple[str | None, str]:
+    """Have the peer prove the token over fresh nonces: (what is wrong or None, this
+    side's proof for the welcome)."""
+    theirs, ours = hello.get("nonce"), os.urandom(16)
+    if not isinstance(theirs, bytes) or len(theirs) != len(ours):
+        return "a token is required: the hello carries no nonce", ""
+    await comm.write({"op": ops.CHALLENGE, "nonce": ours})
+    answer, _ = await comm.read()
+    if answer["op"] != ops.PROOF or not sec.check(answer.get("proof"), "client", ours, theirs):
+        logger.warning("%s: refused: wrong token", comm.peer)
+        return "wrong token", ""
+    return None, sec.prove("server", theirs, ours)
 
 
 def _check_hello(hello: Header, roles: frozenset[str]) -> str | None:

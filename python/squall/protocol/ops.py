@@ -14,6 +14,8 @@ HELLO: Final = "hello"
 WELCOME: Final = "welcome"
 ERROR: Final = "error"
 REGISTERED: Final = "registered"
+CHALLENGE: Final = "challenge"  # token authentication (docs/security.md)
+PROOF: Final = "proof"
 BATCH: Final = "batch"
 PART: Final = "part"
 

@@ -12,6 +12,7 @@ from collections.abc import Hashable
 
 from squall._core import encode_keys
 from squall.protocol import comm, ops
+from squall.security import Security
 
 
 class Peers:
@@ -20,10 +21,15 @@ class Peers:
     the next request to that worker connects again."""
 
     def __init__(
-        self, *, connect_timeout: float | None = None, reply_timeout: float | None = None
+        self,
+        *,
+        connect_timeout: float | None = None,
+        reply_timeout: float | None = None,
+        security: Security | None = None,
     ) -> None:
         self._connect_timeout = connect_timeout  # None: squall.comm.timeouts.connect
         self._reply_timeout = reply_timeout
+        self._security = security  # None: the process's
         self._conns: dict[str, comm.Comm] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._ids = itertools.count(1)
@@ -39,7 +45,9 @@ class Peers:
         async with self._locks.setdefault(address, asyncio.Lock()):
             c = self._conns.get(address)
             if c is None or c.closed:
-                c = await comm.connect(address, role="peer", timeout=self._connect_timeout)
+                c = await comm.connect(
+                    address, role="peer", timeout=self._connect_timeout, security=self._security
+                )
                 self._conns[address] = c
             rid = next(self._ids)
             try:

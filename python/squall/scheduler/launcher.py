@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from squall import config
+from squall import config, security
 from squall.deploy.lifeline import parse_process_args
 from squall.protocol import comm
 from squall.scheduler.server import SchedulerServer
@@ -41,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
     )
+    security.add_cli_options(p)
     args = parse_process_args(p, argv)
     try:
+        security.apply_cli_options(args, "scheduler")
         level = config.log_level(args.log_level)
         host = str(config.get("scheduler.host")) if args.host is None else args.host
         port = config.port("scheduler.port") if args.port is None else args.port
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         comm.parse_address(address)
         logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
         asyncio.run(run_scheduler(address))
-    except (ValueError, comm.CommError) as e:
+    except (ValueError, OSError, comm.CommError) as e:
         print(f"squall scheduler: {e}", file=sys.stderr)
         return 1
     return 0

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm, ops
+from squall.security import Security
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -73,6 +74,8 @@ class SchedulerServer:
 
     address: str = field(default_factory=default_address)
     config: dict[str, Any] | None = None
+    #: TLS and token (docs/security.md); None: the process's, from config.
+    security: Security | None = None
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
@@ -104,7 +107,10 @@ class SchedulerServer:
 
     async def start(self) -> None:
         self._listener = await comm.listen(
-            self.address, self._serve, roles=frozenset({"worker", "client", "nanny"})
+            self.address,
+            self._serve,
+            roles=frozenset({"worker", "client", "nanny"}),
+            security=self.security,
         )
         self.address = self._listener.address
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())

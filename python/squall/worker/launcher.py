@@ -17,7 +17,7 @@ import subprocess
 import sys
 from typing import Any
 
-from squall import config
+from squall import config, security
 from squall.deploy.lifeline import parse_process_args
 from squall.deploy.shape import default_shape
 from squall.protocol import comm
@@ -103,10 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nanny-address", help=argparse.SUPPRESS)
     # ... and the file where the worker keeps the tasks it is running, for the nanny.
     p.add_argument("--executing-record", help=argparse.SUPPRESS)
+    security.add_cli_options(p)
     args = parse_process_args(p, argv)
     try:
+        security.apply_cli_options(args, "worker")
         level = config.log_level(args.log_level)
-    except config.ConfigError as e:
+    except (config.ConfigError, OSError) as e:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
     if args.nworkers == "auto":
@@ -197,4 +199,4 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
             cmd += [flag, str(value)]
     if args.resources:
         cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
-    return cmd
+    return cmd + security.cli_arguments(args)

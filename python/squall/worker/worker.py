@@ -68,6 +68,7 @@ from squall.protocol import comm, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import PLAIN_TYPES, fill_call, run_spec
+from squall.security import Security
 from squall.worker import context
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class Worker:
         memory_limit: int = 0,
         nanny: str | None = None,
         executing_record: str | None = None,
+        security: Security | None = None,
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -163,7 +165,11 @@ class Worker:
         if executing_record is not None:  # the nanny's (docs/runtime.md#supervision-the-nanny)
             self._core.record_executing(executing_record)
 
-        self._peers = Peers(reply_timeout=config.seconds("worker.get-data-timeout"))
+        #: TLS and token (docs/security.md); None: the process's, from config.
+        self.security = security
+        self._peers = Peers(
+            reply_timeout=config.seconds("worker.get-data-timeout"), security=security
+        )
         self._incoming: set[comm.Comm] = set()
         self._bg: set[asyncio.Task[Any]] = set()
 
@@ -204,7 +210,7 @@ class Worker:
     async def start(self) -> Worker:
         self._loop = asyncio.get_running_loop()
         self._listener = await comm.listen(
-            self.address, self._serve_peer, roles=frozenset({"peer"})
+            self.address, self._serve_peer, roles=frozenset({"peer"}), security=self.security
         )
         self.address = self._listener.address
         self._core.set_address(self.address)
@@ -218,7 +224,9 @@ class Worker:
             "pid": os.getpid(),
         }
         try:
-            self._scheduler = await comm.connect(self.scheduler_address, role="worker", info=info)
+            self._scheduler = await comm.connect(
+                self.scheduler_address, role="worker", info=info, security=self.security
+            )
             reply, _ = await self._scheduler.read()
         except comm.CommError:
             await self._listener.close()
@@ -425,7 +433,9 @@ class Worker:
         with self._client_lock:
             if self._client is None or self._client.status == "closed":
                 self._client = Client(
-                    self.scheduler_address, timeout=10 if timeout is None else timeout
+                    self.scheduler_address,
+                    timeout=10 if timeout is None else timeout,
+                    security=self.security,
                 )
             return self._client
 
