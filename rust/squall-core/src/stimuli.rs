@@ -323,6 +323,7 @@ impl Scheduler {
                 removed: w,
             });
         }
+        self.n_processing -= self.worker(w).processing.len();
         let ws = self.wm(w);
         ws.processing = Default::default();
         ws.long_running = Default::default();
