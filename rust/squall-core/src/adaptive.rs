@@ -111,10 +111,11 @@ impl Scheduler {
     }
 
     /// The results held by none but `workers` (which a graceful retirement of them
-    /// must copy elsewhere first); a pass over what they hold, not over all tasks.
-    pub fn held_only_by(&self, workers: &[WorkerId]) -> Vec<TaskId> {
+    /// must copy elsewhere first), each with the first of its holders; a pass over
+    /// what they hold, not over all tasks.
+    pub fn held_only_by(&self, workers: &[WorkerId]) -> Vec<(TaskId, WorkerId)> {
         let leaving = |w: WorkerId| workers.contains(&w);
-        let mut out: Vec<TaskId> = Vec::new();
+        let mut out = Vec::new();
         for &w in workers {
             let Some(ws) = self.get_worker(w) else {
                 continue;
@@ -123,10 +124,15 @@ impl Scheduler {
                 let ts = self.task(t);
                 // Listed once: under the first of its holders.
                 if ts.who_has.iter().all(leaving) && ts.who_has.iter().next() == Some(w) {
-                    out.push(t);
+                    out.push((t, w));
                 }
             }
         }
         out
+    }
+
+    /// Workers that may be given tasks now.
+    pub fn n_running(&self) -> usize {
+        self.running.len()
     }
 }

@@ -108,7 +108,14 @@ fn held_only_by_lists_results_with_no_holder_outside() {
         .filter(|&t| h.s.task(t).who_has.contains(a))
         .collect();
     assert!(!on_a.is_empty());
-    let mut only_a = h.s.held_only_by(&[a]);
+    let mut only_a: Vec<TaskId> =
+        h.s.held_only_by(&[a])
+            .iter()
+            .map(|&(t, w)| {
+                assert_eq!(w, a);
+                t
+            })
+            .collect();
     only_a.sort();
     assert_eq!(only_a, on_a);
     // A copy elsewhere: no longer only there.

@@ -34,17 +34,28 @@ impl Scheduler {
             .collect()
     }
 
-    /// (task id, key) of the results held by none but `workers` (known worker ids).
+    /// (task id, key, nbytes, a holder's id) of the results held by none but
+    /// `workers` (known worker ids).
+    #[allow(clippy::type_complexity)]
     fn held_only_by<'py>(
         &self,
         py: Python<'py>,
         workers: Vec<u32>,
-    ) -> PyResult<Vec<(u32, Bound<'py, PyAny>)>> {
+    ) -> PyResult<Vec<(u32, Bound<'py, PyAny>, i64, u32)>> {
         let ids: Vec<WorkerId> = workers.into_iter().map(WorkerId).collect();
         self.inner
             .held_only_by(&ids)
             .into_iter()
-            .map(|t| Ok((t.0, key_to_py(py, &self.inner.task(t).key)?)))
+            .map(|(t, w)| {
+                let ts = self.inner.task(t);
+                Ok((t.0, key_to_py(py, &ts.key)?, ts.nbytes, w.0))
+            })
             .collect()
+    }
+
+    /// Workers that may be given tasks now (status running).
+    #[getter]
+    fn n_running(&self) -> usize {
+        self.inner.n_running()
     }
 }
