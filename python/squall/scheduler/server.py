@@ -20,6 +20,7 @@ from typing import Any
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm, ops
+from squall.scheduler.lifecycle import Lifecycle
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -77,9 +78,12 @@ class SchedulerServer:
     started: float = field(init=False, default_factory=time.time)
     _restart_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    #: Retiring, restarting some workers, waiting for workers, adaptive target, shutdown.
+    lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
+        self.lifecycle = Lifecycle(self)
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
 
@@ -242,6 +246,8 @@ class SchedulerServer:
                 self.core.reschedule(w, int(h["task"]), now=now)
             elif op == ops.RELEASE_WORKER_DATA:
                 self.core.release_worker_data(w, int(h["task"]), now=now)
+            elif op == ops.RETIRE:
+                self.lifecycle.worker_retires(w, bool(h.get("restart")))
             else:
                 raise comm.ProtocolError(f"unknown worker message {op!r}")
         except SchedulerError as e:
@@ -338,6 +344,9 @@ class SchedulerServer:
                 task = asyncio.get_running_loop().create_task(self._restart(cid, h))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                return None
+            if op in ops.LIFECYCLE_REQUESTS:
+                self.lifecycle.request(cid, h)
                 return None
             raise comm.ProtocolError(f"unknown client message {op!r}")
         except SchedulerError as e:
@@ -452,20 +461,29 @@ class SchedulerServer:
             peer.send({"op": ops.RESTARTED, "id": h.get("id"), "error": error})
 
     async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
-        """Forget every task (clients are told with ``restart``), have every worker
-        restart (``restart`` to its nanny, which starts a new worker process, or to the
-        worker itself, whose process re-executes itself) and wait for the old
-        workers to leave and as many to join. Returns what went wrong, if anything."""
+        """Forget every task (clients are told with ``restart``) and restart every
+        worker (:meth:`restart_these`). Returns what went wrong, if anything."""
         now = self.now()
         for c in self.clients:
             self.core.remove_client(c, now=now)  # releases all it wants; it stays connected
         self.core.release_fire_and_forget_keys(now=now)
         for peer in self.clients.values():
             peer.send({"op": ops.RESTART})
-        old = list(self.workers)
+        return await self.restart_these(list(self.workers), timeout, wait_for_workers)
+
+    async def restart_these(
+        self, old: list[int], timeout: float, wait_for_workers: bool
+    ) -> str | None:
+        """Have these workers restart (``restart`` to its nanny, which starts a new
+        worker process, or to the worker itself, whose process re-executes itself) and
+        wait for them to leave and as many to join. They leave the core at once, as
+        expected departures: their tasks go elsewhere without counting as suspicious.
+        Returns what went wrong, if anything."""
+        now = self.now()
+        before = len(self.workers)
         for w in old:
-            # No new work for them in the meantime (another client may be submitting).
-            self.core.worker_status_change(w, "closing_gracefully", now=now)
+            with contextlib.suppress(SchedulerError):
+                self.core.remove_worker(w, now=now, expected=True)
             peer = self.workers[w]
             nanny = self.nannies.get(peer.nanny) if peer.nanny is not None else None
             (nanny or peer).send({"op": ops.RESTART})
@@ -479,7 +497,7 @@ class SchedulerServer:
             await peer.conn.close()  # its reader ends and removes it
         if stuck:
             return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
-        while wait_for_workers and len(self.workers) < len(old):
+        while wait_for_workers and len(self.workers) < before:
             if loop.time() > deadline:
                 return f"{len(self.workers)}/{len(old)} workers came back within {timeout}s"
             await asyncio.sleep(0.02)

@@ -50,7 +50,7 @@ class Nanny:
     scheduler or was closed), the scheduler goes away, or the nanny is told to close.
 
     The nanny holds a connection to the scheduler as role ``nanny``: it sends
-    ``worker-died`` when its worker dies, and takes ``restart``. It also serves peers
+    ``worker-died`` when its worker dies, and takes ``restart`` and ``close``. It also serves peers
     ``run`` (``Client.run(..., nanny=True)``)."""
 
     def __init__(self, scheduler_address: str, worker_command: list[str]) -> None:
@@ -171,6 +171,9 @@ class Nanny:
                         logger.info("nanny %s: restart requested", self.address)
                         self._restarting = True
                         self._spawn(self._stop_worker())
+                    elif h["op"] == ops.CLOSE:  # retired or shut down: no new worker
+                        logger.info("nanny %s: closed by the scheduler", self.address)
+                        self.close()
                     else:
                         logger.warning("nanny %s: unknown message %r ignored", self.address, h)
         except comm.CommError as e:

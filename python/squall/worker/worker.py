@@ -356,6 +356,12 @@ class Worker:
             logger.info("worker %s: restart requested by the scheduler", self.address)
             self.restart_requested = True
             self._spawn(self.close(abort=True))
+        elif op == ops.ACQUIRE_REPLICAS:
+            keys = decode_keys(bytes(payload))
+            self._spawn(self._acquire_replicas(str(h["holder"]), list(h["tasks"]), keys))
+        elif op == ops.CLOSE:
+            logger.info("worker %s: closed by the scheduler", self.address)
+            self._spawn(self.close())
         elif op == ops.REMOVE_WORKER:
             self._peers.forget(h.get("address"))
         elif op == ops.HEARTBEAT_INTERVAL:
@@ -497,6 +503,47 @@ class Worker:
             self._core.fetched(holder, kid, value, size)
         self._fetch_missing()
         self._flush_buffered()  # announce the copies
+
+    async def _acquire_replicas(self, holder: str, tasks: list[int], keys: list[Key]) -> None:
+        """``acquire-replicas``: copy results from a retiring worker and hold them as
+        those tasks' results; the copies are announced with ``add-replicas``
+        (docs/runtime.md#retiring-workers). A copy that fails is left to the
+        scheduler's bounded wait."""
+        try:
+            start = time.monotonic()
+            sizes, payload = await self._peers.get_data(holder, keys)
+            self._measured(len(payload), time.monotonic() - start)
+        except (comm.CommError, asyncio.TimeoutError, OSError) as e:
+            logger.warning(
+                "worker %s: copying %d results from %s failed: %s",
+                self.address,
+                len(keys),
+                holder,
+                e,
+            )
+            return
+        pos, got = 0, []
+        for tid, key, size in zip(tasks, keys, sizes, strict=True):
+            if size < 0:
+                continue
+            blob = payload[pos : pos + size]
+            pos += size
+            try:
+                value = pickle.loads(blob)
+            except Exception as e:
+                logger.warning("worker %s: cannot load a copy of %r: %r", self.address, key, e)
+                continue
+            self._core.put_scattered(int(tid), key, value, _sizeof(value))
+            got.append(key)
+        if got:
+            self._send({"op": ops.ADD_REPLICAS}, encode_keys(got))
+
+    def retire(self, *, restart: bool = False) -> None:
+        """Ask the scheduler to retire this worker (``--lifetime``): once its results
+        are copied elsewhere it is closed or, with ``restart``, replaced by a fresh
+        process (docs/runtime.md#cluster-lifecycle)."""
+        logger.info("worker %s: retiring (restart: %s)", self.address, restart)
+        self._send({"op": ops.RETIRE, "restart": restart})
 
     def _measured(self, nbytes: int, seconds: float) -> None:
         if nbytes >= BANDWIDTH_MIN_BYTES and seconds > 0:
