@@ -61,3 +61,122 @@ def test_retire_workers_keeps_every_result_without_recomputing(
             eventually(lambda: sum(p.poll() is None for p in cluster.worker_processes) == 2)
             time.sleep(0.5)
             assert len(c.scheduler_info()["workers"]) == 2
+
+
+def test_retire_keeps_a_worker_whose_results_nobody_can_take(tmp_path: Path) -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        future = c.submit(produce, str(tmp_path / "runs"), 1, 10)
+        future.result()
+        [only] = c.scheduler_info()["workers"]
+        assert c.retire_workers([only]) == {}
+        [w] = c.scheduler_info()["workers"].values()
+        assert w["status"] == "running"
+        assert future.result() == b"\x01" * 10
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def test_restart_workers_restarts_only_those(tmp_path: Path) -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+        before = c.run(pid)
+        info = c.scheduler_info()["workers"]
+        [(first, w0), (second, _)] = sorted(info.items())
+        out = c.restart_workers([w0["name"]], timeout=20)
+        assert out == {w0["name"]: "OK"}
+        after = c.run(pid)
+        assert len(after) == 2
+        assert after[second] == before[second], "the other worker was restarted"
+        assert first not in after and before[first] not in after.values()
+        assert c.submit(pid).result() in after.values()
+
+
+def test_restart_workers_needs_a_nanny() -> None:
+    with LocalCluster(n_workers=1, nanny=False) as cluster, Client(cluster) as c:
+        [address] = c.scheduler_info()["workers"]
+        with pytest.raises(ValueError, match="nanny"):
+            c.restart_workers([address])
+
+
+def test_wait_for_workers_returns_once_they_run_and_times_out_naming_how_many() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        c.wait_for_workers(1, timeout=5)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="Only 1/2 workers arrived"):
+            c.wait_for_workers(2, timeout=0.5)
+        assert time.monotonic() - start < 5
+        cluster.scale(2)
+        c.wait_for_workers(2, timeout=20)
+        assert len(c.scheduler_info()["workers"]) == 2
+        with pytest.raises(ValueError):
+            c.wait_for_workers(0)
+
+
+def test_shutdown_closes_scheduler_workers_and_nannies() -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster:
+        c = Client(cluster.scheduler_address)
+        assert c.submit(pid).result() > 0
+        procs = [cluster.scheduler_process, *cluster.worker_processes]
+        c.shutdown()
+        assert c.status == "closed"
+        for p in procs:
+            assert p is not None
+            assert p.wait(timeout=15) == 0
+        start = time.monotonic()
+        cluster.close()
+        assert time.monotonic() - start < 2
+
+
+@pytest.mark.parametrize("nanny", [True, False])
+def test_scale_up_then_down_moves_results_to_the_workers_that_stay(
+    tmp_path: Path, nanny: bool
+) -> None:
+    log = tmp_path / "runs"
+    with LocalCluster(n_workers=1, threads_per_worker=1, nanny=nanny) as cluster:
+        with Client(cluster) as c:
+            cluster.scale(3)
+            c.wait_for_workers(3, timeout=20)
+            assert len(cluster.worker_processes) == 3
+            futures = c.map(produce, [str(log)] * 12, range(12), [10_000] * 12)
+            c.gather(futures)
+            assert len(held_on(c)) == 3
+            cluster.scale(1)
+            assert len(cluster.worker_processes) == 1
+            assert len(c.scheduler_info()["workers"]) == 1
+            assert len(c.gather(futures)) == 12
+            assert executions(log) == 12, "a result was recomputed"
+            cluster.scale(2)
+            c.wait_for_workers(2, timeout=20)
+            names = {w["name"] for w in c.scheduler_info()["workers"].values()}
+            assert len(names) == 2
+
+
+def sleep_then(x: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return x
+
+
+def n_workers(c: Client) -> int:
+    return len(c.scheduler_info()["workers"])
+
+
+def test_adapt_scales_up_under_load_and_down_when_idle() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        adaptive = cluster.adapt(
+            minimum=1, maximum=3, interval=0.1, wait_count=2, target_duration="1s"
+        )
+        start = time.monotonic()
+        futures = c.map(sleep_then, range(40), [0.2] * 40)
+        eventually(lambda: n_workers(c) == 3, timeout=20)
+        up = time.monotonic() - start
+        assert len(c.gather(futures)) == 40
+        del futures
+        start = time.monotonic()
+        eventually(lambda: n_workers(c) == 1, timeout=20)
+        down = time.monotonic() - start
+        time.sleep(0.5)
+        assert n_workers(c) == 1, "never below the minimum"
+        assert len(cluster.worker_processes) == 1
+        assert adaptive.close_counts == {}
+        print(f"adapt reaction: up {up:.2f}s, down {down:.2f}s")

@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from squall import config
+from squall.deploy.adaptive import Adaptive
 from squall.deploy.lifeline import lifeline
-from squall.protocol import comm, ops
+from squall.deploy.scaling import Scaling, ask
+from squall.protocol import ops
 
 T = TypeVar("T")
 
@@ -68,6 +70,7 @@ class LocalCluster:
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
+        self._scaling = Scaling(self, log_level)
         try:
             self._start(host, scheduler_port, timeout, log_level)
         except BaseException:
@@ -124,7 +127,37 @@ class LocalCluster:
                 raise TimeoutError(f"only some of {n} workers joined within {timeout}s")
             time.sleep(0.05)
 
+    def scale(self, n: int) -> None:
+        """Have ``n`` workers: start the missing ones at once (``wait_for_workers``
+        waits for them), or retire the extra ones gracefully (those the scheduler
+        would close first: idle, holding the least data), whose results move to the
+        workers that stay, then stop their processes
+        (docs/runtime.md#cluster-lifecycle)."""
+        self._scaling.scale(n)
+
+    def adapt(
+        self,
+        minimum: int | None = None,
+        maximum: int | float | None = None,
+        interval: float | str | None = None,
+        wait_count: int | None = None,
+        target_duration: float | str | None = None,
+    ) -> Adaptive:
+        """Scale with the work, as Dask's ``adapt``: every ``interval`` the scheduler's
+        adaptive target (within ``minimum``..``maximum``) starts workers at once, and a
+        worker the target leaves out ``wait_count`` times in a row is retired.
+        Defaults: ``squall.adaptive.*``. Calling it again replaces the loop; ``close``
+        stops it (docs/runtime.md#adaptive-scaling)."""
+        return self._scaling.adapt(
+            minimum=minimum,
+            maximum=maximum,
+            interval=interval,
+            wait_count=wait_count,
+            target_duration=target_duration,
+        )
+
     def close(self) -> None:
+        self._scaling.stop_adapting()
         # Workers first, so none of them sees its scheduler vanish and warns about it.
         _stop(self._procs)
         _stop([self._scheduler] if self._scheduler else [])
@@ -148,16 +181,7 @@ class LocalCluster:
 
 async def scheduler_info(address: str) -> dict[str, Any]:
     """Ask a scheduler for its workers: {"workers": [{address, name, nthreads, ...}]}."""
-    c = await comm.connect(address, role="client", info={"client": "scheduler-info"})
-    try:
-        await c.read()  # registered
-        await c.write({"op": ops.SCHEDULER_INFO, "id": 0})
-        while True:
-            for header, _ in await c.read_messages():
-                if header["op"] == ops.SCHEDULER_INFO:
-                    return dict(header)
-    finally:
-        await c.close()
+    return dict(await ask(address, {"op": ops.SCHEDULER_INFO}))
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
