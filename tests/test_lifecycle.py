@@ -5,15 +5,18 @@ workers, shutdown, LocalCluster.scale/adapt and worker lifetimes."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from conftest import eventually
 
 from squall import Client
+from squall.deploy.lifeline import lifeline
 from squall.deploy.local import LocalCluster
 
 # Worker processes cannot import this test module: ship its functions by value.
@@ -133,23 +136,25 @@ def test_scale_up_then_down_moves_results_to_the_workers_that_stay(
     tmp_path: Path, nanny: bool
 ) -> None:
     log = tmp_path / "runs"
-    with LocalCluster(n_workers=1, threads_per_worker=1, nanny=nanny) as cluster:
-        with Client(cluster) as c:
-            cluster.scale(3)
-            c.wait_for_workers(3, timeout=20)
-            assert len(cluster.worker_processes) == 3
-            futures = c.map(produce, [str(log)] * 12, range(12), [10_000] * 12)
-            c.gather(futures)
-            assert len(held_on(c)) == 3
-            cluster.scale(1)
-            assert len(cluster.worker_processes) == 1
-            assert len(c.scheduler_info()["workers"]) == 1
-            assert len(c.gather(futures)) == 12
-            assert executions(log) == 12, "a result was recomputed"
-            cluster.scale(2)
-            c.wait_for_workers(2, timeout=20)
-            names = {w["name"] for w in c.scheduler_info()["workers"].values()}
-            assert len(names) == 2
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, nanny=nanny) as cluster,
+        Client(cluster) as c,
+    ):
+        cluster.scale(3)
+        c.wait_for_workers(3, timeout=20)
+        assert len(cluster.worker_processes) == 3
+        futures = c.map(produce, [str(log)] * 12, range(12), [10_000] * 12)
+        c.gather(futures)
+        assert len(held_on(c)) == 3
+        cluster.scale(1)
+        assert len(cluster.worker_processes) == 1
+        assert len(c.scheduler_info()["workers"]) == 1
+        assert len(c.gather(futures)) == 12
+        assert executions(log) == 12, "a result was recomputed"
+        cluster.scale(2)
+        c.wait_for_workers(2, timeout=20)
+        names = {w["name"] for w in c.scheduler_info()["workers"].values()}
+        assert len(names) == 2
 
 
 def sleep_then(x: int, seconds: float) -> int:
@@ -180,3 +185,43 @@ def test_adapt_scales_up_under_load_and_down_when_idle() -> None:
         assert len(cluster.worker_processes) == 1
         assert adaptive.close_counts == {}
         print(f"adapt reaction: up {up:.2f}s, down {down:.2f}s")
+
+
+def start_worker(address: str, *flags: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "squall.worker", address, "--name", "mortal", *flags]
+    return subprocess.Popen(cmd, stdin=lifeline())
+
+
+def mortal(c: Client) -> dict[str, Any] | None:
+    found = [w for w in c.scheduler_info()["workers"].values() if w["name"] == "mortal"]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_lifetime_retires_the_worker_gracefully(tmp_path: Path, restart: bool) -> None:
+    log = tmp_path / "runs"
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        flags = ["--lifetime", "3s", "--lifetime-stagger", "0.5s"]
+        proc = start_worker(cluster.scheduler_address, *flags, *["--lifetime-restart"] * restart)
+        try:
+            eventually(lambda: mortal(c) is not None)
+            workers = c.scheduler_info()["workers"]
+            [address] = [a for a, w in workers.items() if w["name"] == "mortal"]
+            first = workers[address]
+            futures = c.map(produce, [str(log)] * 5, range(5), [1000] * 5, workers=[address])
+            c.gather(futures)
+            assert held_on(c)[address] == 5
+            eventually(lambda: address not in c.scheduler_info()["workers"], timeout=10)
+            assert len(c.gather(futures)) == 5
+            assert executions(log) == 5, "a result was recomputed"
+            if restart:  # a fresh worker under the same nanny
+                eventually(lambda: mortal(c) is not None, timeout=10)
+                again = mortal(c)
+                assert again is not None and again["nanny"] == first["nanny"]
+                assert proc.poll() is None
+            else:  # the nanny left with its worker
+                assert proc.wait(timeout=10) == 0
+                assert mortal(c) is None
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
