@@ -95,11 +95,11 @@ impl Scheduler {
             if n.is_none() && busy(w) {
                 break;
             }
-            if minimum > 0 && remain - 1 < minimum {
+            if minimum > 0 && remain <= minimum {
                 break;
             }
             limit -= self.worker(w).memory_limit as f64;
-            let by_count = n.is_some() && remain - 1 >= keep;
+            let by_count = n.is_some() && remain > keep;
             let by_memory = n.is_none() && limit >= MEMORY_RATIO * total;
             if !(by_count || by_memory) {
                 break;
