@@ -471,7 +471,10 @@ class Worker:
         for holder, keys, ids in fetches:
             self._spawn(self._gather_from(holder, keys, ids))
 
-    async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
+    async def _get_data(self, holder: str, keys: list[Key]) -> list[memoryview | None]:
+        """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, or
+        None where the holder lacks it or the request failed (logged, and the
+        connection dropped)."""
         try:
             start = time.monotonic()
             sizes, payload = await self._peers.get_data(holder, keys)
@@ -485,14 +488,19 @@ class Worker:
                 e,
             )
             self._spawn(self._peers.drop(holder))
-            sizes, payload = [-1] * len(keys), memoryview(b"")
+            return [None] * len(keys)
+        blobs: list[memoryview | None] = []
         pos = 0
-        for kid, size in zip(ids, sizes, strict=True):
-            if size < 0:
+        for size in sizes:
+            blobs.append(None if size < 0 else payload[pos : pos + size])
+            pos += max(size, 0)
+        return blobs
+
+    async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
+        for kid, blob in zip(ids, await self._get_data(holder, keys), strict=True):
+            if blob is None:
                 self._core.not_fetched(holder, kid)
                 continue
-            blob = payload[pos : pos + size]
-            pos += size
             try:
                 value = pickle.loads(blob)
             except Exception as e:
@@ -500,7 +508,7 @@ class Worker:
                 for tid, run_id in self._core.fetch_failed(holder, kid):
                     self._send_erred(tid, run_id, err)
                 continue
-            self._core.fetched(holder, kid, value, size)
+            self._core.fetched(holder, kid, value, len(blob))
         self._fetch_missing()
         self._flush_buffered()  # announce the copies
 
@@ -509,25 +517,11 @@ class Worker:
         those tasks' results; the copies are announced with ``add-replicas``
         (docs/runtime.md#retiring-workers). A copy that fails is left to the
         scheduler's bounded wait."""
-        try:
-            start = time.monotonic()
-            sizes, payload = await self._peers.get_data(holder, keys)
-            self._measured(len(payload), time.monotonic() - start)
-        except (comm.CommError, asyncio.TimeoutError, OSError) as e:
-            logger.warning(
-                "worker %s: copying %d results from %s failed: %s",
-                self.address,
-                len(keys),
-                holder,
-                e,
-            )
-            return
-        pos, got = 0, []
-        for tid, key, size in zip(tasks, keys, sizes, strict=True):
-            if size < 0:
+        got = []
+        blobs = await self._get_data(holder, keys)
+        for tid, key, blob in zip(tasks, keys, blobs, strict=True):
+            if blob is None:
                 continue
-            blob = payload[pos : pos + size]
-            pos += size
             try:
                 value = pickle.loads(blob)
             except Exception as e:
