@@ -51,7 +51,11 @@ def test_retire_workers_keeps_every_result_without_recomputing(
         [leaving, *_] = sorted(held, key=lambda a: -held[a])
         assert held[leaving] > 0
         nanny = c.scheduler_info()["workers"][leaving]["nanny"]
-        retired = c.retire_workers([leaving], close_workers=close_workers)
+        # By name (as distributed allows) or by address.
+        name = c.scheduler_info()["workers"][leaving]["name"]
+        retired = c.retire_workers(
+            [name if close_workers else leaving], close_workers=close_workers
+        )
         assert list(retired) == [leaving]
         assert retired[leaving]["nanny"] == nanny
         info = c.scheduler_info()["workers"]
@@ -72,6 +76,9 @@ def test_retire_keeps_a_worker_whose_results_nobody_can_take(tmp_path: Path) -> 
         future.result()
         [only] = c.scheduler_info()["workers"]
         assert c.retire_workers([only]) == {}
+        # The scheduler's own choice: no idle worker whose going leaves memory for the
+        # data (no memory limit here), so none.
+        assert c.retire_workers() == {}
         [w] = c.scheduler_info()["workers"].values()
         assert w["status"] == "running"
         assert future.result() == b"\x01" * 10

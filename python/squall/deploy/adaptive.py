@@ -39,7 +39,7 @@ class Adaptive:
         self.minimum = config.integer("adaptive.minimum") if minimum is None else minimum
         if maximum is None:
             maximum = config.get("adaptive.maximum")
-        self.maximum = math.inf if maximum is None else maximum
+        self.maximum = math.inf if maximum is None else float(maximum)
         if self.minimum < 0 or self.maximum < self.minimum:
             raise ValueError(f"need 0 <= minimum <= maximum, got {minimum} and {maximum}")
         self.interval = _seconds(interval, "adaptive.interval")
