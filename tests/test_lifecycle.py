@@ -232,3 +232,22 @@ def test_lifetime_retires_the_worker_gracefully(tmp_path: Path, restart: bool) -
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def slow_produce(log: str, i: int, seconds: float) -> bytes:
+    time.sleep(seconds)
+    return produce(log, i, 1000)
+
+
+def test_retire_lets_running_tasks_finish_and_keeps_their_results(tmp_path: Path) -> None:
+    log = tmp_path / "runs"
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
+        leaving, staying = sorted(c.scheduler_info()["workers"])
+        running = c.submit(slow_produce, str(log), 7, 1.0, workers=[leaving])
+        eventually(lambda: c.scheduler_info()["workers"][leaving]["metrics"]["processing"] == 1)
+        start = time.monotonic()
+        assert list(c.retire_workers([leaving])) == [leaving]
+        assert time.monotonic() - start >= 0.5, "did not wait for the running task"
+        assert running.result() == b"\x07" * 1000
+        assert executions(log) == 1, "the running task was rerun"
+        assert list(c.scheduler_info()["workers"]) == [staying]
