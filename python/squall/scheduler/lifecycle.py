@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,9 @@ logger = logging.getLogger("squall.scheduler")
 POLL = 0.02
 #: How long a shutdown waits for workers and nannies to leave before the scheduler goes.
 SHUTDOWN_GRACE = 10.0
+#: A result still held only by retiring workers this long after its copy was asked for
+#: is asked for again (the destination may have died or failed to fetch it).
+REASK = 5.0
 
 
 @dataclass
@@ -170,7 +174,8 @@ class Lifecycle:
         self._retiring.update(ids)
         try:
             for w in ids:
-                s.core.worker_status_change(w, "closing_gracefully", now=s.now())
+                with contextlib.suppress(SchedulerError):  # gone meanwhile
+                    s.core.worker_status_change(w, "closing_gracefully", now=s.now())
             s._dispatch()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + config.seconds("retire.timeout")
@@ -206,17 +211,18 @@ class Lifecycle:
         """Have running workers copy the results that only ``ids`` hold, until none
         is left or ``deadline``; the workers still holding some, and why."""
         s = self.server
-        asked: set[int] = set()
+        asked: dict[int, float] = {}  # task -> when its copy was asked for
         loop = asyncio.get_running_loop()
         while True:
             held = s.core.held_only_by([w for w in ids if w in s.workers])
             if not held:
                 return set(), ""
-            new = [h for h in held if h[0] not in asked]
+            now = loop.time()
+            new = [h for h in held if now - asked.get(h[0], -math.inf) >= REASK]
             if new and not self._ask_copies(new, set(ids)):
                 why = "no other running worker can take its results"
                 break
-            asked.update(t for t, *_ in new)
+            asked.update((t, now) for t, *_ in new)
             if loop.time() > deadline:
                 why = f"{len(held)} results held only here were not copied in time"
                 break
