@@ -39,6 +39,10 @@ docs/runtime.md. Choices the protocol table leaves open:
   :mod:`squall.worker.nanny`) closes the worker at once; the ``squall worker`` program
   then re-executes itself (same pid, fresh interpreter, abandoned task threads
   gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
+* ``acquire-replicas`` (a worker retiring elsewhere) fetches the named results from
+  it and keeps them as those tasks' results, announced with ``add-replicas``; ``close``
+  closes the worker for good; ``retire`` (``--lifetime``) asks the scheduler to retire
+  it (docs/runtime.md#cluster-lifecycle).
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
   0.95/0.05 like Dask's; ``null`` until one happened.
