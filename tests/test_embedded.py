@@ -92,3 +92,17 @@ def test_closing_twice_is_harmless(processes: bool) -> None:
     cluster.close(timeout=10)
     cluster.close()
     eventually(lambda: not listening(cluster.scheduler_address))
+
+
+def test_an_embedded_cluster_scales_up_and_down_keeping_results() -> None:
+    with (
+        LocalCluster(processes=False, n_workers=1, threads_per_worker=1) as cluster,
+        Client(cluster) as client,
+    ):
+        cluster.scale(3)
+        cluster.wait_for_workers(3, timeout=20)
+        futures = client.map(inc, range(30))
+        assert client.gather(futures) == list(range(1, 31))
+        cluster.scale(1)
+        eventually(lambda: len(client.nthreads()) == 1, timeout=20)
+        assert client.gather(futures) == list(range(1, 31))  # moved, not lost

@@ -46,6 +46,7 @@ REPLIES = frozenset(
         ops.SCHEDULER_INFO,
         ops.SCATTERED,
         ops.RESTARTED,
+        *ops.LIFECYCLE_REQUESTS,
     }
 )
 RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."

@@ -1,8 +1,11 @@
-"""The client's view of the cluster: its workers, ``run`` and ``restart``."""
+"""The client's view of the cluster: its workers, ``run``, ``restart`` and the
+lifecycle requests (retire, restart some, wait for, shut down)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import numbers
 import pickle
 from collections.abc import Callable
@@ -14,6 +17,8 @@ from squall.client.connection import ClientConnection
 from squall.client.loop import timeout_seconds
 from squall.protocol import comm, ops
 from squall.protocol.remote_errors import unpack_error
+
+logger = logging.getLogger("squall.client")
 
 
 class ClusterOps(ClientConnection):
@@ -137,6 +142,105 @@ class ClusterOps(ClientConnection):
                 raise TimeoutError(h["error"])
 
         return self.sync(run)
+
+    # ----- lifecycle (docs/runtime.md#cluster-lifecycle) ------------------------------------
+
+    def retire_workers(
+        self,
+        workers: list[str] | str | None = None,
+        close_workers: bool = True,
+        remove: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Retire workers (addresses or names; default: the idle ones Dask's
+        ``workers_to_close`` picks) gracefully: they get no new tasks, their running
+        tasks finish and every result only they hold is copied to another worker, so
+        nothing is recomputed; then they leave the scheduler (``remove``) and, with
+        ``close_workers``, close (with their nannies). Returns ``{address: worker
+        info}`` of those retired. A worker whose results could not all be copied
+        (no other worker, or not within ``squall.retire.timeout``) is kept, and a
+        warning says why."""
+
+        async def run() -> dict[str, Any]:
+            header = {
+                "op": ops.RETIRE_WORKERS,
+                "workers": [workers] if isinstance(workers, str) else workers,
+                "close_workers": close_workers,
+                "remove": remove,
+                "n": kwargs.get("n"),
+            }
+            h, _ = await self._request(header)
+            if h["kept"]:
+                logger.warning("workers not retired: %s", h["kept"])
+            return {a: _worker_identity(w) for a, w in h["retired"].items()}
+
+        return self.sync(run)
+
+    def restart_workers(
+        self,
+        workers: list[str],
+        timeout: float | str | None = None,
+        raise_for_error: bool = True,
+    ) -> Any:
+        """Restart these workers (addresses or names) through their nannies and wait
+        for them to come back: ``{worker: "OK" or "timed out"}``, keyed as given.
+        ``ValueError`` if one has no nanny; ``TimeoutError`` on a time-out unless not
+        ``raise_for_error``. Their tasks are rescheduled, their results recomputed if
+        needed; other workers and tasks are untouched (unlike :meth:`restart`)."""
+        seconds = 4 * self._timeout if timeout is None else timeout_seconds(timeout)
+        given = [workers] if isinstance(workers, str) else list(workers)
+
+        async def run() -> dict[str, str]:
+            addresses = await self._addresses(given)
+            header = {"op": ops.RESTART_WORKERS, "workers": addresses, "timeout": seconds}
+            try:
+                h, _ = await self._request(header)
+            except RuntimeError as e:
+                raise ValueError(str(e)) from None
+            out = {w: h["results"][a] for w, a in zip(given, addresses, strict=True)}
+            if raise_for_error and any(v != "OK" for v in out.values()):
+                raise TimeoutError(f"workers did not restart within {seconds}s: {out}")
+            return out
+
+        return self.sync(run)
+
+    async def _addresses(self, workers: list[str]) -> list[str]:
+        """The addresses of workers given by address or name."""
+        by_name = {w["name"]: w["address"] for w in (await self._identity())["workers"]}
+        return [by_name.get(w, w) for w in workers]
+
+    def wait_for_workers(self, n_workers: int, timeout: float | str | None = None) -> Any:
+        """Wait until ``n_workers`` workers are running; ``TimeoutError`` saying how
+        many arrived after ``timeout`` (default: no limit). The scheduler answers as
+        soon as they are there, so nothing polls over the network."""
+        if not isinstance(n_workers, int) or n_workers < 1:
+            raise ValueError(f"n_workers must be a positive integer, not {n_workers!r}")
+        seconds = timeout_seconds(timeout) or None
+
+        async def run() -> None:
+            header = {"op": ops.WAIT_FOR_WORKERS, "n_workers": n_workers, "timeout": seconds}
+            h, _ = await self._request(header)
+            if h["error"]:
+                raise TimeoutError(h["error"])
+
+        return self.sync(run)
+
+    def shutdown(self) -> Any:
+        """Close the scheduler, every worker and nanny, then this client."""
+
+        async def run() -> None:
+            with contextlib.suppress(comm.CommError):  # it may be gone already
+                await self._request({"op": ops.SHUTDOWN})
+
+        if self.asynchronous:
+
+            async def both() -> None:
+                await run()
+                await self.close()
+
+            return both()
+        self.sync(run)
+        return self.close()
 
 
 def _select(infos: list[dict[str, Any]], workers: Any) -> list[dict[str, Any]]:

@@ -94,6 +94,18 @@ class EmbeddedCluster:
             except Exception:  # the scheduler is closing meanwhile
                 logger.exception("could not replace restarted worker %s", worker.address)
 
+    def remove_workers(self, names: set[str], timeout: float) -> None:
+        """Wait (at most ``timeout``) for the workers of these names to close, as
+        retired ones do on their own, and close those still running."""
+        self.call(self._remove_workers(names, timeout))
+
+    async def _remove_workers(self, names: set[str], timeout: float) -> None:
+        leaving = [w for w in self.workers if str(w.name) in names]
+        done = asyncio.gather(*(w.finished() for w in leaving))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done, timeout)
+        await asyncio.gather(*(w.close() for w in leaving), return_exceptions=True)
+
     def close(self, timeout: float | None = None) -> None:
         """Close the workers, then the scheduler, then stop the loop; waits at most
         ``timeout`` seconds (None: until done) for the workers and scheduler to close."""

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from squall import config
+from squall.deploy.adaptive import Adaptive
 from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
+from squall.deploy.scaling import Scaling, ask
 from squall.deploy.shape import default_shape
 from squall.protocol import comm, ops
 from squall.security import Security
@@ -84,6 +86,7 @@ class LocalCluster:
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
         if self.security is not None:
             self._env.update(self.security.to_env(Path(self._secrets.name)))
+        self._scaling = Scaling(self, log_level)
         try:
             if processes:
                 self._start(host, scheduler_port, timeout, log_level)
@@ -109,7 +112,7 @@ class LocalCluster:
             raise RuntimeError(f"the scheduler did not start: {line!r}")
         self.scheduler_address = line[len(prefix) :].strip()
         for i in range(self.n_workers):
-            self._procs.append(self._spawn_worker(f"local-{i}", log_level))
+            self._add_worker(f"local-{i}", log_level)
         self.wait_for_workers(self.n_workers, timeout)
 
     def _start_embedded(
@@ -118,15 +121,23 @@ class LocalCluster:
         self._embedded = EmbeddedCluster(
             comm.format_address(host, port, self._scheme), scheduler_kwargs, self.security
         )
+        self._host = host
         self.scheduler_address = self._embedded.address
         for i in range(self.n_workers):
-            self._embedded.add_worker(
-                nthreads=self.threads_per_worker,
-                name=f"local-{i}",
-                address=comm.format_address(host, 0, self._scheme),
-                resources=self.resources,
-            )
+            self._add_worker(f"local-{i}", "")
         self.wait_for_workers(self.n_workers, timeout)
+
+    def _add_worker(self, name: str, log_level: str) -> None:
+        """Start one more worker: a process, or a worker of the embedded cluster."""
+        if self._embedded is None:
+            self._procs.append(self._spawn_worker(name, log_level))
+            return
+        self._embedded.add_worker(
+            nthreads=self.threads_per_worker,
+            name=name,
+            address=comm.format_address(self._host, 0, self._scheme),
+            resources=self.resources,
+        )
 
     def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
@@ -159,10 +170,40 @@ class LocalCluster:
                 raise TimeoutError(f"only some of {n} workers joined within {timeout}s")
             time.sleep(0.05)
 
+    def scale(self, n: int) -> None:
+        """Have ``n`` workers: start the missing ones at once (``wait_for_workers``
+        waits for them), or retire the extra ones gracefully (those the scheduler
+        would close first: idle, holding the least data), whose results move to the
+        workers that stay, then stop their processes
+        (docs/runtime.md#cluster-lifecycle)."""
+        self._scaling.scale(n)
+
+    def adapt(
+        self,
+        minimum: int | None = None,
+        maximum: int | float | None = None,
+        interval: float | str | None = None,
+        wait_count: int | None = None,
+        target_duration: float | str | None = None,
+    ) -> Adaptive:
+        """Scale with the work, as Dask's ``adapt``: every ``interval`` the scheduler's
+        adaptive target (within ``minimum``..``maximum``) starts workers at once, and a
+        worker the target leaves out ``wait_count`` times in a row is retired.
+        Defaults: ``squall.adaptive.*``. Calling it again replaces the loop; ``close``
+        stops it (docs/runtime.md#adaptive-scaling)."""
+        return self._scaling.adapt(
+            minimum=minimum,
+            maximum=maximum,
+            interval=interval,
+            wait_count=wait_count,
+            target_duration=target_duration,
+        )
+
     def close(self, timeout: float | None = None) -> None:
         """Stop the workers, then the scheduler. Processes get ``timeout`` seconds
         (default 10) after SIGTERM before SIGKILL; an embedded cluster waits at most
         ``timeout`` for its workers and scheduler to close."""
+        self._scaling.stop_adapting()
         if self._embedded is not None:
             self._embedded.close(timeout)
             self._embedded = None
@@ -191,18 +232,7 @@ class LocalCluster:
 
 async def scheduler_info(address: str, security: Security | None = None) -> dict[str, Any]:
     """Ask a scheduler for its workers: {"workers": [{address, name, nthreads, ...}]}."""
-    c = await comm.connect(
-        address, role="client", info={"client": "scheduler-info"}, security=security
-    )
-    try:
-        await c.read()  # registered
-        await c.write({"op": ops.SCHEDULER_INFO, "id": 0})
-        while True:
-            for header, _ in await c.read_messages():
-                if header["op"] == ops.SCHEDULER_INFO:
-                    return dict(header)
-    finally:
-        await c.close()
+    return dict(await ask(address, {"op": ops.SCHEDULER_INFO}, security))
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

@@ -28,6 +28,8 @@ SCATTERED: Final = "scattered"
 REMOVE_WORKER: Final = "remove-worker"
 HEARTBEAT_INTERVAL: Final = "heartbeat-interval"
 RESTART: Final = "restart"  # to workers and clients; also a client's request
+ACQUIRE_REPLICAS: Final = "acquire-replicas"
+CLOSE: Final = "close"  # to workers and nannies
 
 # Worker -> scheduler.
 FINISHED: Final = "finished"
@@ -39,6 +41,7 @@ RESCHEDULE: Final = "reschedule"
 RELEASE_WORKER_DATA: Final = "release-worker-data"
 ADD_REPLICAS: Final = "add-replicas"
 DROP_REPLICAS: Final = "drop-replicas"
+RETIRE: Final = "retire"
 
 # Client -> scheduler, and the answers.
 UPDATE_GRAPH: Final = "update-graph"
@@ -52,6 +55,15 @@ SCHEDULER_INFO: Final = "scheduler-info"  # the request and its answer
 GRAPH_ACCEPTED: Final = "graph-accepted"
 REQUEST_FAILED: Final = "request-failed"
 RESTARTED: Final = "restarted"
+# Cluster lifecycle (docs/runtime.md#cluster-lifecycle): each the request and its answer.
+RETIRE_WORKERS: Final = "retire-workers"
+RESTART_WORKERS: Final = "restart-workers"
+WAIT_FOR_WORKERS: Final = "wait-for-workers"
+ADAPTIVE_TARGET: Final = "adaptive-target"
+SHUTDOWN: Final = "shutdown"
+LIFECYCLE_REQUESTS: Final = frozenset(
+    {RETIRE_WORKERS, RESTART_WORKERS, WAIT_FOR_WORKERS, ADAPTIVE_TARGET, SHUTDOWN}
+)
 
 # Scheduler -> client.
 KEY_IN_MEMORY: Final = "key-in-memory"

@@ -18,7 +18,8 @@ logger = logging.getLogger("squall.scheduler")
 
 
 async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> None:
-    """Run a scheduler until SIGINT/SIGTERM (``squall scheduler``)."""
+    """Run a scheduler until SIGINT/SIGTERM or a client's ``shutdown`` (``squall
+    scheduler``)."""
     server = SchedulerServer(address, config)
     await server.start()
     print(f"squall scheduler listening at {server.address}", flush=True)
@@ -26,6 +27,7 @@ async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> N
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    server.lifecycle.on_shutdown = stop.set  # Client.shutdown()
     try:
         await stop.wait()
     finally:

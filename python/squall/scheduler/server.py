@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm, ops
+from squall.scheduler.lifecycle import Lifecycle
 from squall.security import Security
 
 logger = logging.getLogger("squall.scheduler")
@@ -95,9 +96,12 @@ class SchedulerServer:
         init=False, default_factory=dict
     )
     _nanny_report_timeout: float = field(init=False)
+    #: Retiring, restarting some workers, waiting for workers, adaptive target, shutdown.
+    lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
+        self.lifecycle = Lifecycle(self)
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self._nanny_report_timeout = config.seconds("scheduler.nanny-report-timeout")
@@ -221,7 +225,7 @@ class SchedulerServer:
         what it was running, so that only those tasks become suspicious
         (docs/runtime.md#supervision-the-nanny)."""
         peer = self.workers[w]
-        if peer.died or peer.nanny not in self.nannies:
+        if peer.died or peer.nanny not in self.nannies or not self._registered(w):
             return None
         report = self._deaths[w] = asyncio.get_running_loop().create_future()
         try:
@@ -231,6 +235,14 @@ class SchedulerServer:
             return None
         finally:
             del self._deaths[w]
+
+    def _registered(self, w: int) -> bool:
+        """Whether the core still counts the worker (not removed by a restart, a
+        retirement or the TTL meanwhile)."""
+        try:
+            return bool(self.core.worker_info(w)["status"] != "closed")
+        except SchedulerError:
+            return False
 
     def _remove_worker(self, w: int, now: float, report: DeathReport | None) -> None:
         """Remove a worker from the core; which of its tasks become suspicious follows
@@ -295,6 +307,8 @@ class SchedulerServer:
                 self.core.reschedule(w, int(h["task"]), now=now)
             elif op == ops.RELEASE_WORKER_DATA:
                 self.core.release_worker_data(w, int(h["task"]), now=now)
+            elif op == ops.RETIRE:
+                self.lifecycle.worker_retires(w, bool(h.get("restart")))
             else:
                 raise comm.ProtocolError(f"unknown worker message {op!r}")
         except SchedulerError as e:
@@ -406,6 +420,9 @@ class SchedulerServer:
                 task = asyncio.get_running_loop().create_task(self._restart(cid, h))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                return None
+            if op in ops.LIFECYCLE_REQUESTS:
+                self.lifecycle.request(cid, h)
                 return None
             raise comm.ProtocolError(f"unknown client message {op!r}")
         except SchedulerError as e:
@@ -520,20 +537,29 @@ class SchedulerServer:
             peer.send({"op": ops.RESTARTED, "id": h.get("id"), "error": error})
 
     async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
-        """Forget every task (clients are told with ``restart``), have every worker
-        restart (``restart`` to its nanny, which starts a new worker process, or to the
-        worker itself, whose process re-executes itself) and wait for the old
-        workers to leave and as many to join. Returns what went wrong, if anything."""
+        """Forget every task (clients are told with ``restart``) and restart every
+        worker (:meth:`restart_these`). Returns what went wrong, if anything."""
         now = self.now()
         for c in self.clients:
             self.core.remove_client(c, now=now)  # releases all it wants; it stays connected
         self.core.release_fire_and_forget_keys(now=now)
         for peer in self.clients.values():
             peer.send({"op": ops.RESTART})
-        old = list(self.workers)
+        return await self.restart_these(list(self.workers), timeout, wait_for_workers)
+
+    async def restart_these(
+        self, old: list[int], timeout: float, wait_for_workers: bool
+    ) -> str | None:
+        """Have these workers restart (``restart`` to its nanny, which starts a new
+        worker process, or to the worker itself, whose process re-executes itself) and
+        wait for them to leave and as many to join. They leave the core at once, as
+        expected departures: their tasks go elsewhere without counting as suspicious.
+        Returns what went wrong, if anything."""
+        now = self.now()
+        before = len(self.workers)
         for w in old:
-            # No new work for them in the meantime (another client may be submitting).
-            self.core.worker_status_change(w, "closing_gracefully", now=now)
+            with contextlib.suppress(SchedulerError):
+                self.core.remove_worker(w, now=now, expected=True)
             peer = self.workers[w]
             nanny = self.nannies.get(peer.nanny) if peer.nanny is not None else None
             (nanny or peer).send({"op": ops.RESTART})
@@ -547,7 +573,7 @@ class SchedulerServer:
             await peer.conn.close()  # its reader ends and removes it
         if stuck:
             return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
-        while wait_for_workers and len(self.workers) < len(old):
+        while wait_for_workers and len(self.workers) < before:
             if loop.time() > deadline:
                 return f"{len(self.workers)}/{len(old)} workers came back within {timeout}s"
             await asyncio.sleep(0.02)

@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
 from typing import Any
+
+from dask.utils import parse_timedelta
 
 from squall import config, security
 from squall.deploy.lifeline import parse_process_args
@@ -26,12 +30,21 @@ from squall.worker.worker import Worker
 logger = logging.getLogger("squall.worker")
 
 
-async def run_worker(scheduler_address: str, **kwargs: Any) -> bool:
+async def run_worker(
+    scheduler_address: str,
+    *,
+    lifetime: float | None = None,
+    lifetime_restart: bool = False,
+    **kwargs: Any,
+) -> bool:
     """Run a worker until it closes (lost scheduler, SIGINT, SIGTERM or a restart);
-    returns whether the scheduler asked it to restart."""
+    returns whether the scheduler asked it to restart. After ``lifetime`` seconds it
+    retires itself (``lifetime_restart``: to be replaced by a fresh process)."""
     worker = Worker(scheduler_address, **kwargs)
     await worker.start()
     loop = asyncio.get_running_loop()
+    if lifetime is not None:
+        loop.call_later(lifetime, functools.partial(worker.retire, restart=lifetime_restart))
     closing: set[asyncio.Task[None]] = set()
 
     def stop(sig: signal.Signals) -> None:
@@ -49,6 +62,24 @@ async def run_worker(scheduler_address: str, **kwargs: Any) -> bool:
                 loop.remove_signal_handler(sig)
         await worker.close()
     return worker.restart_requested
+
+
+def _parse_duration(text: str) -> float:
+    try:
+        seconds = float(parse_timedelta(text, default="s"))
+    except (KeyError, TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"a duration must be >= 0, not {text!r}")
+    return seconds
+
+
+def lifetime_seconds(lifetime: float | None, stagger: float) -> float | None:
+    """``--lifetime`` ± a uniform draw within ``--lifetime-stagger`` (as Dask's), so
+    that workers started together do not all leave together."""
+    if lifetime is None:
+        return None
+    return max(0.0, lifetime + random.uniform(-stagger, stagger))
 
 
 def _parse_resources(text: str) -> dict[str, float]:
@@ -99,6 +130,23 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="run the worker under a supervisor that restarts it when it dies",
     )
+    p.add_argument(
+        "--lifetime",
+        type=_parse_duration,
+        help='retire gracefully after this long, e.g. "1 hour" (default: never)',
+    )
+    p.add_argument(
+        "--lifetime-stagger",
+        type=_parse_duration,
+        default=0.0,
+        help="a random amount within ± this is added to --lifetime",
+    )
+    p.add_argument(
+        "--lifetime-restart",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="after --lifetime, start a fresh worker instead of leaving",
+    )
     # Given by the nanny to the worker it starts: the nanny's address, for the scheduler.
     p.add_argument("--nanny-address", help=argparse.SUPPRESS)
     # ... and the file where the worker keeps the tasks it is running, for the nanny.
@@ -139,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 memory_limit=args.memory_limit,
                 nanny=args.nanny_address,
                 executing_record=args.executing_record,
+                lifetime=lifetime_seconds(args.lifetime, args.lifetime_stagger),
+                lifetime_restart=args.lifetime_restart,
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -199,4 +249,7 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
             cmd += [flag, str(value)]
     if args.resources:
         cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
+    if args.lifetime is not None:
+        cmd += ["--lifetime", str(args.lifetime), "--lifetime-stagger", str(args.lifetime_stagger)]
+        cmd.append("--lifetime-restart" if args.lifetime_restart else "--no-lifetime-restart")
     return cmd + security.cli_arguments(args)

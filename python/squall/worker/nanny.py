@@ -55,8 +55,8 @@ class Nanny:
 
     The nanny holds a connection to the scheduler as role ``nanny``: it sends
     ``worker-died`` whenever its worker's process ends, with the exit code and the tasks
-    the worker was running then (kept in a file they share), and takes ``restart``. It
-    also serves peers ``run`` (``Client.run(..., nanny=True)``)."""
+    the worker was running then (kept in a file they share), and takes ``restart`` and
+    ``close``. It also serves peers ``run`` (``Client.run(..., nanny=True)``)."""
 
     def __init__(self, scheduler_address: str, worker_command: list[str]) -> None:
         self.scheduler_address = scheduler_address
@@ -191,6 +191,9 @@ class Nanny:
                         logger.info("nanny %s: restart requested", self.address)
                         self._restarting = True
                         self._spawn(self._stop_worker())
+                    elif h["op"] == ops.CLOSE:  # retired or shut down: no new worker
+                        logger.info("nanny %s: closed by the scheduler", self.address)
+                        self.close()
                     else:
                         logger.warning("nanny %s: unknown message %r ignored", self.address, h)
         except comm.CommError as e:

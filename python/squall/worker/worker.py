@@ -39,6 +39,10 @@ docs/runtime.md. Choices the protocol table leaves open:
   :mod:`squall.worker.nanny`) closes the worker at once; the ``squall worker`` program
   then re-executes itself (same pid, fresh interpreter, abandoned task threads
   gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
+* ``acquire-replicas`` (a worker retiring elsewhere) fetches the named results from
+  it and keeps them as those tasks' results, announced with ``add-replicas``; ``close``
+  closes the worker for good; ``retire`` (``--lifetime``) asks the scheduler to retire
+  it (docs/runtime.md#cluster-lifecycle).
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
   0.95/0.05 like Dask's; ``null`` until one happened.
@@ -367,6 +371,12 @@ class Worker:
             logger.info("worker %s: restart requested by the scheduler", self.address)
             self.restart_requested = True
             self._spawn(self.close(abort=True))
+        elif op == ops.ACQUIRE_REPLICAS:
+            keys = decode_keys(bytes(payload))
+            self._spawn(self._acquire_replicas(str(h["holder"]), list(h["tasks"]), keys))
+        elif op == ops.CLOSE:
+            logger.info("worker %s: closed by the scheduler", self.address)
+            self._spawn(self.close())
         elif op == ops.REMOVE_WORKER:
             self._peers.forget(h.get("address"))
         elif op == ops.HEARTBEAT_INTERVAL:
@@ -478,7 +488,10 @@ class Worker:
         for holder, keys, ids in fetches:
             self._spawn(self._gather_from(holder, keys, ids))
 
-    async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
+    async def _get_data(self, holder: str, keys: list[Key]) -> list[memoryview | None]:
+        """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, or
+        None where the holder lacks it or the request failed (logged, and the
+        connection dropped)."""
         try:
             start = time.monotonic()
             sizes, payload = await self._peers.get_data(holder, keys)
@@ -492,14 +505,19 @@ class Worker:
                 e,
             )
             self._spawn(self._peers.drop(holder))
-            sizes, payload = [-1] * len(keys), memoryview(b"")
+            return [None] * len(keys)
+        blobs: list[memoryview | None] = []
         pos = 0
-        for kid, size in zip(ids, sizes, strict=True):
-            if size < 0:
+        for size in sizes:
+            blobs.append(None if size < 0 else payload[pos : pos + size])
+            pos += max(size, 0)
+        return blobs
+
+    async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
+        for kid, blob in zip(ids, await self._get_data(holder, keys), strict=True):
+            if blob is None:
                 self._core.not_fetched(holder, kid)
                 continue
-            blob = payload[pos : pos + size]
-            pos += size
             try:
                 value = pickle.loads(blob)
             except Exception as e:
@@ -507,9 +525,36 @@ class Worker:
                 for tid, run_id in self._core.fetch_failed(holder, kid):
                     self._send_erred(tid, run_id, err)
                 continue
-            self._core.fetched(holder, kid, value, size)
+            self._core.fetched(holder, kid, value, len(blob))
         self._fetch_missing()
         self._flush_buffered()  # announce the copies
+
+    async def _acquire_replicas(self, holder: str, tasks: list[int], keys: list[Key]) -> None:
+        """``acquire-replicas``: copy results from a retiring worker and hold them as
+        those tasks' results; the copies are announced with ``add-replicas``
+        (docs/runtime.md#retiring-workers). A copy that fails is left to the
+        scheduler's bounded wait."""
+        got = []
+        blobs = await self._get_data(holder, keys)
+        for tid, key, blob in zip(tasks, keys, blobs, strict=True):
+            if blob is None:
+                continue
+            try:
+                value = pickle.loads(blob)
+            except Exception as e:
+                logger.warning("worker %s: cannot load a copy of %r: %r", self.address, key, e)
+                continue
+            self._core.put_scattered(int(tid), key, value, _sizeof(value))
+            got.append(key)
+        if got:
+            self._send({"op": ops.ADD_REPLICAS}, encode_keys(got))
+
+    def retire(self, *, restart: bool = False) -> None:
+        """Ask the scheduler to retire this worker (``--lifetime``): once its results
+        are copied elsewhere it is closed or, with ``restart``, replaced by a fresh
+        process (docs/runtime.md#cluster-lifecycle)."""
+        logger.info("worker %s: retiring (restart: %s)", self.address, restart)
+        self._send({"op": ops.RETIRE, "restart": restart})
 
     def _measured(self, nbytes: int, seconds: float) -> None:
         if nbytes >= BANDWIDTH_MIN_BYTES and seconds > 0:

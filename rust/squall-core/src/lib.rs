@@ -3,6 +3,7 @@
 //! come out and are drained by the I/O layer. No clocks, no threads, no I/O: every
 //! input carries the time it happened.
 
+mod adaptive;
 mod commands;
 mod config;
 mod decide;

@@ -73,6 +73,20 @@ impl TaskQueue {
         }
     }
 
+    /// Live tasks in storage order (not priority order), without sorting: a cheap
+    /// sample of the queue.
+    pub fn iter_live<'a>(
+        &'a self,
+        is_live: impl Fn(TaskId, u64) -> bool + 'a,
+    ) -> impl Iterator<Item = TaskId> + 'a {
+        self.run
+            .iter()
+            .copied()
+            .chain(self.heap.iter().map(|r| r.0))
+            .filter(move |&(_, s, t)| is_live(t, s))
+            .map(|(_, _, t)| t)
+    }
+
     /// Live tasks, best first.
     pub fn sorted(&self, is_live: impl Fn(TaskId, u64) -> bool) -> Vec<TaskId> {
         let mut v: Vec<Entry> = self

@@ -105,6 +105,10 @@ pub struct Scheduler {
     pub(crate) saturated: WorkerSet,
     pub(crate) total_nthreads: u64,
     pub(crate) total_memory: u64,
+    /// Σ `nbytes` over live workers (for the adaptive target, docs/runtime.md#adaptive-scaling).
+    pub(crate) total_nbytes: i64,
+    /// Σ `processing.len()` over live workers.
+    pub(crate) n_processing: usize,
 
     pub(crate) clients: Vec<Client>,
     pub(crate) client_index: FxHashMap<String, ClientId>,
@@ -176,6 +180,8 @@ impl Scheduler {
             saturated: WorkerSet::default(),
             total_nthreads: 0,
             total_memory: 0,
+            total_nbytes: 0,
+            n_processing: 0,
             clients: Vec::new(),
             client_index: FxHashMap::default(),
             queued: Default::default(),

@@ -346,6 +346,7 @@ impl Scheduler {
                 removed: w,
             });
         }
+        self.n_processing -= self.worker(w).processing.len();
         let ws = self.wm(w);
         ws.processing = Default::default();
         ws.long_running = Default::default();

@@ -354,10 +354,11 @@ impl Scheduler {
             .unwrap_or_default();
         let ws = self.wm(w);
         *ws.task_prefix_count.entry(prefix).or_insert(0) += 1;
-        ws.processing.insert(t);
+        let added = ws.processing.insert(t);
         for (name, amount) in resources {
             ws.adjust_used(&name, amount);
         }
+        self.n_processing += usize::from(added);
         *self.prefix_count_global.entry(prefix).or_insert(0) += 1;
         dep_bytes
     }
@@ -378,11 +379,12 @@ impl Scheduler {
             .unwrap_or_default();
         {
             let ws = self.wm(w);
-            ws.processing.swap_remove(&t);
+            let removed = ws.processing.swap_remove(&t);
             ws.long_running.swap_remove(&t);
             for (name, amount) in resources {
                 ws.adjust_used(&name, -amount);
             }
+            self.n_processing -= usize::from(removed);
         }
         let mut freed: i64 = 0;
         for d in self.task(t).dependencies.to_vec() {
@@ -542,6 +544,7 @@ impl Scheduler {
         self.group_mut(g).nbytes_total += nbytes - old.max(0);
         for w in holders {
             self.wm(w).nbytes += eff(nbytes) - eff(old);
+            self.total_nbytes += eff(nbytes) - eff(old);
         }
     }
 
@@ -550,6 +553,7 @@ impl Scheduler {
             return;
         }
         let eff = self.eff_nbytes(t);
+        self.total_nbytes += eff;
         let ws = self.wm(w);
         let pos = crate::links::push_back(&mut ws.has_what, t);
         ws.nbytes += eff;
@@ -575,6 +579,7 @@ impl Scheduler {
         if ts.who_has.len() == 1 {
             self.replicated_tasks -= 1;
         }
+        self.total_nbytes -= eff;
         let ws = self.wm(w);
         ws.nbytes -= eff;
         if let Some(moved) = crate::links::swap_out(&mut ws.has_what, pos) {

@@ -74,10 +74,13 @@ impl Scheduler {
         }
         let mut prefix_total: FxHashMap<PrefixId, u64> = FxHashMap::default();
         let mut nthreads = 0u64;
+        let (mut nbytes, mut processing) = (0i64, 0usize);
         for w in self.worker_ids() {
             self.validate_worker(w)?;
             let ws = self.worker(w);
             nthreads += u64::from(ws.nthreads);
+            nbytes += ws.nbytes;
+            processing += ws.processing.len();
             for (&p, &c) in &ws.task_prefix_count {
                 *prefix_total.entry(p).or_insert(0) += u64::from(c);
             }
@@ -87,6 +90,18 @@ impl Scheduler {
             "total_nthreads {} != {}",
             self.total_nthreads,
             nthreads
+        );
+        ensure!(
+            nbytes == self.total_nbytes,
+            "total_nbytes {} != {}",
+            self.total_nbytes,
+            nbytes
+        );
+        ensure!(
+            processing == self.n_processing,
+            "n_processing {} != {}",
+            self.n_processing,
+            processing
         );
         for (&p, &c) in &self.prefix_count_global {
             ensure!(

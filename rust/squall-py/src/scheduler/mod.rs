@@ -6,6 +6,7 @@
 mod clients;
 mod dispatch;
 mod queries;
+mod scaling;
 mod submit;
 mod workers;
 

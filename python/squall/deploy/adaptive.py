@@ -1,0 +1,100 @@
+"""Adaptive scaling of a LocalCluster (docs/runtime.md#adaptive-scaling), with Dask's
+semantics: a loop asks the scheduler how many workers the work needs (its adaptive
+target, bounded by ``minimum`` and ``maximum``), starts the missing ones at once, and
+retires a worker only once ``wait_count`` targets in a row left it out."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import TYPE_CHECKING, Any
+
+from squall import config
+from squall.client.loop import timeout_seconds
+from squall.deploy.scaling import ask
+from squall.protocol import ops
+
+if TYPE_CHECKING:
+    from squall.deploy.scaling import Scaling
+
+logger = logging.getLogger("squall.deploy")
+
+
+class Adaptive:
+    """Runs on a thread of its own until ``stop()`` (``LocalCluster.close`` stops it).
+    Arguments left None come from ``squall.adaptive.*``."""
+
+    def __init__(
+        self,
+        scaling: Scaling,
+        *,
+        minimum: int | None = None,
+        maximum: int | float | None = None,
+        interval: float | str | None = None,
+        wait_count: int | None = None,
+        target_duration: float | str | None = None,
+    ) -> None:
+        self.scaling = scaling
+        self.minimum = config.integer("adaptive.minimum") if minimum is None else minimum
+        if maximum is None:
+            maximum = config.get("adaptive.maximum")
+        self.maximum = math.inf if maximum is None else float(maximum)
+        if self.minimum < 0 or self.maximum < self.minimum:
+            raise ValueError(f"need 0 <= minimum <= maximum, got {minimum} and {maximum}")
+        self.interval = _seconds(interval, "adaptive.interval")
+        self.target_duration = _seconds(target_duration, "adaptive.target-duration")
+        self.wait_count = (
+            config.integer("adaptive.wait-count", minimum=1) if wait_count is None else wait_count
+        )
+        #: Consecutive targets that left each worker (address) out.
+        self.close_counts: dict[str, int] = {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="squall-adaptive", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self.interval):
+            try:
+                self.step()
+            except Exception as e:  # the scheduler may be gone: try again next time
+                logger.warning("adaptive scaling step failed: %s", e)
+
+    def step(self) -> None:
+        """Ask for the target once and act on it."""
+        from squall.deploy.local import _run
+
+        header: dict[str, Any] = {
+            "op": ops.ADAPTIVE_TARGET,
+            "target_duration": self.target_duration,
+            "minimum": self.minimum,
+            "maximum": None if math.isinf(self.maximum) else int(self.maximum),
+        }
+        cluster = self.scaling.cluster
+        reply = _run(ask(cluster.scheduler_address, header, cluster.security))
+        target, planned = int(reply["target"]), len(self.scaling.alive())
+        if target >= planned:
+            self.close_counts.clear()
+            if target > planned:
+                logger.info("adaptive: scaling up to %d workers", target)
+                self.scaling.scale(target)
+            return
+        to_close = set(reply["to_close"])
+        self.close_counts = {w: self.close_counts.get(w, 0) + 1 for w in to_close}
+        firm = [w for w, n in self.close_counts.items() if n >= self.wait_count]
+        if firm:
+            logger.info("adaptive: retiring %s", firm)
+            with self.scaling.lock:
+                self.scaling.retire(workers=firm)
+            for w in firm:
+                self.close_counts.pop(w, None)
+
+
+def _seconds(value: float | str | None, key: str) -> float:
+    seconds = timeout_seconds(value)
+    return config.seconds(key) if seconds is None else seconds
