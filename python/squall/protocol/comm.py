@@ -224,6 +224,11 @@ class Comm:
         with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
 
+    def abort(self) -> None:
+        """Close at once, dropping unsent data: a graceful close waits for a peer
+        that stopped reading (a hung process) forever."""
+        self._writer.transport.abort()
+
 
 async def connect(
     address: str, *, role: str, info: Header | None = None, timeout: float | None = None

@@ -37,6 +37,7 @@ RESCHEDULE: Final = "reschedule"
 RELEASE_WORKER_DATA: Final = "release-worker-data"
 ADD_REPLICAS: Final = "add-replicas"
 DROP_REPLICAS: Final = "drop-replicas"
+HELD_KEYS: Final = "held-keys"  # after re-registering; answered with ``scattered``
 
 # Client -> scheduler, and the answers.
 UPDATE_GRAPH: Final = "update-graph"
@@ -50,6 +51,7 @@ SCHEDULER_INFO: Final = "scheduler-info"  # the request and its answer
 GRAPH_ACCEPTED: Final = "graph-accepted"
 REQUEST_FAILED: Final = "request-failed"
 RESTARTED: Final = "restarted"
+HEARTBEAT_CLIENT: Final = "heartbeat-client"  # a keep-alive, and its answer
 
 # Scheduler -> client.
 KEY_IN_MEMORY: Final = "key-in-memory"

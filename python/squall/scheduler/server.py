@@ -39,8 +39,6 @@ class Peer:
     stream: comm.BatchedSend
     name: str
     address: str = ""
-    #: The heartbeat period this worker was last asked for (workers only).
-    heartbeat_interval: float | None = None
     #: The address of the nanny supervising this worker, if any, and the worker's
     #: process id, which tells it from the next worker of that nanny (workers only).
     nanny: str | None = None
@@ -114,11 +112,12 @@ class SchedulerServer:
             self._dispatch()
 
     def _pace_heartbeats(self, w: int, interval: float) -> None:
-        """Ask a worker for the heartbeat period the core wants for this many workers
-        (longer on large clusters, as Dask's), when it changes."""
+        """Answer a worker's heartbeat with the period the core wants for this many
+        workers (longer on large clusters, as Dask's). The answer is also how the
+        worker knows this scheduler is alive (docs/runtime.md#reconnection-and-liveness):
+        one small message per heartbeat, nothing per task."""
         peer = self.workers.get(w)
-        if peer is not None and peer.heartbeat_interval != interval:
-            peer.heartbeat_interval = interval
+        if peer is not None:
             peer.send({"op": ops.HEARTBEAT_INTERVAL, "interval": interval})
 
     def _close_worker(self, w: int) -> None:
@@ -242,6 +241,8 @@ class SchedulerServer:
                 self.core.reschedule(w, int(h["task"]), now=now)
             elif op == ops.RELEASE_WORKER_DATA:
                 self.core.release_worker_data(w, int(h["task"]), now=now)
+            elif op == ops.HELD_KEYS:
+                self._held_keys(w, decode_keys(bytes(payload)))
             else:
                 raise comm.ProtocolError(f"unknown worker message {op!r}")
         except SchedulerError as e:
@@ -249,6 +250,27 @@ class SchedulerServer:
             logger.debug("worker %d: %s ignored: %s", w, op, e)
         except (KeyError, TypeError, ValueError) as e:
             raise comm.ProtocolError(f"malformed {op!r} message from worker {w}: {e}") from None
+
+    def _held_keys(self, w: int, keys: list[Any]) -> None:
+        """A worker that registered again still holds these results from before. A key
+        in memory here gains it as a holder; any other key is dropped there: unknown
+        ones, and lost ones waiting to be recomputed, since the core accepts a result
+        only from the run it dispatched (docs/runtime.md#reconnection-and-liveness).
+        Answered like a scatter: ``scattered`` with the task ids, -1 to drop."""
+        tasks = []
+        for key in keys:
+            t = self.core.lookup(key)
+            tasks.append(t if t is not None and self.core.state(key) == "memory" else -1)
+        kept = [k for k, t in zip(keys, tasks, strict=True) if t >= 0]
+        if kept:
+            self.core.add_replicas(w, encode_keys(kept), now=self.now())
+        logger.info(
+            "worker %s still holds %d known results (%d dropped)",
+            self.workers[w].address,
+            len(kept),
+            len(keys) - len(kept),
+        )
+        self.workers[w].send({"op": ops.SCATTERED, "tasks": tasks}, encode_keys(keys))
 
     # ----- nannies --------------------------------------------------------------------
 
@@ -329,6 +351,8 @@ class SchedulerServer:
                 return None
             if op == ops.SCHEDULER_INFO:
                 return self._scheduler_info(h), b""
+            if op == ops.HEARTBEAT_CLIENT:  # a keep-alive: the answer shows this is alive
+                return {"op": ops.HEARTBEAT_CLIENT}, b""
             if op == ops.SCATTER:
                 return self._scatter(cid, h, decode_keys(bytes(payload)))
             if op == ops.FIRE_AND_FORGET:

@@ -19,7 +19,7 @@ from typing import Any
 
 from squall import config
 from squall.deploy.lifeline import parse_process_args
-from squall.protocol import comm
+from squall.protocol import comm, liveness
 from squall.worker.worker import Worker
 
 logger = logging.getLogger("squall.worker")
@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="run the worker under a supervisor that restarts it when it dies",
     )
+    p.add_argument(
+        "--death-timeout",
+        default=None,
+        help="seconds (or a duration) to keep trying to reach a lost scheduler before "
+        "exiting (default: squall.worker.death-timeout, none: forever)",
+    )
     # Given by the nanny to the worker it starts: the nanny's address, for the scheduler.
     p.add_argument("--nanny-address", help=argparse.SUPPRESS)
     args = parse_process_args(p, argv)
@@ -93,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.nworkers < 1:
         p.error("--nworkers must be at least 1")
+    try:
+        liveness.death_timeout(args.death_timeout)
+    except ValueError as e:
+        p.error(f"--death-timeout: {e}")
     if args.nworkers > 1:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
             p.error("--listen with a fixed port needs --nworkers 1")
@@ -101,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nanny:
         from squall.worker.nanny import run_nanny
 
-        return run_nanny(args.scheduler, worker_command(args, args.name))
+        return run_nanny(args.scheduler, worker_command(args, args.name), args.death_timeout)
     try:
         restart = asyncio.run(
             run_worker(
@@ -112,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 resources=args.resources,
                 memory_limit=args.memory_limit,
                 nanny=args.nanny_address,
+                death_timeout=args.death_timeout,
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -167,6 +178,7 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
         ("--listen", args.listen),
         ("--log-level", args.log_level),
         ("--name", name),
+        ("--death-timeout", args.death_timeout),
     ):
         if value is not None:
             cmd += [flag, str(value)]

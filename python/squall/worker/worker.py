@@ -42,6 +42,12 @@ docs/runtime.md. Choices the protocol table leaves open:
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
   0.95/0.05 like Dask's; ``null`` until one happened.
+* A lost scheduler (the connection closed, or silent for ``squall.comm.timeouts.tcp``)
+  does not end the worker: it forgets the tasks it was given (running ones finish,
+  their results dropped), keeps the results it holds, and registers again with backoff
+  for ``death_timeout`` (:mod:`squall.protocol.liveness`); the held keys then go in
+  ``held-keys`` and come back like scattered data (``scattered``: kept as a task, or
+  dropped). docs/runtime.md#reconnection-and-liveness.
 * Not implemented yet: memory limits/spilling, actors.
 """
 
@@ -53,6 +59,7 @@ import inspect
 import logging
 import os
 import pickle
+import struct
 import sys
 import threading
 import time
@@ -64,7 +71,7 @@ from dask.sizeof import sizeof
 
 from squall import config
 from squall._core import WorkerCore, decode_keys, encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import comm, liveness, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import PLAIN_TYPES, fill_call, run_spec
@@ -127,6 +134,7 @@ class Worker:
         resources: dict[str, float] | None = None,
         memory_limit: int = 0,
         nanny: str | None = None,
+        death_timeout: float | str | None = None,
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -147,6 +155,12 @@ class Worker:
         self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
         self._finished_delay = config.seconds("worker.finished-delay")
         self._missing_retry = config.seconds("worker.missing-data-retry")
+        #: Seconds to keep trying to reach the scheduler (None: forever, as Dask).
+        self.death_timeout = liveness.death_timeout(death_timeout)
+        self._silence_timeout = liveness.silence_timeout()
+        self._watchdog: liveness.Watchdog | None = None
+        #: Results kept from before a reconnection, announced with ``held-keys``.
+        self._held: list[Key] = []
         self.status = "created"
 
         self._core = WorkerCore(
@@ -205,6 +219,29 @@ class Worker:
         )
         self.address = self._listener.address
         self._core.set_address(self.address)
+        self._loop_thread = threading.get_ident()
+        if not await self._join():
+            await self._listener.close()
+            raise comm.CommError(
+                f"worker {self.address}: no scheduler at {self.scheduler_address} "
+                f"within the death timeout of {self.death_timeout}s"
+            )
+        for _ in range(self.nthreads):
+            self._start_thread()
+        self._heartbeat = self._loop.create_task(self._heartbeat_forever())
+        context.register(self)
+        return self
+
+    async def _join(self) -> bool:
+        """Register with the scheduler, retrying with backoff for ``death_timeout``;
+        False if that passed first."""
+        assert self._loop is not None
+        deadline = None if self.death_timeout is None else self._loop.time() + self.death_timeout
+        what = f"worker {self.address} joining {self.scheduler_address}"
+        return await liveness.retry_until(self._register, deadline, what) is not None
+
+    async def _register(self) -> bool:
+        """One attempt to register (docs/protocol.md#handshake); raises CommError."""
         info = {
             "address": self.address,
             "nthreads": self.nthreads,
@@ -214,29 +251,32 @@ class Worker:
             "nanny": self.nanny,
             "pid": os.getpid(),
         }
+        timeout = config.seconds("comm.timeouts.connect")
+        c = await comm.connect(self.scheduler_address, role="worker", info=info, timeout=timeout)
         try:
-            self._scheduler = await comm.connect(self.scheduler_address, role="worker", info=info)
-            reply, _ = await self._scheduler.read()
-        except comm.CommError:
-            await self._listener.close()
-            raise
+            reply, _ = await asyncio.wait_for(c.read(), timeout)
+        except (comm.CommError, TimeoutError) as e:
+            c.abort()
+            raise comm.CommError(f"registering with {self.scheduler_address}: {e}") from None
         if reply["op"] != ops.REGISTERED:
-            await self._scheduler.close()
-            await self._listener.close()
+            await c.close()
             raise comm.HandshakeError(
                 f"scheduler {self.scheduler_address} refused worker {self.address}: "
                 f"{reply.get('message', reply)}"
             )
+        assert self._loop is not None
+        self._scheduler = c
         self.worker_id = int(reply["worker_id"])
-        self._loop_thread = threading.get_ident()
-        self._stream = comm.BatchedSend(self._scheduler, self._batch_interval)
+        self._stream = comm.BatchedSend(c, self._batch_interval)
         self._stream.start()
-        self.status = "running"
-        for _ in range(self.nthreads):
-            self._start_thread()
+        if self._held:  # first, before any report of this connection
+            self._stream.send({"op": ops.HELD_KEYS}, encode_keys(self._held))
+            self._held = []
         self._reader = self._loop.create_task(self._read_scheduler())
-        self._heartbeat = self._loop.create_task(self._heartbeat_forever())
-        context.register(self)
+        self._watchdog = liveness.Watchdog(
+            self._silence_timeout, self._send_heartbeat, self._scheduler_silent
+        )
+        self.status = "running"
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
             self.address,
@@ -244,7 +284,7 @@ class Worker:
             self.scheduler_address,
             self.worker_id,
         )
-        return self
+        return True
 
     async def close(self, *, abort: bool = False) -> None:
         """Leave: stop reading, flush pending reports (unless ``abort``), close every
@@ -255,6 +295,8 @@ class Worker:
         self.status = "closing"
         context.unregister(self)
         me = asyncio.current_task()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         for t in (self._reader, self._heartbeat, *self._bg):
             if t is not None and t is not me:
                 t.cancel()
@@ -310,14 +352,15 @@ class Worker:
         assert self._scheduler is not None
         try:
             while True:
-                for header, payload in await self._scheduler.read_messages():
+                messages = await self._scheduler.read_messages()
+                if self._watchdog is not None:
+                    self._watchdog.heard()
+                for header, payload in messages:
                     self._handle(header, payload)
                 self._fetch_missing()
                 self._flush_buffered()  # e.g. re-sent tasks already in memory
         except comm.CommError as e:
-            if self.status == "running":
-                logger.warning("worker %s lost the scheduler: %s; closing", self.address, e)
-                self._loop_close()
+            self._lost_scheduler(str(e))
         except Exception:
             logger.exception(
                 "worker %s: error handling a scheduler message; closing", self.address
@@ -330,8 +373,74 @@ class Worker:
     async def _heartbeat_forever(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
-            executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-            self._send({"op": ops.HEARTBEAT, "executing": executing, "bandwidth": self.bandwidth})
+            self._send_heartbeat()
+
+    def _send_heartbeat(self) -> None:
+        """A heartbeat, which the scheduler answers (``heartbeat-interval``)."""
+        executing = [[t, elapsed] for t, elapsed in self._core.executing()]
+        self._send({"op": ops.HEARTBEAT, "executing": executing, "bandwidth": self.bandwidth})
+
+    # ----- losing the scheduler -------------------------------------------------------
+
+    def _scheduler_silent(self, seconds: float) -> None:
+        self._lost_scheduler(
+            f"no message from it for {seconds:.1f}s "
+            f"(squall.comm.timeouts.tcp = {self._silence_timeout}s)"
+        )
+
+    def _lost_scheduler(self, reason: str) -> None:
+        """The connection to the scheduler is gone or silent: reconnect (once)."""
+        if self.status != "running":
+            return
+        self.status = "reconnecting"
+        limit = "forever" if self.death_timeout is None else f"for {self.death_timeout}s"
+        logger.warning(
+            "worker %s lost the scheduler %s: %s; reconnecting %s",
+            self.address,
+            self.scheduler_address,
+            reason,
+            limit,
+        )
+        self._spawn(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        me = asyncio.current_task()
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self._reader is not None and self._reader is not me:
+            self._reader.cancel()
+        if self._scheduler is not None:
+            self._scheduler.abort()  # a silent peer would hold a graceful close
+        if self._stream is not None:
+            await self._stream.close()  # nothing is sent on an aborted connection
+        self._forget_assigned_work()
+        assert self._loop is not None
+        started = self._loop.time()
+        if not await self._join():
+            logger.error(
+                "worker %s: no scheduler at %s for %.1fs (death timeout); closing",
+                self.address,
+                self.scheduler_address,
+                self._loop.time() - started,
+            )
+            for key in self._held:
+                self._staged.pop(key, None)
+            self._held = []
+            self._spawn(self.close())
+
+    def _forget_assigned_work(self) -> None:
+        """The scheduler that assigned this worker's tasks is gone: forget them (running
+        ones finish, their results dropped, as for ``free-keys``) and everything not yet
+        reported, but keep the results held, staged like scattered data until the next
+        registration's ``scattered`` says which to keep."""
+        tasks = self._core.tasks()
+        values, sizes = self._core.data(), self._core.nbytes()
+        for key, state in tasks.values():
+            if state == "memory" and key in values:
+                self._staged[key] = (values[key], sizes.get(key, 0))
+                self._held.append(key)
+        self._core.free(struct.pack(f"<{len(tasks)}I", *tasks))
+        self._core.take_reports()  # of tasks the next scheduler never gave
 
     # ----- scheduler messages ---------------------------------------------------------
 
@@ -359,7 +468,8 @@ class Worker:
         elif op == ops.REMOVE_WORKER:
             self._peers.forget(h.get("address"))
         elif op == ops.HEARTBEAT_INTERVAL:
-            # The scheduler paces heartbeats by cluster size; the next sleep follows it.
+            # The scheduler's answer to each heartbeat: it paces them by cluster size,
+            # and the next sleep follows it.
             self._heartbeat_interval = float(h["interval"])
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)

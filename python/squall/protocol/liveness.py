@@ -1,0 +1,120 @@
+"""Noticing a scheduler that went silent, and reconnecting to one that went away
+(docs/runtime.md#reconnection-and-liveness).
+
+A TCP connection to a process that hangs (SIGSTOP, a long partition) stays open: the
+kernel keeps acknowledging, nothing ever fails. So workers, nannies and clients expect
+to hear from the scheduler at least every ``squall.comm.timeouts.tcp``; they ping it when
+it has been quiet for a while (the scheduler answers every ping), and a peer that heard
+nothing for the whole timeout treats the connection as lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from dask.utils import parse_timedelta
+
+from squall import config
+from squall.protocol import comm
+
+T = TypeVar("T")
+
+logger = logging.getLogger("squall.comm")
+
+#: Reconnection attempts wait this long after the first failure, doubling up to the cap.
+FIRST_RETRY = 0.1
+MAX_RETRY = 2.0
+
+
+def silence_timeout() -> float:
+    """``squall.comm.timeouts.tcp``: how long a silent scheduler counts as alive."""
+    timeout = config.seconds("comm.timeouts.tcp")
+    if timeout <= 0:
+        raise config.ConfigError(f"squall.comm.timeouts.tcp: must be > 0, got {timeout}")
+    return timeout
+
+
+def death_timeout(value: float | str | None = None) -> float | None:
+    """How long a worker or nanny tries to reach its scheduler before it gives up:
+    ``value`` (seconds or a duration string), else ``squall.worker.death-timeout``;
+    None: forever (Dask's default)."""
+    if value is None:
+        value = config.get("worker.death-timeout")
+        if value is None:
+            return None
+        return config.seconds("worker.death-timeout")
+    seconds = parse_timedelta(value, default="seconds")
+    if seconds is None or seconds < 0:
+        raise ValueError(f"death timeout must be a duration >= 0, got {value!r}")
+    return float(seconds)
+
+
+class Watchdog:
+    """Watches one connection: :meth:`heard` on every message received; when the peer
+    has been quiet for a quarter of ``timeout``, ``ping`` is called (it should make the
+    peer answer), and after ``timeout`` of silence ``on_silent(seconds)`` once.
+
+    A stall of this process's own event loop (a long GIL hold, SIGSTOP of this process)
+    is not the peer's silence: the messages may be waiting unread, so the watch restarts
+    after it."""
+
+    def __init__(
+        self,
+        timeout: float,
+        ping: Callable[[], None],
+        on_silent: Callable[[float], None],
+    ) -> None:
+        self.timeout = timeout
+        self._ping = ping
+        self._on_silent = on_silent
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._task = self._loop.create_task(self._watch())
+
+    def heard(self) -> None:
+        self._last = self._loop.time()
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    async def _watch(self) -> None:
+        period = self.timeout / 4
+        woke = self._loop.time()
+        while True:
+            await asyncio.sleep(period)
+            now = self._loop.time()
+            if now - woke > 2 * period:
+                self._last = now  # this loop stalled: give the reader its turn first
+            woke = now
+            quiet = now - self._last
+            if quiet >= self.timeout:
+                self._on_silent(quiet)
+                return
+            if quiet >= period:
+                with contextlib.suppress(comm.CommError):
+                    self._ping()
+
+
+async def retry_until(
+    attempt: Callable[[], Awaitable[T]], deadline: float | None, what: str
+) -> T | None:
+    """Call ``attempt`` until it returns, waiting 0.1 s after the first failure (a
+    ``comm.CommError``), doubling up to 2 s, until the loop's time ``deadline`` (None:
+    forever; an attempt still under way then is abandoned). None if the deadline
+    passed first."""
+    loop = asyncio.get_running_loop()
+    delay = FIRST_RETRY
+    while True:
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+        try:
+            return await asyncio.wait_for(attempt(), left)
+        except (comm.CommError, TimeoutError) as e:
+            logger.debug("%s: %s", what, e or "timed out")
+        if deadline is not None and loop.time() >= deadline:
+            return None
+        await asyncio.sleep(delay if deadline is None else min(delay, deadline - loop.time()))
+        delay = min(2 * delay, MAX_RETRY)
