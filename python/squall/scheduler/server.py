@@ -123,7 +123,8 @@ class SchedulerServer:
     def _close_worker(self, w: int) -> None:
         """The core removed the worker on its own (silent past the TTL): close its
         connection, as Dask does, so that a worker that was only stopped or cut off finds
-        itself disconnected and leaves instead of lingering, connected yet unknown."""
+        itself disconnected and registers again instead of lingering, connected yet
+        unknown."""
         peer = self.workers.get(w)
         if peer is None:
             return
