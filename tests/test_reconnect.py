@@ -121,8 +121,12 @@ def test_workers_rejoin_a_scheduler_restarted_on_the_same_address() -> None:
         )
         with Client(address) as c:
             assert sum(c.gather(c.map(inc, range(100)))) == 5050
+            c.restart()  # through the nanny, which joined the new scheduler too
+            assert c.submit(inc, 1).result(timeout=TIMEOUT) == 2
         for p in procs[1:3]:  # both still the processes started first
             assert p.poll() is None
+            p.terminate()
+            assert p.wait(TIMEOUT) == 0
 
 
 def cut_and_stall(dask_worker: Any) -> None:

@@ -168,7 +168,9 @@ class ClientConnection:
         LocalCluster the client started, if any."""
         if self.asynchronous:
             return self._close_async(timeout)
-        if self.status == "closed" or self._loop is None or self._loop.is_closed():
+        # Not on status: a client that lost its scheduler is "closed" already, but its
+        # loop and the cluster it started still run until this.
+        if self._loop is None or self._loop.is_closed():
             return None
         try:
             self._run_sync(timed(self._close(), timeout))

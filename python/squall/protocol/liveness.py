@@ -14,14 +14,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from dask.utils import parse_timedelta
 
 from squall import config
-from squall.protocol import comm
-
-T = TypeVar("T")
+from squall.protocol import comm, ops
 
 logger = logging.getLogger("squall.comm")
 
@@ -99,22 +96,40 @@ class Watchdog:
                     self._ping()
 
 
-async def retry_until(
-    attempt: Callable[[], Awaitable[T]], deadline: float | None, what: str
-) -> T | None:
+async def register(address: str, role: str, info: comm.Header) -> tuple[comm.Comm, comm.Header]:
+    """Connect to the scheduler at ``address`` as ``role`` and read its ``registered``
+    (each within ``squall.comm.timeouts.connect``); CommError if that fails or it
+    refuses."""
+    timeout = config.seconds("comm.timeouts.connect")
+    c = await comm.connect(address, role=role, info=info, timeout=timeout)
+    try:
+        reply, _ = await asyncio.wait_for(c.read(), timeout)
+    except (comm.CommError, TimeoutError) as e:
+        c.abort()
+        raise comm.CommError(f"registering with {address}: {e or 'timed out'}") from None
+    if reply["op"] != ops.REGISTERED:
+        await c.close()
+        raise comm.HandshakeError(f"{address} refused {role}: {reply.get('message', reply)}")
+    return c, reply
+
+
+async def retry(
+    attempt: Callable[[], Awaitable[object]], timeout: float | None, what: str
+) -> bool:
     """Call ``attempt`` until it returns, waiting 0.1 s after the first failure (a
-    ``comm.CommError``), doubling up to 2 s, until the loop's time ``deadline`` (None:
-    forever; an attempt still under way then is abandoned). None if the deadline
-    passed first."""
+    ``comm.CommError``), doubling up to 2 s, for ``timeout`` seconds (None: forever; an
+    attempt still under way then is abandoned). False if the time ran out first."""
     loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
     delay = FIRST_RETRY
     while True:
         left = None if deadline is None else max(deadline - loop.time(), 0.0)
         try:
-            return await asyncio.wait_for(attempt(), left)
+            await asyncio.wait_for(attempt(), left)
+            return True
         except (comm.CommError, TimeoutError) as e:
             logger.debug("%s: %s", what, e or "timed out")
         if deadline is not None and loop.time() >= deadline:
-            return None
+            return False
         await asyncio.sleep(delay if deadline is None else min(delay, deadline - loop.time()))
         delay = min(2 * delay, MAX_RETRY)

@@ -106,26 +106,12 @@ class Nanny:
     async def _join(self) -> bool:
         """Register with the scheduler, retrying with backoff for ``death_timeout``;
         False if that passed first."""
-        loop = asyncio.get_running_loop()
-        deadline = None if self.death_timeout is None else loop.time() + self.death_timeout
         what = f"nanny {self.address} joining {self.scheduler_address}"
-        return await liveness.retry_until(self._register, deadline, what) is not None
+        return await liveness.retry(self._register, self.death_timeout, what)
 
-    async def _register(self) -> bool:
-        timeout = config.seconds("comm.timeouts.connect")
-        c = await comm.connect(
-            self.scheduler_address, role="nanny", info={"address": self.address}, timeout=timeout
-        )
-        try:
-            reply, _ = await asyncio.wait_for(c.read(), timeout)
-        except (comm.CommError, TimeoutError) as e:
-            c.abort()
-            raise comm.CommError(f"registering with {self.scheduler_address}: {e}") from None
-        if reply["op"] != ops.REGISTERED:
-            await c.close()
-            raise comm.HandshakeError(str(reply.get("message", reply)))
-        self._scheduler = c
-        return True
+    async def _register(self) -> None:
+        info = {"address": self.address}
+        self._scheduler, _ = await liveness.register(self.scheduler_address, "nanny", info)
 
     def close(self) -> None:
         """Stop the worker, then the nanny."""

@@ -159,7 +159,8 @@ class Worker:
         self.death_timeout = liveness.death_timeout(death_timeout)
         self._silence_timeout = liveness.silence_timeout()
         self._watchdog: liveness.Watchdog | None = None
-        #: Results kept from before a reconnection, announced with ``held-keys``.
+        #: Results kept from before a reconnection, announced with ``held-keys`` (staged
+        #: until the answer, ``scattered``, takes them out of ``_staged``).
         self._held: list[Key] = []
         self.status = "created"
 
@@ -220,7 +221,8 @@ class Worker:
         self.address = self._listener.address
         self._core.set_address(self.address)
         self._loop_thread = threading.get_ident()
-        if not await self._join():
+        what = f"worker {self.address} joining {self.scheduler_address}"
+        if not await liveness.retry(self._register, self.death_timeout, what):
             await self._listener.close()
             raise comm.CommError(
                 f"worker {self.address}: no scheduler at {self.scheduler_address} "
@@ -232,15 +234,7 @@ class Worker:
         context.register(self)
         return self
 
-    async def _join(self) -> bool:
-        """Register with the scheduler, retrying with backoff for ``death_timeout``;
-        False if that passed first."""
-        assert self._loop is not None
-        deadline = None if self.death_timeout is None else self._loop.time() + self.death_timeout
-        what = f"worker {self.address} joining {self.scheduler_address}"
-        return await liveness.retry_until(self._register, deadline, what) is not None
-
-    async def _register(self) -> bool:
+    async def _register(self) -> None:
         """One attempt to register (docs/protocol.md#handshake); raises CommError."""
         info = {
             "address": self.address,
@@ -251,19 +245,7 @@ class Worker:
             "nanny": self.nanny,
             "pid": os.getpid(),
         }
-        timeout = config.seconds("comm.timeouts.connect")
-        c = await comm.connect(self.scheduler_address, role="worker", info=info, timeout=timeout)
-        try:
-            reply, _ = await asyncio.wait_for(c.read(), timeout)
-        except (comm.CommError, TimeoutError) as e:
-            c.abort()
-            raise comm.CommError(f"registering with {self.scheduler_address}: {e}") from None
-        if reply["op"] != ops.REGISTERED:
-            await c.close()
-            raise comm.HandshakeError(
-                f"scheduler {self.scheduler_address} refused worker {self.address}: "
-                f"{reply.get('message', reply)}"
-            )
+        c, reply = await liveness.register(self.scheduler_address, "worker", info)
         assert self._loop is not None
         self._scheduler = c
         self.worker_id = int(reply["worker_id"])
@@ -271,7 +253,6 @@ class Worker:
         self._stream.start()
         if self._held:  # first, before any report of this connection
             self._stream.send({"op": ops.HELD_KEYS}, encode_keys(self._held))
-            self._held = []
         self._reader = self._loop.create_task(self._read_scheduler())
         self._watchdog = liveness.Watchdog(
             self._silence_timeout, self._send_heartbeat, self._scheduler_silent
@@ -284,7 +265,6 @@ class Worker:
             self.scheduler_address,
             self.worker_id,
         )
-        return True
 
     async def close(self, *, abort: bool = False) -> None:
         """Leave: stop reading, flush pending reports (unless ``abort``), close every
@@ -416,7 +396,8 @@ class Worker:
         self._forget_assigned_work()
         assert self._loop is not None
         started = self._loop.time()
-        if not await self._join():
+        what = f"worker {self.address} rejoining {self.scheduler_address}"
+        if not await liveness.retry(self._register, self.death_timeout, what):
             logger.error(
                 "worker %s: no scheduler at %s for %.1fs (death timeout); closing",
                 self.address,
@@ -435,6 +416,8 @@ class Worker:
         registration's ``scattered`` says which to keep."""
         tasks = self._core.tasks()
         values, sizes = self._core.data(), self._core.nbytes()
+        # Announced on a connection that ended before the answer: announce them again.
+        self._held = [key for key in self._held if key in self._staged]
         for key, state in tasks.values():
             if state == "memory" and key in values:
                 self._staged[key] = (values[key], sizes.get(key, 0))
