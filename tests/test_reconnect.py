@@ -21,10 +21,10 @@ import psutil
 import pytest
 from conftest import eventually
 
-from squall import Client
+from squall import Client, as_completed, wait
 from squall.deploy.local import LocalCluster, scheduler_info
 from squall.errors import FutureCancelledError
-from squall.protocol import comm
+from squall.protocol import comm, liveness
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -204,7 +204,12 @@ def test_a_stopped_scheduler_fails_a_blocked_result_within_the_timeout() -> None
         procs.append(worker)
         eventually(lambda: n_workers(address) == 1, TIMEOUT)
         with Client(address) as c:
-            slow = c.submit(time.sleep, 60)
+            # A stall shorter than the timeout is only a slow scheduler.
+            os.kill(sched.pid, signal.SIGSTOP)
+            time.sleep(1)
+            os.kill(sched.pid, signal.SIGCONT)
+            assert c.submit(inc, 1).result(timeout=TIMEOUT) == 2
+            slow, other = c.submit(time.sleep, 60), c.submit(time.sleep, 61)
             os.kill(sched.pid, signal.SIGSTOP)
             t0 = time.monotonic()
             with pytest.raises(FutureCancelledError) as e:
@@ -214,6 +219,9 @@ def test_a_stopped_scheduler_fails_a_blocked_result_within_the_timeout() -> None
             assert 1.5 < waited < 5
             assert "scheduler-connection-lost" in str(e.value)
             assert address in str(e.value) and "squall.comm.timeouts.tcp" in str(e.value)
+            with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
+                wait([other], timeout=1)  # raises at once, as distributed's
+            assert list(as_completed([other], timeout=1)) == [other]
         time.sleep(1)  # the worker noticed too, and is reconnecting
         os.kill(sched.pid, signal.SIGCONT)
         t0 = time.monotonic()
@@ -225,4 +233,25 @@ def test_a_stopped_scheduler_fails_a_blocked_result_within_the_timeout() -> None
         worker.terminate()
         assert worker.wait(TIMEOUT) == 0
         assert worker.stderr is not None
-        assert "no message from it" in worker.stderr.read()
+        logged = worker.stderr.read()
+        assert logged.count("lost the scheduler") == 1  # not at the short stall
+        assert "no message from it" in logged
+
+
+def test_a_stall_of_the_watching_process_is_not_the_peers_silence() -> None:
+    async def main() -> None:
+        silent: list[float] = []
+        pings: list[float] = []
+        loop = asyncio.get_running_loop()
+        dog = liveness.Watchdog(0.4, lambda: pings.append(loop.time()), silent.append)
+        time.sleep(1.0)  # this loop stalls past the timeout: nothing was read meanwhile
+        await asyncio.sleep(0.15)
+        assert silent == []
+        t0 = loop.time()
+        while not silent:
+            await asyncio.sleep(0.01)
+        assert 0.2 < loop.time() - t0 < 0.6 and silent[0] >= 0.4
+        assert pings  # it asked the peer to answer first
+        dog.stop()
+
+    asyncio.run(main())

@@ -69,7 +69,7 @@ class Watchdog:
         self._ping = ping
         self._on_silent = on_silent
         self._loop = asyncio.get_running_loop()
-        self._last = self._loop.time()
+        self._last = self._woke = self._loop.time()
         self._task = self._loop.create_task(self._watch())
 
     def heard(self) -> None:
@@ -80,13 +80,12 @@ class Watchdog:
 
     async def _watch(self) -> None:
         period = self.timeout / 4
-        woke = self._loop.time()
         while True:
             await asyncio.sleep(period)
             now = self._loop.time()
-            if now - woke > 2 * period:
+            if now - self._woke > 2 * period:
                 self._last = now  # this loop stalled: give the reader its turn first
-            woke = now
+            self._woke = now
             quiet = now - self._last
             if quiet >= self.timeout:
                 self._on_silent(quiet)
