@@ -122,7 +122,10 @@ class Worker:
     """A worker. ``await start()`` to join the scheduler, ``await close()`` to leave.
 
     ``nthreads`` and ``address`` default to ``squall.worker.nthreads``, ``.host`` and
-    ``.port``; its timings come from ``squall.worker.*`` and ``squall.comm.*``."""
+    ``.port``, ``death_timeout`` (seconds or a duration string: how long to try to reach
+    the scheduler, at start and after losing it, before closing) to
+    ``squall.worker.death-timeout``; its timings come from ``squall.worker.*`` and
+    ``squall.comm.*``."""
 
     def __init__(
         self,
