@@ -167,6 +167,39 @@ def test_a_worker_cut_off_rejoins_and_the_scheduler_reconciles_what_it_holds() -
         assert all(p.poll() is None for p in nannies)
 
 
+def partition(dask_worker: Any) -> None:
+    """In a worker: act as if its scheduler connection went silent, leaving it open on
+    the scheduler's side (a partition: the scheduler sees no end)."""
+    dask_worker._kept_open = dask_worker._scheduler
+    dask_worker._scheduler = None
+    dask_worker._lost_scheduler("partitioned (test)")
+
+
+def registration(dask_worker: Any) -> tuple[int, str]:
+    return dask_worker.worker_id, dask_worker.status
+
+
+def test_a_worker_back_from_a_partition_replaces_its_stale_registration() -> None:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1) as cluster,
+        Client(cluster) as c,
+    ):
+        [a0] = c.nthreads()
+        x = c.submit(inc, 1)
+        assert x.result(timeout=TIMEOUT) == 2
+        before = c.run(registration)[a0]
+        t0 = time.monotonic()
+        c.run(partition)
+        # Not refused as "exists" until the TTL (5 minutes): registered again at once,
+        # with what it holds.
+        eventually(lambda: c.run(registration)[a0][0] != before[0], 10)
+        assert c.run(registration)[a0][1] == "running" and list(c.nthreads()) == [a0]
+        print(f"partitioned worker registered again {time.monotonic() - t0:.2f} s after")
+        eventually(lambda: c.who_has([x])[x.key] == [a0], 10)
+        assert c.submit(inc, x).result(timeout=TIMEOUT) == 3
+        assert cluster.worker_processes[0].poll() is None
+
+
 def test_the_death_timeout_ends_workers_and_their_nannies() -> None:
     with processes() as procs:
         sched, address = start_scheduler(0)

@@ -162,6 +162,7 @@ class SchedulerServer:
 
     async def _serve_worker(self, c: comm.Comm) -> None:
         info = c.peer_info
+        self._drop_stale_registration(info)
         try:
             w = self.core.add_worker(
                 str(info["address"]),
@@ -189,6 +190,23 @@ class SchedulerServer:
             )
         finally:
             await self._drop_peer(self.workers, w, self.core.remove_worker)
+
+    def _drop_stale_registration(self, info: comm.Header) -> None:
+        """A worker process registering again (same address and pid) while its previous
+        connection still looks open here: that one is stale (a partition hid its end,
+        docs/runtime.md#reconnection-and-liveness). Remove it now, as a departure the
+        tasks are not to blame for, rather than refuse the worker until the TTL."""
+        for w, peer in list(self.workers.items()):
+            if peer.pid is not None and (peer.address, peer.pid) == (
+                info.get("address"),
+                info.get("pid"),
+            ):
+                logger.warning(
+                    "worker %s registers again: its old connection is stale", peer.address
+                )
+                with contextlib.suppress(SchedulerError):
+                    self.core.remove_worker(w, now=self.now(), expected=True)
+                self._disconnect(peer)
 
     async def _drop_peer(
         self, peers: dict[int, Peer], i: int, remove: Callable[..., None]
@@ -286,8 +304,10 @@ class SchedulerServer:
                 c, f"nanny {address}", lambda h, _: self._nanny_message(address, h)
             )
         finally:
-            peer = self.nannies.pop(address)
-            await peer.stream.close()
+            peer = self.nannies.get(address)
+            if peer is not None and peer.conn is c:  # not replaced by its reconnection
+                del self.nannies[address]
+            await stream.close()
 
     def _nanny_message(self, nanny: str, h: comm.Header) -> None:
         if h["op"] != ops.WORKER_DIED:
