@@ -42,10 +42,8 @@ def test_python_m_scheduler_and_worker() -> None:
         line = sched.stdout.readline()
         assert line.startswith("squall scheduler listening at "), line
         address = line.rsplit(" ", 1)[-1].strip()
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "squall.worker", address, "--nthreads", "2", "--name", "w"]
-            + ["--death-timeout", "1s"]
-        )
+        args = [address, "--nthreads", "2", "--name", "w", "--death-timeout", "1s"]
+        worker = subprocess.Popen([sys.executable, "-m", "squall.worker", *args])
         deadline = time.monotonic() + 30
         while not (workers := _run(scheduler_info(address))["workers"]):
             assert time.monotonic() < deadline, "the worker did not join"

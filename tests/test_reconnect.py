@@ -21,7 +21,7 @@ import psutil
 import pytest
 from conftest import eventually
 
-from squall import Client, as_completed, wait
+from squall import Client, as_completed, config, wait
 from squall.deploy.local import LocalCluster, scheduler_info
 from squall.errors import FutureCancelledError
 from squall.protocol import comm, liveness
@@ -288,3 +288,18 @@ def test_a_stall_of_the_watching_process_is_not_the_peers_silence() -> None:
         dog.stop()
 
     asyncio.run(main())
+
+
+def test_timeouts_from_arguments_and_config() -> None:
+    assert liveness.death_timeout() is None  # Dask's default: try forever
+    assert liveness.death_timeout("1.5s") == 1.5 and liveness.death_timeout(2) == 2.0
+    with pytest.raises(ValueError, match="death timeout"):
+        liveness.death_timeout("-1s")
+    with dask.config.set({"squall.worker.death-timeout": "3s", "squall.comm.timeouts.tcp": 5}):
+        assert liveness.death_timeout() == 3.0 and liveness.silence_timeout() == 5.0
+    assert liveness.silence_timeout() == 30.0  # Dask's distributed.comm.timeouts.tcp
+    with (
+        dask.config.set({"squall.comm.timeouts.tcp": 0}),
+        pytest.raises(config.ConfigError, match=r"squall\.comm\.timeouts\.tcp"),
+    ):
+        liveness.silence_timeout()

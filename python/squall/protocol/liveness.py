@@ -44,9 +44,12 @@ def death_timeout(value: float | str | None = None) -> float | None:
         if value is None:
             return None
         return config.seconds("worker.death-timeout")
-    seconds = parse_timedelta(value, default="seconds")
+    try:
+        seconds = parse_timedelta(value, default="seconds")
+    except (KeyError, TypeError, ValueError):
+        seconds = None
     if seconds is None or seconds < 0:
-        raise ValueError(f"death timeout must be a duration >= 0, got {value!r}")
+        raise ValueError(f"death timeout: expected a duration >= 0 like '30s', got {value!r}")
     return float(seconds)
 
 
