@@ -41,11 +41,15 @@ VALUES: tuple[Any, ...] = (
     [[0, -1]], ["tcp://127.0.0.1:1"], [2**33],
 )  # fmt: skip
 LOG = Path(tempfile.gettempdir()) / f"squall-hostile-{os.getpid()}.log"
+# Requests any client may legitimately make that stop or shrink the cluster are left
+# out: refusing them to strangers is the work of security, not of message checks.
+DESTRUCTIVE = {ops.RESTART, ops.SHUTDOWN, ops.RETIRE_WORKERS, ops.RESTART_WORKERS}
 MESSAGE_OPS = sorted(
-    v for k, v in vars(ops).items() if k.isupper() and isinstance(v, str) and v != ops.PART
+    v
+    for k, v in vars(ops).items()
+    if k.isupper() and isinstance(v, str) and v not in DESTRUCTIVE | {ops.PART}
 )
-# What each role may send; mostly these are fuzzed, the rest now and then. A client's
-# `restart` is legitimate and slow: left out.
+# What each role may send; mostly these are fuzzed, the rest now and then.
 ROLE_OPS = {
     "client": (ops.UPDATE_GRAPH, ops.WHO_HAS, ops.RELEASE_KEYS, ops.CANCEL, ops.RETRY,
                ops.SCHEDULER_INFO, ops.SCATTER, ops.FIRE_AND_FORGET),

@@ -29,7 +29,8 @@ def test_public_names() -> None:
 
 def test_python_m_scheduler_and_worker() -> None:
     """``python -m squall.scheduler`` serves and ``python -m squall.worker`` joins it;
-    the scheduler leaves cleanly on SIGTERM, and the worker once its scheduler is gone."""
+    the scheduler leaves cleanly on SIGTERM, and the worker once its scheduler has been
+    gone for its death timeout."""
     sched = subprocess.Popen(
         [sys.executable, "-m", "squall.scheduler", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -41,9 +42,8 @@ def test_python_m_scheduler_and_worker() -> None:
         line = sched.stdout.readline()
         assert line.startswith("squall scheduler listening at "), line
         address = line.rsplit(" ", 1)[-1].strip()
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "squall.worker", address, "--nthreads", "2", "--name", "w"]
-        )
+        args = [address, "--nthreads", "2", "--name", "w", "--death-timeout", "1s"]
+        worker = subprocess.Popen([sys.executable, "-m", "squall.worker", *args])
         deadline = time.monotonic() + 30
         while not (workers := _run(scheduler_info(address))["workers"]):
             assert time.monotonic() < deadline, "the worker did not join"

@@ -147,3 +147,46 @@ def test_programs_with_a_token_file_refuse_a_wrong_token(tmp_path: Path) -> None
             Client(address, security=Security(token="nope"), timeout=5)
         with pytest.raises(comm.CommError, match="requires a token"):
             Client(address, timeout=5)
+
+
+def test_a_wildcard_bind_warns_and_is_never_advertised() -> None:
+    # Only bound and printed here: nothing dials the host's own address.
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--host", "0.0.0.0", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sched.stdout is not None and sched.stderr is not None
+        address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+        assert address.startswith("tcp://") and "0.0.0.0" not in address
+    finally:
+        sched.send_signal(signal.SIGTERM)
+        _, err = sched.communicate(timeout=20)
+    assert "without TLS or a token: anyone who can reach it" in err
+
+
+def test_a_worker_advertises_its_contact_address() -> None:
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert sched.stdout is not None
+    address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+    # 127.0.0.2 is loopback too: the worker listens on every address, and says this one.
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "worker", address, "--no-nanny",
+         "--listen", "tcp://0.0.0.0:0", "--contact-address", "127.0.0.2"]
+    )  # fmt: skip
+    try:
+        with Client(address, timeout=10) as client:
+            eventually(lambda: len(client.nthreads()) == 1, timeout=30)
+            [advertised] = client.nthreads()
+            assert advertised.startswith("tcp://127.0.0.2:")
+            assert client.submit(sum, [1, 2], pure=False).result(timeout=20) == 3
+    finally:
+        for p in (worker, sched):
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=20)

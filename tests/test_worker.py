@@ -266,14 +266,13 @@ def test_free_keys_drops_data() -> None:
 
 def test_the_scheduler_paces_heartbeats() -> None:
     """Workers beat at the period the scheduler asks for its cluster size (0.5 s up to
-    10 workers), whatever they started with; the scheduler asks once per change."""
+    10 workers), whatever they started with: the scheduler answers every heartbeat
+    with it (which is also how the worker knows the scheduler is alive)."""
 
     async def main() -> None:
         with dask.config.set({"squall.worker.heartbeat-interval": "20ms"}):
             server, [w], client = await cluster(1)
         await until(lambda: w._heartbeat_interval == 0.5)
-        assert w.worker_id is not None
-        assert server.workers[w.worker_id].heartbeat_interval == 0.5
         await shutdown(server, [w], client)
 
     run(main())

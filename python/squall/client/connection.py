@@ -26,7 +26,7 @@ from squall._core import decode_keys, encode_keys
 from squall.client.default import become_default, prefer_task_shuffle, stop_being_default
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
-from squall.protocol import comm, ops
+from squall.protocol import comm, liveness, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
 from squall.security import Security
@@ -50,6 +50,8 @@ REPLIES = frozenset(
     }
 )
 RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
+#: The reason futures are cancelled with when the scheduler is lost (as distributed's).
+CONNECTION_LOST = "scheduler-connection-lost"
 
 
 class ClientConnection:
@@ -108,6 +110,7 @@ class ClientConnection:
         self._comm: comm.Comm | None = None
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._watchdog: liveness.Watchdog | None = None
         self._requests: dict[int, asyncio.Future[comm.Message]] = {}
         self._graphs: dict[int, list[Key]] = {}
         self._ids = itertools.count(1)
@@ -171,6 +174,11 @@ class ClientConnection:
         self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())
+        self._watchdog = liveness.Watchdog(
+            liveness.silence_timeout(),
+            lambda: self._send({"op": ops.HEARTBEAT_CLIENT}),
+            self._scheduler_silent,
+        )
         self.status = "running"
 
     def close(self, timeout: float | str | None = None) -> Any:
@@ -178,7 +186,9 @@ class ClientConnection:
         LocalCluster the client started, if any."""
         if self.asynchronous:
             return self._close_async(timeout)
-        if self.status == "closed" or self._loop is None or self._loop.is_closed():
+        # Not on status: a client that lost its scheduler is "closed" already, but its
+        # loop and the cluster it started still run until this.
+        if self._loop is None or self._loop.is_closed():
             return None
         try:
             self._run_sync(timed(self._close(), timeout))
@@ -200,6 +210,8 @@ class ClientConnection:
         if self.status == "closed":
             return
         self.status = "closing"
+        if self._watchdog is not None:
+            self._watchdog.stop()
         self._flush_releases()
         if self._stream is not None:
             await self._stream.close()
@@ -429,26 +441,53 @@ class ClientConnection:
         assert self._comm is not None
         try:
             while True:
-                for header, payload in await self._comm.read_messages():
+                messages = await self._comm.read_messages()
+                if self._watchdog is not None:
+                    self._watchdog.heard()
+                for header, payload in messages:
                     try:
                         self._handle(header, payload)
                     except Exception:
                         logger.exception("client: cannot handle %s", header.get("op"))
         except comm.CommError as e:
-            if self.status == "running":
-                logger.warning("lost the connection to the scheduler: %s", e)
-                self.status = "closed"
-                self._fail_everything(f"lost the connection to the scheduler: {e}")
+            self._lost_scheduler(str(e))
 
-    def _fail_everything(self, reason: str) -> None:
+    def _scheduler_silent(self, seconds: float) -> None:
+        """On the loop: the scheduler answered nothing, not even keep-alives, for the
+        whole ``squall.comm.timeouts.tcp``: it hangs or is cut off."""
+        timeout = self._watchdog.timeout if self._watchdog is not None else seconds
+        self._lost_scheduler(
+            f"no message from it for {seconds:.1f}s (squall.comm.timeouts.tcp = {timeout}s)"
+        )
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._comm is not None:
+            self._comm.abort()
+
+    def _lost_scheduler(self, why: str) -> None:
+        """The connection is gone: every pending call and future fails, naming the
+        scheduler and why (futures are cancelled as distributed's are)."""
+        if self.status != "running":
+            return
+        msg = (
+            f"Client lost the connection to the scheduler at {self.address}: {why}. "
+            "Please check your connection and re-run your work."
+        )
+        logger.warning("%s", msg)
+        self.status = "closed"
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        self._fail_everything(CONNECTION_LOST, msg)
+
+    def _fail_everything(self, reason: str, msg: str | None = None) -> None:
         for fut in self._requests.values():
             if not fut.done():
-                fut.set_exception(comm.CommClosedError(reason))
+                fut.set_exception(comm.CommClosedError(msg or reason))
         with self._refcount_lock:
             states = list(self.futures.values())
         for st in states:
             if not st.done():
-                st.cancel(reason)
+                st.cancel(reason, msg)
 
     def _states(self, payload: memoryview) -> list[FutureState]:
         keys = decode_keys(bytes(payload))

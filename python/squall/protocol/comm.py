@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
+import socket
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
+import psutil  # type: ignore[import-untyped]
 
 from squall import config, security
 from squall.protocol import ops
@@ -260,6 +263,11 @@ class Comm:
         with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
 
+    def abort(self) -> None:
+        """Close at once, dropping unsent data: a graceful close waits for a peer
+        that stopped reading (a hung process) forever."""
+        self._writer.transport.abort()
+
 
 async def connect(
     address: str,
@@ -352,7 +360,9 @@ async def listen(
     """Accept connections on ``address``; each one that completes the handshake with a
     role in ``roles`` within ``timeout`` seconds (default ``squall.comm.timeouts.connect``)
     is handed to ``handler`` (its hello is ``comm.peer_info``). ``security`` (default:
-    the process's) decides TLS and the token check (docs/security.md)."""
+    the process's) decides TLS and the token check (docs/security.md). The listener's
+    ``address`` names the bound host, or for a wildcard bind (``0.0.0.0``) an address of
+    this host."""
     host, port = parse_address(address)
     sec = security or default_security()
     tls = _transport(address, sec, server=True)
@@ -395,7 +405,46 @@ async def listen(
     except OSError as e:
         raise CommError(f"cannot listen on {address}: {e.strerror or e}") from None
     sock = server.sockets[0].getsockname()
-    return Listener(server, format_address(sock[0], sock[1], scheme_of(address)))
+    bound = format_address(sock[0], sock[1], scheme_of(address))
+    if not _loopback(host) and tls is None and sec.token is None:
+        logger.warning(
+            "listening on %s without TLS or a token: anyone who can reach it can join "
+            "and run code here (docs/security.md)",
+            bound,
+        )
+    # The address others are told: never the wildcard, which names no host to reach.
+    contact = _host_ip() if host in ("0.0.0.0", "::", "") else sock[0]
+    return Listener(server, format_address(contact, sock[1], scheme_of(address)))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _host_ip() -> str:
+    """An address of this host that others can reach it at (its name's address when it
+    is not a loopback one, else the first non-loopback interface address)."""
+    with contextlib.suppress(OSError):
+        ip = socket.gethostbyname(socket.gethostname())
+        if not ipaddress.ip_address(ip).is_loopback:
+            return ip
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            if a.family == socket.AF_INET and not ipaddress.ip_address(a.address).is_loopback:
+                return str(a.address)
+    return "127.0.0.1"
+
+
+def interface_ip(name: str) -> str:
+    """The IPv4 address of network interface ``name`` (``--interface``)."""
+    for a in psutil.net_if_addrs().get(name, []):
+        if a.family == socket.AF_INET:
+            return str(a.address)
+    known = ", ".join(sorted(psutil.net_if_addrs()))
+    raise ValueError(f"no IPv4 address on interface {name!r} (interfaces: {known})")
 
 
 async def _challenge(comm: Comm, sec: Security, hello: Header) -> tuple[str | None, str]:

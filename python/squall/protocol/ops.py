@@ -42,6 +42,7 @@ RELEASE_WORKER_DATA: Final = "release-worker-data"
 ADD_REPLICAS: Final = "add-replicas"
 DROP_REPLICAS: Final = "drop-replicas"
 RETIRE: Final = "retire"
+HELD_KEYS: Final = "held-keys"  # after re-registering; answered with ``scattered``
 
 # Client -> scheduler, and the answers.
 UPDATE_GRAPH: Final = "update-graph"
@@ -64,6 +65,7 @@ SHUTDOWN: Final = "shutdown"
 LIFECYCLE_REQUESTS: Final = frozenset(
     {RETIRE_WORKERS, RESTART_WORKERS, WAIT_FOR_WORKERS, ADAPTIVE_TARGET, SHUTDOWN}
 )
+HEARTBEAT_CLIENT: Final = "heartbeat-client"  # a keep-alive, and its answer
 
 # Scheduler -> client.
 KEY_IN_MEMORY: Final = "key-in-memory"

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     """``squall scheduler [--host HOST] [--port PORT] [--log-level LEVEL]``; flags
     override ``squall.scheduler.host``, ``.port`` and ``squall.logging.level``."""
     p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
-    p.add_argument("--host", help="interface to bind (default: squall.scheduler.host)")
+    p.add_argument("--host", help="address to bind (default: squall.scheduler.host)")
+    p.add_argument("--interface", help="network interface to bind, e.g. eth0 (for --host)")
     p.add_argument(
         "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
     )
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         security.apply_cli_options(args, "scheduler")
         level = config.log_level(args.log_level)
         host = str(config.get("scheduler.host")) if args.host is None else args.host
+        if args.interface is not None:
+            host = comm.interface_ip(args.interface)
         port = config.port("scheduler.port") if args.port is None else args.port
         address = comm.format_address(host, port)
         comm.parse_address(address)

@@ -268,8 +268,11 @@ class Lifecycle:
             return
         if close or restart:
             self._close(peer, restart=restart)
-        elif remove:  # removed but not closed: disconnected, it leaves (as Dask's do)
-            s._disconnect(peer)
+        elif remove:
+            # Removed but not closed: told to leave, not to reconnect (a dropped
+            # connection alone would bring it back); its nanny, seeing it leave
+            # cleanly, leaves too: what is left is for whoever deployed it.
+            peer.send({"op": ops.CLOSE})
 
     def _close(self, peer: Peer, *, restart: bool = False) -> None:
         """Close a worker for good (its nanny, if any, too: it must not start another),

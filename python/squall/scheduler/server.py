@@ -41,8 +41,6 @@ class Peer:
     stream: comm.BatchedSend
     name: str
     address: str = ""
-    #: The heartbeat period this worker was last asked for (workers only).
-    heartbeat_interval: float | None = None
     #: The address of the nanny supervising this worker, if any, and the worker's
     #: process id, which tells it from the next worker of that nanny (workers only).
     nanny: str | None = None
@@ -140,17 +138,19 @@ class SchedulerServer:
             self._dispatch()
 
     def _pace_heartbeats(self, w: int, interval: float) -> None:
-        """Ask a worker for the heartbeat period the core wants for this many workers
-        (longer on large clusters, as Dask's), when it changes."""
+        """Answer a worker's heartbeat with the period the core wants for this many
+        workers (longer on large clusters, as Dask's). The answer is also how the
+        worker knows this scheduler is alive (docs/runtime.md#reconnection-and-liveness):
+        one small message per heartbeat, nothing per task."""
         peer = self.workers.get(w)
-        if peer is not None and peer.heartbeat_interval != interval:
-            peer.heartbeat_interval = interval
+        if peer is not None:
             peer.send({"op": ops.HEARTBEAT_INTERVAL, "interval": interval})
 
     def _close_worker(self, w: int) -> None:
         """The core removed the worker on its own (silent past the TTL): close its
         connection, as Dask does, so that a worker that was only stopped or cut off finds
-        itself disconnected and leaves instead of lingering, connected yet unknown."""
+        itself disconnected and registers again instead of lingering, connected yet
+        unknown."""
         peer = self.workers.get(w)
         if peer is None:
             return
@@ -188,6 +188,7 @@ class SchedulerServer:
 
     async def _serve_worker(self, c: comm.Comm) -> None:
         info = c.peer_info
+        self._drop_stale_registration(info)
         try:
             w = self.core.add_worker(
                 str(info["address"]),
@@ -255,6 +256,27 @@ class SchedulerServer:
         else:
             self.core.worker_died(w, report.executing or [], now=now)
 
+    def _drop_stale_registration(self, info: comm.Header) -> None:
+        """A worker process registering again (same address and pid) while its previous
+        connection still looks open here: that one is stale (a partition hid its end,
+        docs/runtime.md#reconnection-and-liveness). Remove it now, as a departure the
+        tasks are not to blame for, rather than refuse the worker until the TTL."""
+        for w, peer in list(self.workers.items()):
+            if peer.pid is not None and (peer.address, peer.pid) == (
+                info.get("address"),
+                info.get("pid"),
+            ):
+                logger.warning(
+                    "worker %s registers again: its old connection is stale", peer.address
+                )
+                with contextlib.suppress(SchedulerError):
+                    self.core.remove_worker(w, now=self.now(), expected=True)
+                self._disconnect(peer)
+                # Its process lives: no death to wait for a nanny's word on.
+                waiting = self._deaths.get(w)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
+
     async def _drop_peer(
         self, peers: dict[int, Peer], i: int, remove: Callable[..., None]
     ) -> None:
@@ -309,6 +331,8 @@ class SchedulerServer:
                 self.core.release_worker_data(w, int(h["task"]), now=now)
             elif op == ops.RETIRE:
                 self.lifecycle.worker_retires(w, bool(h.get("restart")))
+            elif op == ops.HELD_KEYS:
+                self._held_keys(w, decode_keys(bytes(payload)))
             else:
                 raise comm.ProtocolError(f"unknown worker message {op!r}")
         except SchedulerError as e:
@@ -316,6 +340,27 @@ class SchedulerServer:
             logger.debug("worker %d: %s ignored: %s", w, op, e)
         except comm.MALFORMED as e:
             raise comm.ProtocolError(f"malformed {op!r} message from worker {w}: {e}") from None
+
+    def _held_keys(self, w: int, keys: list[Any]) -> None:
+        """A worker that registered again still holds these results from before. A key
+        in memory here gains it as a holder; any other key is dropped there: unknown
+        ones, and lost ones waiting to be recomputed, since the core accepts a result
+        only from the run it dispatched (docs/runtime.md#reconnection-and-liveness).
+        Answered like a scatter: ``scattered`` with the task ids, -1 to drop."""
+        tasks = []
+        for key in keys:
+            t = self.core.lookup(key)
+            tasks.append(t if t is not None and self.core.state(key) == "memory" else -1)
+        kept = [k for k, t in zip(keys, tasks, strict=True) if t >= 0]
+        if kept:
+            self.core.add_replicas(w, encode_keys(kept), now=self.now())
+        logger.info(
+            "worker %s still holds %d known results (%d dropped)",
+            self.workers[w].address,
+            len(kept),
+            len(keys) - len(kept),
+        )
+        self.workers[w].send({"op": ops.SCATTERED, "tasks": tasks}, encode_keys(keys))
 
     # ----- nannies --------------------------------------------------------------------
 
@@ -330,11 +375,13 @@ class SchedulerServer:
                 c, f"nanny {address}", lambda h, _: self._nanny_message(address, h)
             )
         finally:
-            peer = self.nannies.pop(address)
-            await peer.stream.close()
-            for w, report in self._deaths.items():  # it will not report any more
-                if self.workers[w].nanny == address and not report.done():
-                    report.set_result(None)
+            peer = self.nannies.get(address)
+            if peer is not None and peer.conn is c:  # not replaced by its reconnection
+                del self.nannies[address]
+                for w, report in self._deaths.items():  # it will not report any more
+                    if self.workers[w].nanny == address and not report.done():
+                        report.set_result(None)
+            await stream.close()
 
     def _nanny_message(self, nanny: str, h: comm.Header) -> None:
         if h["op"] != ops.WORKER_DIED:
@@ -411,6 +458,8 @@ class SchedulerServer:
                 return None
             if op == ops.SCHEDULER_INFO:
                 return self._scheduler_info(h), b""
+            if op == ops.HEARTBEAT_CLIENT:  # a keep-alive: the answer shows this is alive
+                return {"op": ops.HEARTBEAT_CLIENT}, b""
             if op == ops.SCATTER:
                 return self._scatter(cid, h, decode_keys(bytes(payload)))
             if op == ops.FIRE_AND_FORGET:

@@ -47,7 +47,7 @@ def get_worker() -> Worker:
     if worker is not None:
         return worker
     for w in _running:
-        if w.status == "running":
+        if w.status in ("running", "reconnecting"):
             return w
     raise ValueError("No worker found")
 

@@ -24,7 +24,7 @@ from dask.utils import parse_timedelta
 from squall import config, security
 from squall.deploy.lifeline import parse_process_args
 from squall.deploy.shape import default_shape
-from squall.protocol import comm
+from squall.protocol import comm, liveness
 from squall.worker.worker import Worker
 
 logger = logging.getLogger("squall.worker")
@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
     )
+    p.add_argument("--interface", help="network interface to serve peers on, e.g. eth0")
+    p.add_argument(
+        "--contact-address",
+        help="the host (or tcp://host:port) others reach this worker at, if not the bound one",
+    )
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
     p.add_argument("--memory-limit", type=int, default=0)
     p.add_argument(
@@ -147,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         default=False,
         help="after --lifetime, start a fresh worker instead of leaving",
     )
+    p.add_argument(
+        "--death-timeout",
+        default=None,
+        help="seconds (or a duration) to keep trying to reach a lost scheduler before "
+        "exiting (default: squall.worker.death-timeout, none: forever)",
+    )
     # Given by the nanny to the worker it starts: the nanny's address, for the scheduler.
     p.add_argument("--nanny-address", help=argparse.SUPPRESS)
     # ... and the file where the worker keeps the tasks it is running, for the nanny.
@@ -167,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         args.nworkers += (os.cpu_count() or 1) + 1
     if args.nworkers < 1:
         p.error("--nworkers must come to at least 1")
+    try:
+        liveness.death_timeout(args.death_timeout)
+    except ValueError as e:
+        p.error(f"--death-timeout: {e}")
     if args.nworkers > 1:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
             p.error("--listen with a fixed port needs --nworkers 1")
@@ -175,20 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.nanny:
         from squall.worker.nanny import run_nanny
 
-        return run_nanny(args.scheduler, worker_command(args, args.name))
+        return run_nanny(args.scheduler, worker_command(args, args.name), args.death_timeout)
     try:
         restart = asyncio.run(
             run_worker(
                 args.scheduler,
                 nthreads=args.nthreads,
                 name=args.name,
-                address=args.listen,
+                address=listen_address(args),
+                contact_address=args.contact_address,
                 resources=args.resources,
                 memory_limit=args.memory_limit,
                 nanny=args.nanny_address,
                 executing_record=args.executing_record,
                 lifetime=lifetime_seconds(args.lifetime, args.lifetime_stagger),
                 lifetime_restart=args.lifetime_restart,
+                death_timeout=args.death_timeout,
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -234,6 +251,14 @@ def _run_workers(args: argparse.Namespace) -> int:
     return 0 if all(code == 0 for code in codes) else 1
 
 
+def listen_address(args: argparse.Namespace) -> str | None:
+    """``--listen``, or ``--interface``'s address on the configured port."""
+    if args.interface is None:
+        return args.listen  # type: ignore[no-any-return]
+    port = config.port("worker.port")
+    return comm.format_address(comm.interface_ip(args.interface), port)
+
+
 def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
     """The command running one ``squall worker`` process of these arguments, named
     ``name``; options left unset stay unset, so it reads the same config defaults."""
@@ -242,8 +267,11 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
     for flag, value in (
         ("--nthreads", args.nthreads),
         ("--listen", args.listen),
+        ("--interface", args.interface),
+        ("--contact-address", args.contact_address),
         ("--log-level", args.log_level),
         ("--name", name),
+        ("--death-timeout", args.death_timeout),
     ):
         if value is not None:
             cmd += [flag, str(value)]

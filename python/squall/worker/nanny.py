@@ -20,7 +20,7 @@ from typing import Any
 from squall import config
 from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
-from squall.protocol import comm, ops
+from squall.protocol import comm, liveness, ops
 from squall.worker.worker import run_function
 
 logger = logging.getLogger("squall.nanny")
@@ -50,16 +50,25 @@ def describe_exit(code: int) -> str:
 
 class Nanny:
     """Supervises one worker process, ``worker_command`` (a ``squall worker
-    --no-nanny`` command line), until it leaves on its own (exit code 0: it lost its
-    scheduler or was closed), the scheduler goes away, or the nanny is told to close.
+    --no-nanny`` command line), until it leaves on its own (exit code 0: it gave up on
+    its scheduler or was closed), the scheduler stays away for ``death_timeout``, or the
+    nanny is told to close.
 
     The nanny holds a connection to the scheduler as role ``nanny``: it sends
     ``worker-died`` whenever its worker's process ends, with the exit code and the tasks
     the worker was running then (kept in a file they share), and takes ``restart`` and
-    ``close``. It also serves peers ``run`` (``Client.run(..., nanny=True)``)."""
+    ``close``; it reconnects to a lost scheduler as its worker does
+    (docs/runtime.md#reconnection-and-liveness). It also serves peers ``run``
+    (``Client.run(..., nanny=True)``)."""
 
-    def __init__(self, scheduler_address: str, worker_command: list[str]) -> None:
+    def __init__(
+        self,
+        scheduler_address: str,
+        worker_command: list[str],
+        death_timeout: float | str | None = None,
+    ) -> None:
         self.scheduler_address = scheduler_address
+        self.death_timeout = liveness.death_timeout(death_timeout)
         self.address = comm.format_address(str(config.get("worker.host")), 0)
         self._command = worker_command
         self._process: asyncio.subprocess.Process | None = None
@@ -78,15 +87,13 @@ class Nanny:
             self.address, self._serve_peer, roles=frozenset({"peer"})
         )
         self.address = self._listener.address
-        try:
-            self._scheduler = await comm.connect(
-                self.scheduler_address, role="nanny", info={"address": self.address}
+        if not await self._join():
+            logger.error(
+                "nanny %s: no scheduler at %s within the death timeout of %ss",
+                self.address,
+                self.scheduler_address,
+                self.death_timeout,
             )
-            reply, _ = await self._scheduler.read()
-            if reply["op"] != ops.REGISTERED:
-                raise comm.CommError(str(reply.get("message", reply)))
-        except comm.CommError as e:
-            logger.error("nanny %s: cannot join the scheduler: %s", self.address, e)
             await self._listener.close()
             self._record.unlink(missing_ok=True)
             return 1
@@ -102,10 +109,20 @@ class Nanny:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-            await self._scheduler.close()
+            await self._scheduler_comm().close()
             await self._listener.close()
             self._record.unlink(missing_ok=True)
         return 0
+
+    async def _join(self) -> bool:
+        """Register with the scheduler, retrying with backoff for ``death_timeout``;
+        False if that passed first."""
+        what = f"nanny {self.address} joining {self.scheduler_address}"
+        return await liveness.retry(self._register, self.death_timeout, what)
+
+    async def _register(self) -> None:
+        info = {"address": self.address}
+        self._scheduler, _ = await liveness.register(self.scheduler_address, "nanny", info)
 
     def close(self) -> None:
         """Stop the worker, then the nanny."""
@@ -184,21 +201,34 @@ class Nanny:
         return self._scheduler
 
     async def _read_scheduler(self) -> None:
-        try:
-            while True:
-                for h, _ in await self._scheduler_comm().read_messages():
-                    if h["op"] == ops.RESTART:
-                        logger.info("nanny %s: restart requested", self.address)
-                        self._restarting = True
-                        self._spawn(self._stop_worker())
-                    elif h["op"] == ops.CLOSE:  # retired or shut down: no new worker
-                        logger.info("nanny %s: closed by the scheduler", self.address)
-                        self.close()
-                    else:
-                        logger.warning("nanny %s: unknown message %r ignored", self.address, h)
-        except comm.CommError as e:
-            logger.info("nanny %s: lost the scheduler (%s)", self.address, e)
-            self.close()
+        """Take the scheduler's messages; reconnect when the connection ends. The nanny
+        watches no silence of its own: its worker does, and leaves (exit code 0) when
+        it gives up, and the nanny with it."""
+        while True:
+            try:
+                while True:
+                    for h, _ in await self._scheduler_comm().read_messages():
+                        if h["op"] == ops.RESTART:
+                            logger.info("nanny %s: restart requested", self.address)
+                            self._restarting = True
+                            self._spawn(self._stop_worker())
+                        elif h["op"] == ops.CLOSE:  # retired or shut down: no new worker
+                            logger.info("nanny %s: closed by the scheduler", self.address)
+                            self.close()
+                            return
+                        else:
+                            logger.warning("nanny %s: unknown message %r ignored", self.address, h)
+            except comm.CommError as e:
+                logger.warning("nanny %s: lost the scheduler (%s); reconnecting", self.address, e)
+            if not await self._join():
+                logger.error(
+                    "nanny %s: no scheduler at %s for the death timeout of %ss; closing",
+                    self.address,
+                    self.scheduler_address,
+                    self.death_timeout,
+                )
+                self.close()
+                return
 
     async def _serve_peer(self, c: comm.Comm) -> None:
         try:
@@ -217,6 +247,8 @@ class Nanny:
         task.add_done_callback(self._bg.discard)
 
 
-def run_nanny(scheduler_address: str, worker_command: list[str]) -> int:
+def run_nanny(
+    scheduler_address: str, worker_command: list[str], death_timeout: str | None = None
+) -> int:
     """``squall worker`` (``--nanny``): supervise a worker run by ``worker_command``."""
-    return asyncio.run(Nanny(scheduler_address, worker_command).run())
+    return asyncio.run(Nanny(scheduler_address, worker_command, death_timeout).run())

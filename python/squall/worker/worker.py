@@ -46,6 +46,12 @@ docs/runtime.md. Choices the protocol table leaves open:
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
   0.95/0.05 like Dask's; ``null`` until one happened.
+* A lost scheduler (the connection closed, or silent for ``squall.comm.timeouts.tcp``)
+  does not end the worker: it forgets the tasks it was given (running ones finish,
+  their results dropped), keeps the results it holds, and registers again with backoff
+  for ``death_timeout`` (:mod:`squall.protocol.liveness`); the held keys then go in
+  ``held-keys`` and come back like scattered data (``scattered``: kept as a task, or
+  dropped). docs/runtime.md#reconnection-and-liveness.
 * Not implemented yet: memory limits/spilling, actors.
 """
 
@@ -57,6 +63,7 @@ import inspect
 import logging
 import os
 import pickle
+import struct
 import sys
 import threading
 import time
@@ -68,7 +75,7 @@ from dask.sizeof import sizeof
 
 from squall import config
 from squall._core import WorkerCore, decode_keys, encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import comm, liveness, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import PLAIN_TYPES, fill_call, run_spec
@@ -120,7 +127,10 @@ class Worker:
     """A worker. ``await start()`` to join the scheduler, ``await close()`` to leave.
 
     ``nthreads`` and ``address`` default to ``squall.worker.nthreads``, ``.host`` and
-    ``.port``; its timings come from ``squall.worker.*`` and ``squall.comm.*``."""
+    ``.port``, ``death_timeout`` (seconds or a duration string: how long to try to reach
+    the scheduler, at start and after losing it, before closing) to
+    ``squall.worker.death-timeout``; its timings come from ``squall.worker.*`` and
+    ``squall.comm.*``."""
 
     def __init__(
         self,
@@ -134,6 +144,8 @@ class Worker:
         nanny: str | None = None,
         executing_record: str | None = None,
         security: Security | None = None,
+        contact_address: str | None = None,
+        death_timeout: float | str | None = None,
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -154,6 +166,13 @@ class Worker:
         self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
         self._finished_delay = config.seconds("worker.finished-delay")
         self._missing_retry = config.seconds("worker.missing-data-retry")
+        #: Seconds to keep trying to reach the scheduler (None: forever, as Dask).
+        self.death_timeout = liveness.death_timeout(death_timeout)
+        self._silence_timeout = liveness.silence_timeout()
+        self._watchdog: liveness.Watchdog | None = None
+        #: Results kept from before a reconnection, announced with ``held-keys`` (staged
+        #: until the answer, ``scattered``, takes them out of ``_staged``).
+        self._held: list[Key] = []
         self.status = "created"
 
         self._core = WorkerCore(
@@ -171,6 +190,8 @@ class Worker:
 
         #: TLS and token (docs/security.md); None: the process's, from config.
         self.security = security
+        #: What others are told to reach this worker at, if not where it listens.
+        self.contact_address = contact_address
         self._peers = Peers(
             reply_timeout=config.seconds("worker.get-data-timeout"), security=security
         )
@@ -217,7 +238,25 @@ class Worker:
             self.address, self._serve_peer, roles=frozenset({"peer"}), security=self.security
         )
         self.address = self._listener.address
+        if self.contact_address is not None:
+            self.address = _contact(self.contact_address, self.address)
         self._core.set_address(self.address)
+        self._loop_thread = threading.get_ident()
+        what = f"worker {self.address} joining {self.scheduler_address}"
+        if not await liveness.retry(self._register, self.death_timeout, what):
+            await self._listener.close()
+            raise comm.CommError(
+                f"worker {self.address}: no scheduler at {self.scheduler_address} "
+                f"within the death timeout of {self.death_timeout}s"
+            )
+        for _ in range(self.nthreads):
+            self._start_thread()
+        self._heartbeat = self._loop.create_task(self._heartbeat_forever())
+        context.register(self)
+        return self
+
+    async def _register(self) -> None:
+        """One attempt to register (docs/protocol.md#handshake); raises CommError."""
         info = {
             "address": self.address,
             "nthreads": self.nthreads,
@@ -227,31 +266,19 @@ class Worker:
             "nanny": self.nanny,
             "pid": os.getpid(),
         }
-        try:
-            self._scheduler = await comm.connect(
-                self.scheduler_address, role="worker", info=info, security=self.security
-            )
-            reply, _ = await self._scheduler.read()
-        except comm.CommError:
-            await self._listener.close()
-            raise
-        if reply["op"] != ops.REGISTERED:
-            await self._scheduler.close()
-            await self._listener.close()
-            raise comm.HandshakeError(
-                f"scheduler {self.scheduler_address} refused worker {self.address}: "
-                f"{reply.get('message', reply)}"
-            )
+        c, reply = await liveness.register(self.scheduler_address, "worker", info, self.security)
+        assert self._loop is not None
+        self._scheduler = c
         self.worker_id = int(reply["worker_id"])
-        self._loop_thread = threading.get_ident()
-        self._stream = comm.BatchedSend(self._scheduler, self._batch_interval)
+        self._stream = comm.BatchedSend(c, self._batch_interval)
         self._stream.start()
-        self.status = "running"
-        for _ in range(self.nthreads):
-            self._start_thread()
+        if self._held:  # first, before any report of this connection
+            self._stream.send({"op": ops.HELD_KEYS}, encode_keys(self._held))
         self._reader = self._loop.create_task(self._read_scheduler())
-        self._heartbeat = self._loop.create_task(self._heartbeat_forever())
-        context.register(self)
+        self._watchdog = liveness.Watchdog(
+            self._silence_timeout, self._send_heartbeat, self._scheduler_silent
+        )
+        self.status = "running"
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
             self.address,
@@ -259,7 +286,6 @@ class Worker:
             self.scheduler_address,
             self.worker_id,
         )
-        return self
 
     async def close(self, *, abort: bool = False) -> None:
         """Leave: stop reading, flush pending reports (unless ``abort``), close every
@@ -270,6 +296,8 @@ class Worker:
         self.status = "closing"
         context.unregister(self)
         me = asyncio.current_task()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         for t in (self._reader, self._heartbeat, *self._bg):
             if t is not None and t is not me:
                 t.cancel()
@@ -325,14 +353,15 @@ class Worker:
         assert self._scheduler is not None
         try:
             while True:
-                for header, payload in await self._scheduler.read_messages():
+                messages = await self._scheduler.read_messages()
+                if self._watchdog is not None:
+                    self._watchdog.heard()
+                for header, payload in messages:
                     self._handle(header, payload)
                 self._fetch_missing()
                 self._flush_buffered()  # e.g. re-sent tasks already in memory
         except comm.CommError as e:
-            if self.status == "running":
-                logger.warning("worker %s lost the scheduler: %s; closing", self.address, e)
-                self._loop_close()
+            self._lost_scheduler(str(e))
         except Exception:
             logger.exception(
                 "worker %s: error handling a scheduler message; closing", self.address
@@ -345,8 +374,77 @@ class Worker:
     async def _heartbeat_forever(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
-            executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-            self._send({"op": ops.HEARTBEAT, "executing": executing, "bandwidth": self.bandwidth})
+            self._send_heartbeat()
+
+    def _send_heartbeat(self) -> None:
+        """A heartbeat, which the scheduler answers (``heartbeat-interval``)."""
+        executing = [[t, elapsed] for t, elapsed in self._core.executing()]
+        self._send({"op": ops.HEARTBEAT, "executing": executing, "bandwidth": self.bandwidth})
+
+    # ----- losing the scheduler -------------------------------------------------------
+
+    def _scheduler_silent(self, seconds: float) -> None:
+        self._lost_scheduler(
+            f"no message from it for {seconds:.1f}s "
+            f"(squall.comm.timeouts.tcp = {self._silence_timeout}s)"
+        )
+
+    def _lost_scheduler(self, reason: str) -> None:
+        """The connection to the scheduler is gone or silent: reconnect (once)."""
+        if self.status != "running":
+            return
+        self.status = "reconnecting"
+        limit = "forever" if self.death_timeout is None else f"for {self.death_timeout}s"
+        logger.warning(
+            "worker %s lost the scheduler %s: %s; reconnecting %s",
+            self.address,
+            self.scheduler_address,
+            reason,
+            limit,
+        )
+        self._spawn(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        me = asyncio.current_task()
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self._reader is not None and self._reader is not me:
+            self._reader.cancel()
+        if self._scheduler is not None:
+            self._scheduler.abort()  # a silent peer would hold a graceful close
+        if self._stream is not None:
+            await self._stream.close()  # nothing is sent on an aborted connection
+        self._forget_assigned_work()
+        assert self._loop is not None
+        started = self._loop.time()
+        what = f"worker {self.address} rejoining {self.scheduler_address}"
+        if not await liveness.retry(self._register, self.death_timeout, what):
+            logger.error(
+                "worker %s: no scheduler at %s for %.1fs (death timeout); closing",
+                self.address,
+                self.scheduler_address,
+                self._loop.time() - started,
+            )
+            for key in self._held:
+                self._staged.pop(key, None)
+            self._held = []
+            self._spawn(self.close())
+
+    def _forget_assigned_work(self) -> None:
+        """The scheduler that assigned this worker's tasks is gone: forget them (running
+        ones finish, their results dropped, as for ``free-keys``) and everything not yet
+        reported, but keep the results held, staged like scattered data until the next
+        registration's ``scattered`` says which to keep."""
+        tasks = self._core.tasks()
+        values, sizes = self._core.data(), self._core.nbytes()
+        # Announced on a connection that ended before the answer: announce them again.
+        self._held = [key for key in self._held if key in self._staged]
+        for key, state in tasks.values():
+            if state == "memory" and key in values:
+                self._staged[key] = (values[key], sizes.get(key, 0))
+                self._held.append(key)
+        self._core.free(struct.pack(f"<{len(tasks)}I", *tasks))
+        self._core.take_reports()  # of tasks the next scheduler never gave
 
     # ----- scheduler messages ---------------------------------------------------------
 
@@ -380,7 +478,8 @@ class Worker:
         elif op == ops.REMOVE_WORKER:
             self._peers.forget(h.get("address"))
         elif op == ops.HEARTBEAT_INTERVAL:
-            # The scheduler paces heartbeats by cluster size; the next sleep follows it.
+            # The scheduler's answer to each heartbeat: it paces them by cluster size,
+            # and the next sleep follows it.
             self._heartbeat_interval = float(h["interval"])
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
@@ -678,6 +777,13 @@ async def run_function(
     except Exception as e:
         fields, blob = error_fields(pack_error(e))
         return {**reply, "status": "error", **fields}, blob
+
+
+def _contact(contact: str, bound: str) -> str:
+    """``--contact-address`` as an address: given whole, or a host with the bound port."""
+    if "://" in contact:
+        return contact
+    return comm.format_address(contact, comm.parse_address(bound)[1], comm.scheme_of(bound))
 
 
 def default_address() -> str:

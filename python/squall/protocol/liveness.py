@@ -1,0 +1,140 @@
+"""Noticing a scheduler that went silent, and reconnecting to one that went away
+(docs/runtime.md#reconnection-and-liveness).
+
+A TCP connection to a process that hangs (SIGSTOP, a long partition) stays open: the
+kernel keeps acknowledging, nothing ever fails. So workers, nannies and clients expect
+to hear from the scheduler at least every ``squall.comm.timeouts.tcp``; they ping it when
+it has been quiet for a while (the scheduler answers every ping), and a peer that heard
+nothing for the whole timeout treats the connection as lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from dask.utils import parse_timedelta
+
+from squall import config
+from squall.protocol import comm, ops
+from squall.security import Security
+
+logger = logging.getLogger("squall.comm")
+
+#: Reconnection attempts wait this long after the first failure, doubling up to the cap.
+FIRST_RETRY = 0.1
+MAX_RETRY = 2.0
+
+
+def silence_timeout() -> float:
+    """``squall.comm.timeouts.tcp``: how long a silent scheduler counts as alive."""
+    timeout = config.seconds("comm.timeouts.tcp")
+    if timeout <= 0:
+        raise config.ConfigError(f"squall.comm.timeouts.tcp: must be > 0, got {timeout}")
+    return timeout
+
+
+def death_timeout(value: float | str | None = None) -> float | None:
+    """How long a worker or nanny tries to reach its scheduler before it gives up:
+    ``value`` (seconds or a duration string), else ``squall.worker.death-timeout``;
+    None: forever (Dask's default)."""
+    if value is None:
+        value = config.get("worker.death-timeout")
+        if value is None:
+            return None
+        return config.seconds("worker.death-timeout")
+    try:
+        seconds = parse_timedelta(value, default="seconds")
+    except (KeyError, TypeError, ValueError):
+        seconds = None
+    if seconds is None or seconds < 0:
+        raise ValueError(f"death timeout: expected a duration >= 0 like '30s', got {value!r}")
+    return float(seconds)
+
+
+class Watchdog:
+    """Watches one connection: :meth:`heard` on every message received; when the peer
+    has been quiet for a quarter of ``timeout``, ``ping`` is called (it should make the
+    peer answer), and after ``timeout`` of silence ``on_silent(seconds)`` once.
+
+    A stall of this process's own event loop (a long GIL hold, SIGSTOP of this process)
+    is not the peer's silence: the messages may be waiting unread, so the watch restarts
+    after it."""
+
+    def __init__(
+        self,
+        timeout: float,
+        ping: Callable[[], None],
+        on_silent: Callable[[float], None],
+    ) -> None:
+        self.timeout = timeout
+        self._ping = ping
+        self._on_silent = on_silent
+        self._loop = asyncio.get_running_loop()
+        self._last = self._woke = self._loop.time()
+        self._task = self._loop.create_task(self._watch())
+
+    def heard(self) -> None:
+        self._last = self._loop.time()
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    async def _watch(self) -> None:
+        period = self.timeout / 4
+        while True:
+            await asyncio.sleep(period)
+            now = self._loop.time()
+            if now - self._woke > 2 * period:
+                self._last = now  # this loop stalled: give the reader its turn first
+            self._woke = now
+            quiet = now - self._last
+            if quiet >= self.timeout:
+                self._on_silent(quiet)
+                return
+            if quiet >= period:
+                with contextlib.suppress(comm.CommError):
+                    self._ping()
+
+
+async def register(
+    address: str, role: str, info: comm.Header, security: Security | None = None
+) -> tuple[comm.Comm, comm.Header]:
+    """Connect to the scheduler at ``address`` as ``role`` and read its ``registered``
+    (each within ``squall.comm.timeouts.connect``); CommError if that fails or it
+    refuses."""
+    timeout = config.seconds("comm.timeouts.connect")
+    c = await comm.connect(address, role=role, info=info, timeout=timeout, security=security)
+    try:
+        reply, _ = await asyncio.wait_for(c.read(), timeout)
+    except (comm.CommError, TimeoutError) as e:
+        c.abort()
+        raise comm.CommError(f"registering with {address}: {e or 'timed out'}") from None
+    if reply["op"] != ops.REGISTERED:
+        await c.close()
+        raise comm.HandshakeError(f"{address} refused {role}: {reply.get('message', reply)}")
+    return c, reply
+
+
+async def retry(
+    attempt: Callable[[], Awaitable[object]], timeout: float | None, what: str
+) -> bool:
+    """Call ``attempt`` until it returns, waiting 0.1 s after the first failure (a
+    ``comm.CommError``), doubling up to 2 s, for ``timeout`` seconds (None: forever; an
+    attempt still under way then is abandoned). False if the time ran out first."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    delay = FIRST_RETRY
+    while True:
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+        try:
+            await asyncio.wait_for(attempt(), left)
+            return True
+        except (comm.CommError, TimeoutError) as e:
+            logger.debug("%s: %s", what, e or "timed out")
+        if deadline is not None and loop.time() >= deadline:
+            return False
+        await asyncio.sleep(delay if deadline is None else min(delay, deadline - loop.time()))
+        delay = min(2 * delay, MAX_RETRY)
