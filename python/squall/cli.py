@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     e2e.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     e2e.add_argument("--full", action="store_true", help="the 1,000,000-task squall map")
     e2e.add_argument("--nanny", action="store_true", help="workers under nannies (both systems)")
+    e2e.add_argument("--tls", action="store_true", help="squall over mutual TLS (squall only)")
     e2e.add_argument("--json", action="store_true", help="one JSON object per line")
     return p
 
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick,
             full=args.full,
             nanny=args.nanny,
+            tls=args.tls,
             as_json=args.json,
         )
         return 0

@@ -78,19 +78,23 @@ def _free_port() -> int:
 
 @contextmanager
 def cluster(
-    system: str, workers: int, threads: int, nanny: bool = False
+    system: str, workers: int, threads: int, nanny: bool = False, tls: bool = False
 ) -> Iterator[tuple[Any, psutil.Process]]:
     """A client and the scheduler's process, for ``system`` with no workers if 0; each
-    worker under a nanny if ``nanny``."""
+    worker under a nanny if ``nanny``; squall's over mutual TLS if ``tls``."""
     if system == "squall":
         from squall.client.client import Client
         from squall.deploy.local import LocalCluster
 
-        with LocalCluster(n_workers=workers, threads_per_worker=threads, nanny=nanny) as c:
+        with LocalCluster(
+            n_workers=workers, threads_per_worker=threads, nanny=nanny, security=tls
+        ) as c:
             assert c.scheduler_process is not None
             with Client(c) as client:
                 yield client, psutil.Process(c.scheduler_process.pid)
         return
+    if tls:
+        raise ValueError("--tls measures squall only (--systems squall)")
     from distributed import Client as DaskClient
 
     port = _free_port()
@@ -196,10 +200,17 @@ WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
 
 
 def throughput(
-    system: str, name: str, size: int, repeat: int, workers: int, threads: int, nanny: bool
+    system: str,
+    name: str,
+    size: int,
+    repeat: int,
+    workers: int,
+    threads: int,
+    nanny: bool,
+    tls: bool,
 ) -> Row:
     fn = WORKLOADS[name][0]
-    with cluster(system, workers, threads, nanny) as (client, sched):
+    with cluster(system, workers, threads, nanny, tls) as (client, sched):
         fn(client, max(size // 100, 10))  # warm up: imports, connections, durations
         runs = []
         for _ in range(repeat):
@@ -211,9 +222,9 @@ def throughput(
     return Row(name, system, n, dt, rate, cpu_us)
 
 
-def hold_memory(system: str, n: int) -> Row:
+def hold_memory(system: str, n: int, tls: bool) -> Row:
     """Scheduler RSS per task with ``n`` waiting tasks and no workers."""
-    with cluster(system, 0, 1) as (client, sched):
+    with cluster(system, 0, 1, tls=tls) as (client, sched):
         time.sleep(0.5)
         rss0 = sched.memory_info().rss
         t0 = time.perf_counter()
@@ -225,10 +236,10 @@ def hold_memory(system: str, n: int) -> Row:
     return Row("hold-waiting (bytes/task)", system, n, dt, rss / n, 0.0)
 
 
-def accept_latency(system: str, leaves: int, nanny: bool) -> Row:
+def accept_latency(system: str, leaves: int, nanny: bool, tls: bool) -> Row:
     """Seconds from a delayed graph leaving the client until the scheduler holds it."""
     total, n = _tree(leaves)
-    with cluster(system, 1, 1, nanny) as (client, _):
+    with cluster(system, 1, 1, nanny, tls) as (client, _):
         t0 = time.perf_counter()
         future = client.compute(total)
         sent = time.perf_counter()
@@ -261,6 +272,7 @@ def main(
     quick: bool = False,
     full: bool = False,
     nanny: bool = False,
+    tls: bool = False,
     as_json: bool = False,
 ) -> list[Row]:
     sizes = QUICK if quick else SIZES
@@ -270,7 +282,7 @@ def main(
     for name in workloads:
         attr = WORKLOADS[name][1]
         got = {
-            s: throughput(s, name, getattr(sizes[s], attr), repeat, workers, threads, nanny)
+            s: throughput(s, name, getattr(sizes[s], attr), repeat, workers, threads, nanny, tls)
             for s in systems
         }
         if "dask" in got and "squall" in got:
@@ -278,10 +290,10 @@ def main(
         rows.extend(got.values())
         _show(list(got.values()), as_json)
     for s in systems:
-        rows.append(hold_memory(s, sizes[s].hold))
+        rows.append(hold_memory(s, sizes[s].hold, tls))
         _show(rows[-1:], as_json)
     for s in systems:
-        rows.append(accept_latency(s, sizes[s].accept_leaves, nanny))
+        rows.append(accept_latency(s, sizes[s].accept_leaves, nanny, tls))
         _show(rows[-1:], as_json)
     return rows
 
