@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from squall import config
 from squall.deploy.lifeline import lifeline
 from squall.protocol import comm, ops
+from squall.worker.memory import parse_memory_limit
 
 T = TypeVar("T")
 
@@ -43,7 +44,9 @@ class LocalCluster:
 
     With ``nanny=True`` (the default, as Dask's) each worker runs under a nanny that
     starts a new worker process when it dies (docs/runtime.md#supervision-the-nanny);
-    ``worker_processes`` are then the nannies' processes."""
+    ``worker_processes`` are then the nannies' processes. ``memory_limit`` is each
+    worker's ("auto" by default, as Dask's: the system memory * threads per worker /
+    cores; docs/runtime.md#memory), spilling under ``local_directory``."""
 
     def __init__(
         self,
@@ -57,6 +60,8 @@ class LocalCluster:
         scheduler_kwargs: dict[str, Any] | None = None,
         resources: dict[str, float] | None = None,
         nanny: bool = True,
+        memory_limit: str | float | None = "auto",
+        local_directory: str | None = None,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
@@ -65,6 +70,9 @@ class LocalCluster:
         self.threads_per_worker = threads_per_worker or default_threads
         self.resources = dict(resources or {})
         self.nanny = nanny
+        #: Each worker's, in bytes (0: none), as ``parse_memory_limit`` reads it.
+        self.memory_limit = parse_memory_limit(memory_limit, self.threads_per_worker)
+        self.local_directory = local_directory
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
@@ -104,6 +112,9 @@ class LocalCluster:
         ]
         if self.resources:
             cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
+        cmd += ["--memory-limit", str(self.memory_limit)]
+        if self.local_directory is not None:
+            cmd += ["--local-directory", self.local_directory]
         return subprocess.Popen(cmd, stdin=lifeline(), text=True, env=self._env)
 
     @property

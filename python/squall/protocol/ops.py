@@ -37,6 +37,7 @@ RESCHEDULE: Final = "reschedule"
 RELEASE_WORKER_DATA: Final = "release-worker-data"
 ADD_REPLICAS: Final = "add-replicas"
 DROP_REPLICAS: Final = "drop-replicas"
+WORKER_STATUS_CHANGE: Final = "worker-status-change"
 
 # Client -> scheduler, and the answers.
 UPDATE_GRAPH: Final = "update-graph"

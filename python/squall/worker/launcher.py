@@ -20,6 +20,7 @@ from typing import Any
 from squall import config
 from squall.deploy.lifeline import parse_process_args
 from squall.protocol import comm
+from squall.worker.memory import default_memory_limit, parse_memory_limit
 from squall.worker.worker import Worker
 
 logger = logging.getLogger("squall.worker")
@@ -76,7 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
     )
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
-    p.add_argument("--memory-limit", type=int, default=0)
+    p.add_argument(
+        "--memory-limit",
+        help='bytes, "4GiB", a fraction of system memory, "auto" or 0 (none); '
+        "default: squall.worker.memory.limit",
+    )
+    p.add_argument(
+        "--local-directory",
+        help="where to spill (default: squall.worker.local-directory or Dask's)",
+    )
     p.add_argument(
         "--nanny",
         action=argparse.BooleanOptionalAction,
@@ -98,10 +107,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--listen with a fixed port needs --nworkers 1")
         return _run_workers(args)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        memory_limit = worker_memory_limit(args)
+    except (config.ConfigError, ValueError) as e:
+        print(f"squall worker: {e}", file=sys.stderr)
+        return 1
     if args.nanny:
         from squall.worker.nanny import run_nanny
 
-        return run_nanny(args.scheduler, worker_command(args, args.name))
+        return run_nanny(args.scheduler, worker_command(args, args.name), memory_limit)
     try:
         restart = asyncio.run(
             run_worker(
@@ -110,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                 name=args.name,
                 address=args.listen,
                 resources=args.resources,
-                memory_limit=args.memory_limit,
+                memory_limit=memory_limit,
                 nanny=args.nanny_address,
+                local_directory=args.local_directory,
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -161,8 +176,9 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
     """The command running one ``squall worker`` process of these arguments, named
     ``name``; options left unset stay unset, so it reads the same config defaults."""
     cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
-    cmd += ["--memory-limit", str(args.memory_limit)]
     for flag, value in (
+        ("--memory-limit", args.memory_limit),
+        ("--local-directory", args.local_directory),
         ("--nthreads", args.nthreads),
         ("--listen", args.listen),
         ("--log-level", args.log_level),
@@ -173,3 +189,10 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
     if args.resources:
         cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
     return cmd
+
+
+def worker_memory_limit(args: argparse.Namespace) -> int:
+    """The worker's memory limit in bytes (0: none), from ``--memory-limit`` or config."""
+    limit = args.memory_limit if args.memory_limit is not None else default_memory_limit()
+    nthreads = args.nthreads or config.integer("worker.nthreads", minimum=1)
+    return parse_memory_limit(limit, nthreads)

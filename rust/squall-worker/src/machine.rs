@@ -148,6 +148,7 @@ pub struct Machine<V> {
     memory: Memory,
     /// Memory is short: start no task (running ones finish).
     paused: bool,
+    spill_target: Option<i64>,
 }
 
 impl<V> Machine<V> {
@@ -177,6 +178,7 @@ impl<V> Machine<V> {
             uses: 0,
             memory: Memory::default(),
             paused: false,
+            spill_target: None,
         }
     }
 

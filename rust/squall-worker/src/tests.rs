@@ -969,6 +969,9 @@ fn least_recently_used_values_are_spill_candidates_first() {
     let order: Vec<KeyId> = m.spill_candidates(17);
     assert_eq!(order, vec![kid(&m, 2), kid(&m, 3), kid(&m, 1)]);
     assert_eq!(m.spill_candidates(0), Vec::<KeyId>::new());
+    assert!(!m.over_target());
+    m.set_spill_target(Some(31));
+    assert!(m.over_target()); // 32 bytes held
     ok(&m);
 }
 

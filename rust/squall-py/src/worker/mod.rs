@@ -9,6 +9,7 @@
 //! GIL; threads wait for work on a condition variable with the GIL released.
 
 mod call;
+mod memory;
 mod threads;
 
 use crate::convert::{key_from_py, key_to_py, packed};
@@ -341,7 +342,8 @@ impl WorkerCore {
         back
     }
 
-    /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held.
+    /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held,
+    /// the spill handle where spilled.
     fn get_data(
         &self,
         py: Python<'_>,
@@ -349,9 +351,9 @@ impl WorkerCore {
         missing: Py<PyAny>,
     ) -> PyResult<Vec<Py<PyAny>>> {
         let keys = read_keys(keys).map_err(wire_error)?;
-        let g = self.lock();
-        let values = keys.iter().map(|k| match g.m.value(k.as_bytes()) {
-            Some(v) => v.clone_ref(py),
+        let mut g = self.lock();
+        let values = keys.iter().map(|k| match g.m.read(k.as_bytes()) {
+            Some((v, _)) => v.clone_ref(py),
             None => missing.clone_ref(py),
         });
         Ok(values.collect())

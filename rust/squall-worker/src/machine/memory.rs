@@ -120,6 +120,17 @@ impl<V> Machine<V> {
         Ok(())
     }
 
+    /// Managed bytes above which a task thread spills before it takes the next task
+    /// (`over_target`); None: never.
+    pub fn set_spill_target(&mut self, target: Option<i64>) {
+        self.spill_target = target;
+    }
+
+    /// More managed bytes than the spill target: spill before running more.
+    pub fn over_target(&self) -> bool {
+        self.spill_target.is_some_and(|t| self.memory.managed > t)
+    }
+
     /// Paused, the machine starts no task (executing ones finish, rejoins are granted).
     pub fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
