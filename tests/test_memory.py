@@ -205,6 +205,8 @@ def test_get_data_serves_spilled_keys_as_stored() -> None:
         spilled = [(i, f) for i, f in enumerate(futures) if f.key in on_disk]
         for i, f in spilled:  # one by one: each reply holds the bytes it serves
             assert f.result(timeout=30)[0] == i
+        i, f = spilled[0]
+        assert c.submit(first, f).result(timeout=30) == i  # a dependent loads it
         # Read back for get-data, they stay spilled (no copy kept in memory).
         assert on_disk <= set(spilled_keys_of(c, address))
         del futures, spilled, f

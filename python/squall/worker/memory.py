@@ -215,7 +215,6 @@ class MemoryMonitor:
         if self._over(rss):
             loop = asyncio.get_running_loop()
             self._spilling = loop.run_in_executor(None, self.spill)
-            self._spilling.add_done_callback(_log_failure)
 
     def _over(self, rss: int) -> bool:
         target, spill = self._bytes(self.thresholds.target), self._bytes(self.thresholds.spill)
@@ -240,8 +239,11 @@ class MemoryMonitor:
         """Spill (blocking: a thread's call) the least recently used values until
         managed bytes are under ``target`` and, if the process is above ``spill``, until
         the process is back under ``target`` too (or nothing is left to spill)."""
-        with self._lock:
-            self._spill_locked()
+        try:
+            with self._lock:
+                self._spill_locked()
+        except Exception:  # e.g. a full disk: keep running tasks, in memory
+            logger.exception("spilling failed")
 
     def _spill_locked(self) -> None:
         target, spill = self._bytes(self.thresholds.target), self._bytes(self.thresholds.spill)
@@ -265,8 +267,3 @@ class MemoryMonitor:
                 handle = self.store.write(value)
                 self._core.spilled(key_id, key, value, handle, handle.nbytes)
                 del value, handle  # the value's memory goes with the machine's reference
-
-
-def _log_failure(done: asyncio.Future[None]) -> None:
-    if not done.cancelled() and done.exception() is not None:
-        logger.error("spilling failed", exc_info=done.exception())
