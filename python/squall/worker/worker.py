@@ -589,9 +589,9 @@ class Worker:
                         sizes, blobs = await _pickle_values(
                             self._core.get_data(bytes(payload), _MISSING)
                         )
-                        await c.write(
-                            {"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
-                        )
+                        # One value is sent as it is: no copy (docs/runtime.md#memory).
+                        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
+                        await c.write({"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, data)
                     elif op == ops.UPDATE_DATA:
                         await c.write(self._update_data(h, payload))
                     elif op == ops.RUN:
