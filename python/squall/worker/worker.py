@@ -584,14 +584,9 @@ class Worker:
                 for h, payload in await c.read_messages():
                     op = h["op"]
                     if op == ops.GET_DATA:
-                        # No name for the values: this frame outlives the request,
-                        # and must not keep what the worker frees later.
-                        sizes, blobs = await _pickle_values(
-                            self._core.get_data(bytes(payload), _MISSING)
-                        )
-                        # One value is sent as it is: no copy (docs/runtime.md#memory).
-                        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
-                        await c.write({"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, data)
+                        # In a call of its own: this frame outlives the request, and
+                        # must keep neither what the worker frees later nor the bytes.
+                        await self._get_data(c, h, payload)
                     elif op == ops.UPDATE_DATA:
                         await c.write(self._update_data(h, payload))
                     elif op == ops.RUN:
@@ -605,6 +600,12 @@ class Worker:
             logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
             self._incoming.discard(c)
+
+    async def _get_data(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
+        sizes, blobs = await _pickle_values(self._core.get_data(bytes(payload), _MISSING))
+        # One value is sent as it is: no copy (docs/runtime.md#memory).
+        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
+        await c.write({"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, data)
 
     def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
         """Stage scattered values; the reply gives their sizes (``sizeof``)."""
