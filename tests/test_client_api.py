@@ -568,7 +568,8 @@ def test_nthreads_and_scheduler_info(client: Client, cluster: LocalCluster) -> N
     assert set(info["workers"]) == set(nthreads)
     w = info["workers"][first]
     assert w["nthreads"] == 1 and w["name"].startswith("local-")
-    assert w["memory_limit"] == 0 and w["resources"] == {} and w["type"] == "Worker"
+    assert w["memory_limit"] == cluster.memory_limit > 0  # "auto", as Dask's
+    assert w["resources"] == {} and w["type"] == "Worker"
     assert len(client.scheduler_info(n_workers=1)["workers"]) == 1
 
 

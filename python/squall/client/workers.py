@@ -274,9 +274,6 @@ def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
         "status": w["status"],
         "services": {},
         "nanny": w["nanny"],
-        "metrics": {
-            "memory": w["nbytes"],
-            "in_memory": w["has_what"],
-            "processing": w["processing"],
-        },
+        # The worker's memory (docs/runtime.md#memory), with distributed's names.
+        "metrics": {**w["metrics"], "in_memory": w["has_what"], "processing": w["processing"]},
     }

@@ -26,6 +26,7 @@ from squall.deploy.scaling import Scaling, ask
 from squall.deploy.shape import default_shape
 from squall.protocol import comm, ops
 from squall.security import Security
+from squall.worker.memory import parse_memory_limit
 
 T = TypeVar("T")
 
@@ -49,7 +50,11 @@ class LocalCluster:
     With ``processes=False`` the scheduler and workers run on a thread of this process
     instead (as Dask's, one worker with a thread per core by default, and no nanny):
     the quick embedded mode for tests and notebooks. Restarted workers are replaced by
-    new ones in the process; a task that crashes the worker crashes the caller too."""
+    new ones in the process; a task that crashes the worker crashes the caller too.
+
+    ``memory_limit`` is each worker's ("auto" by default, as Dask's: the system memory *
+    threads per worker / cores; docs/runtime.md#memory), spilling under
+    ``local_directory``."""
 
     def __init__(
         self,
@@ -65,6 +70,8 @@ class LocalCluster:
         nanny: bool = True,
         processes: bool = True,
         security: Security | bool | None = None,
+        memory_limit: str | float | None = "auto",
+        local_directory: str | None = None,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
@@ -74,6 +81,9 @@ class LocalCluster:
         self.resources = dict(resources or {})
         self.processes = processes
         self.nanny = nanny and processes
+        #: Each worker's, in bytes (0: none), as ``parse_memory_limit`` reads it.
+        self.memory_limit = parse_memory_limit(memory_limit, self.threads_per_worker)
+        self.local_directory = local_directory
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
         self._embedded: EmbeddedCluster | None = None
@@ -137,6 +147,8 @@ class LocalCluster:
             name=name,
             address=comm.format_address(self._host, 0, self._scheme),
             resources=self.resources,
+            memory_limit=self.memory_limit,
+            local_directory=self.local_directory,
         )
 
     def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
@@ -150,6 +162,9 @@ class LocalCluster:
         ]
         if self.resources:
             cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
+        cmd += ["--memory-limit", str(self.memory_limit)]
+        if self.local_directory is not None:
+            cmd += ["--local-directory", self.local_directory]
         return subprocess.Popen(cmd, stdin=lifeline(), text=True, env=self._env)
 
     @property

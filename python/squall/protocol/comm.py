@@ -111,6 +111,11 @@ def _transport(address: str, sec: Security, server: bool) -> ssl.SSLContext | No
     return None
 
 
+#: Payloads this large are handed to the transport as they are, after their frame's
+#: lengths and header, rather than copied into one frame first (docs/runtime.md#memory).
+SEPARATE_PAYLOAD_BYTES = 1 << 20
+
+
 def encode_frame(header: Header, payload: bytes | memoryview = b"") -> bytes:
     return _frame(msgpack.packb(header, use_bin_type=True), payload)
 
@@ -232,7 +237,11 @@ class Comm:
         try:
             if len(head) + len(payload) <= self.max_frame_bytes:
                 async with self._writing:
-                    self._writer.write(_frame(head, payload))
+                    if len(payload) < SEPARATE_PAYLOAD_BYTES:
+                        self._writer.write(_frame(head, payload))
+                    else:  # not copied into a frame first: a worker's memory counts
+                        self._writer.write(_LENGTHS.pack(len(head), len(payload)) + head)
+                        self._writer.write(payload)
                     await self._writer.drain()
             else:
                 await self._write_parts(header, memoryview(payload))

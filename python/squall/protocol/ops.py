@@ -43,6 +43,7 @@ ADD_REPLICAS: Final = "add-replicas"
 DROP_REPLICAS: Final = "drop-replicas"
 RETIRE: Final = "retire"
 HELD_KEYS: Final = "held-keys"  # after re-registering; answered with ``scattered``
+WORKER_STATUS_CHANGE: Final = "worker-status-change"
 
 # Client -> scheduler, and the answers.
 UPDATE_GRAPH: Final = "update-graph"

@@ -310,9 +310,15 @@ class SchedulerServer:
             elif op == ops.HEARTBEAT:
                 executing = [(int(t), float(s)) for t, s in h.get("executing", [])]
                 interval = self.core.heartbeat(
-                    w, now=now, bandwidth=h.get("bandwidth"), executing=executing
+                    w,
+                    now=now,
+                    bandwidth=h.get("bandwidth"),
+                    executing=executing,
+                    memory=heartbeat_memory(h),
                 )
                 self._pace_heartbeats(w, interval)
+            elif op == ops.WORKER_STATUS_CHANGE:
+                self._worker_paused(w, str(h["status"]), now)
             elif op == ops.STEAL_RESPONSE:
                 self.core.steal_response(
                     w, int(h["task"]), h.get("state"), int(h["stimulus"]), now=now
@@ -361,6 +367,13 @@ class SchedulerServer:
             len(keys) - len(kept),
         )
         self.workers[w].send({"op": ops.SCATTERED, "tasks": tasks}, encode_keys(keys))
+
+    def _worker_paused(self, w: int, status: str, now: float) -> None:
+        """A worker paused or resumed for its memory (docs/runtime.md#memory). Only
+        running ⇄ paused: a worker closing gracefully stays so."""
+        current = self.core.worker_info(w)["status"]
+        if status in ("running", "paused") and current in ("running", "paused"):
+            self.core.worker_status_change(w, status, now=now)
 
     # ----- nannies --------------------------------------------------------------------
 
@@ -689,6 +702,20 @@ class SchedulerServer:
         key = encode_keys([info["key"]])
         header["n_key"] = len(key)
         peer.send(header, key + exc + tb)
+
+
+def heartbeat_memory(h: comm.Header) -> tuple[int, int, int, int, int] | None:
+    """A heartbeat's ``memory`` fields in the order ``Scheduler.heartbeat`` takes."""
+    m = h.get("memory")
+    if m is None:
+        return None
+    return (
+        int(m["process"]),
+        int(m["managed"]),
+        int(m["spilled_memory"]),
+        int(m["spilled_disk"]),
+        int(m["spilled_count"]),
+    )
 
 
 def _task_options(classes: Any) -> list[tuple[dict[str, Any], list[int]]] | None:

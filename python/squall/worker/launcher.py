@@ -25,6 +25,7 @@ from squall import config, security
 from squall.deploy.lifeline import parse_process_args
 from squall.deploy.shape import default_shape
 from squall.protocol import comm, liveness
+from squall.worker.memory import default_memory_limit, parse_memory_limit
 from squall.worker.worker import Worker
 
 logger = logging.getLogger("squall.worker")
@@ -128,7 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the host (or tcp://host:port) others reach this worker at, if not the bound one",
     )
     p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
-    p.add_argument("--memory-limit", type=int, default=0)
+    p.add_argument(
+        "--memory-limit",
+        help='bytes, "4GiB", a fraction of system memory, "auto" or 0 (none); '
+        "default: squall.worker.memory.limit",
+    )
+    p.add_argument(
+        "--local-directory",
+        help="where to spill (default: squall.worker.local-directory or Dask's)",
+    )
     p.add_argument(
         "--nanny",
         action=argparse.BooleanOptionalAction,
@@ -187,10 +196,16 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--listen with a fixed port needs --nworkers 1")
         return _run_workers(args)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        memory_limit = worker_memory_limit(args)
+    except (config.ConfigError, ValueError) as e:
+        print(f"squall worker: {e}", file=sys.stderr)
+        return 1
     if args.nanny:
         from squall.worker.nanny import run_nanny
 
-        return run_nanny(args.scheduler, worker_command(args, args.name), args.death_timeout)
+        command = worker_command(args, args.name)
+        return run_nanny(args.scheduler, command, args.death_timeout, memory_limit)
     try:
         restart = asyncio.run(
             run_worker(
@@ -200,12 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                 address=listen_address(args),
                 contact_address=args.contact_address,
                 resources=args.resources,
-                memory_limit=args.memory_limit,
+                memory_limit=memory_limit,
                 nanny=args.nanny_address,
                 executing_record=args.executing_record,
                 lifetime=lifetime_seconds(args.lifetime, args.lifetime_stagger),
                 lifetime_restart=args.lifetime_restart,
                 death_timeout=args.death_timeout,
+                local_directory=args.local_directory,
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -263,8 +279,9 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
     """The command running one ``squall worker`` process of these arguments, named
     ``name``; options left unset stay unset, so it reads the same config defaults."""
     cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
-    cmd += ["--memory-limit", str(args.memory_limit)]
     for flag, value in (
+        ("--memory-limit", args.memory_limit),
+        ("--local-directory", args.local_directory),
         ("--nthreads", args.nthreads),
         ("--listen", args.listen),
         ("--interface", args.interface),
@@ -281,3 +298,10 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
         cmd += ["--lifetime", str(args.lifetime), "--lifetime-stagger", str(args.lifetime_stagger)]
         cmd.append("--lifetime-restart" if args.lifetime_restart else "--no-lifetime-restart")
     return cmd + security.cli_arguments(args)
+
+
+def worker_memory_limit(args: argparse.Namespace) -> int:
+    """The worker's memory limit in bytes (0: none), from ``--memory-limit`` or config."""
+    limit = args.memory_limit if args.memory_limit is not None else default_memory_limit()
+    nthreads = args.nthreads or config.integer("worker.nthreads", minimum=1)
+    return parse_memory_limit(limit, nthreads)

@@ -17,10 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
+from dask.utils import format_bytes
+
 from squall import config
 from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
 from squall.protocol import comm, liveness, ops
+from squall.worker.memory import thresholds
 from squall.worker.worker import run_function
 
 logger = logging.getLogger("squall.nanny")
@@ -33,6 +37,9 @@ QUICK_DEATH = 10.0
 BACKOFF = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
 #: How long a worker told to stop (SIGTERM) may take before it is killed.
 STOP_GRACE = 5.0
+#: How long a worker over the memory terminate threshold may take to exit after
+#: SIGTERM before it is killed: short, since its memory may still be growing.
+MEMORY_GRACE = 1.0
 
 
 def backoff(quick_deaths: int) -> float:
@@ -59,13 +66,15 @@ class Nanny:
     the worker was running then (kept in a file they share), and takes ``restart`` and
     ``close``; it reconnects to a lost scheduler as its worker does
     (docs/runtime.md#reconnection-and-liveness). It also serves peers ``run``
-    (``Client.run(..., nanny=True)``)."""
+    (``Client.run(..., nanny=True)``). With a ``memory_limit`` (bytes) it watches the
+    worker's memory and kills it above the terminate threshold (docs/runtime.md#memory)."""
 
     def __init__(
         self,
         scheduler_address: str,
         worker_command: list[str],
         death_timeout: float | str | None = None,
+        memory_limit: int = 0,
     ) -> None:
         self.scheduler_address = scheduler_address
         self.death_timeout = liveness.death_timeout(death_timeout)
@@ -80,6 +89,9 @@ class Nanny:
         fd, record = tempfile.mkstemp(prefix="squall-executing-")
         os.close(fd)
         self._record = Path(record)
+        self.memory_limit = memory_limit
+        #: The worker process was killed for its memory: a death, whatever its exit code.
+        self._memory_killed = False
 
     async def run(self) -> int:
         """Supervise until done; the exit code of the ``squall worker`` program."""
@@ -138,6 +150,7 @@ class Nanny:
             started = loop.time()
             self._restarting = False  # a restart asked for while none ran is done
             self._record.write_bytes(b"")  # nothing of the previous worker's
+            self._memory_killed = False
             self._process = await asyncio.create_subprocess_exec(
                 *self._command,
                 "--no-nanny",
@@ -145,17 +158,21 @@ class Nanny:
                 *("--nanny-address", self.address),
                 *("--executing-record", str(self._record)),
                 stdin=lifeline(),
+                env=_worker_environment(),
             )
             if self._closing.is_set():  # closed while it started
                 await self._stop_worker()
+            watch = self._watch_memory(self._process)
             code = await self._process.wait()
+            if watch is not None:
+                watch.cancel()
             await self._report_exit(self._process.pid, code)
             if self._closing.is_set():
                 return
             if self._restarting:
                 quick_deaths = 0
                 continue
-            if code == 0:
+            if code == 0 and not self._memory_killed:
                 logger.info("nanny %s: the worker left, closing", self.address)
                 return
             quick = loop.time() - started < QUICK_DEATH
@@ -173,24 +190,63 @@ class Nanny:
 
     async def _report_exit(self, pid: int, code: int) -> None:
         """Tell the scheduler the worker process ended, with what it was running (None
-        if unknown: the record was not kept or overflowed)."""
+        if unknown: the record was not kept or overflowed). Killed for its memory, it
+        died, however it exited (a SIGTERMed worker closes cleanly)."""
         try:
             executing = read_executing_record(self._record.read_bytes())
         except OSError:
             executing = None
+        if self._memory_killed and code == 0:
+            code = -signal.SIGTERM
         report = {"op": ops.WORKER_DIED, "pid": pid, "exit_code": code, "executing": executing}
         with contextlib.suppress(comm.CommError):
             await self._scheduler_comm().write(report)
 
-    async def _stop_worker(self) -> None:
-        """SIGTERM (the worker's graceful exit), SIGKILL after ``STOP_GRACE``."""
+    def _watch_memory(self, p: asyncio.subprocess.Process) -> asyncio.Task[None] | None:
+        """Watch ``p``'s memory if there is a limit and a terminate threshold."""
+        limits = thresholds()
+        if not self.memory_limit or limits.terminate is None:
+            return None
+        task = asyncio.get_running_loop().create_task(
+            self._memory_watch(p, limits.terminate * self.memory_limit, limits.interval)
+        )
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+        return task
+
+    async def _memory_watch(
+        self, p: asyncio.subprocess.Process, limit: float, interval: float
+    ) -> None:
+        """Kill the worker (SIGTERM, SIGKILL after ``MEMORY_GRACE``) once its process
+        memory passes ``limit``; the nanny then reports the death and restarts it."""
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(p.pid)
+            while p.returncode is None:
+                rss = process.memory_info().rss
+                if rss > limit:
+                    logger.warning(
+                        "nanny %s: worker process %d uses %s, above the terminate threshold "
+                        "(%s of its memory limit %s): restarting it",
+                        self.address,
+                        p.pid,
+                        format_bytes(rss),
+                        format_bytes(int(limit)),
+                        format_bytes(self.memory_limit),
+                    )
+                    self._memory_killed = True
+                    await self._stop_worker(MEMORY_GRACE)
+                    return
+                await asyncio.sleep(interval)
+
+    async def _stop_worker(self, grace: float = STOP_GRACE) -> None:
+        """SIGTERM (the worker's graceful exit), SIGKILL after ``grace`` seconds."""
         p = self._process
         if p is None or p.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             p.terminate()
         try:
-            await asyncio.wait_for(p.wait(), STOP_GRACE)
+            await asyncio.wait_for(p.wait(), grace)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
@@ -247,8 +303,19 @@ class Nanny:
         task.add_done_callback(self._bg.discard)
 
 
+def _worker_environment() -> dict[str, str]:
+    """The worker's environment: glibc returns freed memory to the system above 64 kiB
+    (``MALLOC_TRIM_THRESHOLD_``, as Dask's nanny sets it, unless set already), so that
+    spilling or freeing results lowers the process memory the thresholds watch."""
+    return {"MALLOC_TRIM_THRESHOLD_": "65536", **os.environ}
+
+
 def run_nanny(
-    scheduler_address: str, worker_command: list[str], death_timeout: str | None = None
+    scheduler_address: str,
+    worker_command: list[str],
+    death_timeout: str | None = None,
+    memory_limit: int = 0,
 ) -> int:
     """``squall worker`` (``--nanny``): supervise a worker run by ``worker_command``."""
-    return asyncio.run(Nanny(scheduler_address, worker_command, death_timeout).run())
+    nanny = Nanny(scheduler_address, worker_command, death_timeout, memory_limit)
+    return asyncio.run(nanny.run())

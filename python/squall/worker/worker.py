@@ -52,7 +52,12 @@ docs/runtime.md. Choices the protocol table leaves open:
   for ``death_timeout`` (:mod:`squall.protocol.liveness`); the held keys then go in
   ``held-keys`` and come back like scattered data (``scattered``: kept as a task, or
   dropped). docs/runtime.md#reconnection-and-liveness.
-* Not implemented yet: memory limits/spilling, actors.
+* Memory (:mod:`squall.worker.memory`, docs/runtime.md#memory): with a memory limit,
+  a monitor spills least recently used results to disk (:mod:`squall.worker.spill`)
+  and pauses the worker (``worker-status-change``) when memory is short; heartbeats
+  carry the process's and the results' memory. ``data`` shows spilled values as their
+  ``Spilled`` handles.
+* Not implemented yet: actors.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
+import psutil  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 
 from squall import config
@@ -78,9 +84,16 @@ from squall._core import WorkerCore, decode_keys, encode_keys
 from squall.protocol import comm, liveness, ops
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import error_fields, pack_error
-from squall.protocol.specs import PLAIN_TYPES, fill_call, run_spec
+from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context
+from squall.worker.memory import (
+    MemoryMonitor,
+    local_directory,
+    parse_memory_limit,
+    thresholds,
+)
+from squall.worker.spill import Spilled, SpillStore, dumps
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -93,7 +106,7 @@ Key = Hashable
 BANDWIDTH_MIN_BYTES = 1_000_000
 
 # The compiled loop's answers (``WorkerCore.run``) that task threads act on.
-_EXIT, _WAKE, _WAKE_LATER = 0, 1, 3
+_EXIT, _WAKE, _WAKE_LATER, _SPILL = 0, 1, 3, 4
 
 
 class TaskView(NamedTuple):
@@ -129,7 +142,11 @@ class Worker:
     ``nthreads`` and ``address`` default to ``squall.worker.nthreads``, ``.host`` and
     ``.port``, ``death_timeout`` (seconds or a duration string: how long to try to reach
     the scheduler, at start and after losing it, before closing) to
-    ``squall.worker.death-timeout``; its timings come from ``squall.worker.*`` and
+    ``squall.worker.death-timeout``; ``memory_limit`` takes any form
+    :func:`squall.worker.memory.parse_memory_limit` reads ("auto" by default, as Dask's
+    workers); spilled values go under ``local_directory`` (default:
+    ``squall.worker.local-directory``, else Dask's ``temporary-directory``). Timings come
+    from ``squall.worker.*`` and
     ``squall.comm.*``."""
 
     def __init__(
@@ -140,12 +157,13 @@ class Worker:
         name: str | None = None,
         address: str | None = None,
         resources: dict[str, float] | None = None,
-        memory_limit: int = 0,
+        memory_limit: str | float | None = "auto",
         nanny: str | None = None,
         executing_record: str | None = None,
         security: Security | None = None,
         contact_address: str | None = None,
         death_timeout: float | str | None = None,
+        local_directory: str | None = None,
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -158,7 +176,10 @@ class Worker:
         self.name = name
         self.address = address
         self.resources = {str(k): float(v) for k, v in (resources or {}).items()}
-        self.memory_limit = memory_limit
+        #: Bytes; 0 = none.
+        self.memory_limit = parse_memory_limit(memory_limit, nthreads)
+        self._local_directory = local_directory
+        self._process = psutil.Process()
         #: The address of the nanny supervising this worker (squall.worker.nanny), if any.
         self.nanny = nanny
         self.worker_id: int | None = None
@@ -192,6 +213,15 @@ class Worker:
         self.security = security
         #: What others are told to reach this worker at, if not where it listens.
         self.contact_address = contact_address
+
+        #: Spills and pauses; only with a memory limit (docs/runtime.md#memory).
+        self.memory: MemoryMonitor | None = None
+        if self.memory_limit:
+            self.memory = MemoryMonitor(
+                self._core, self.memory_limit, thresholds(), self._spill_store, self._paused
+            )
+        self._monitor: asyncio.Task[None] | None = None
+
         self._peers = Peers(
             reply_timeout=config.seconds("worker.get-data-timeout"), security=security
         )
@@ -252,6 +282,8 @@ class Worker:
         for _ in range(self.nthreads):
             self._start_thread()
         self._heartbeat = self._loop.create_task(self._heartbeat_forever())
+        if self.memory is not None:
+            self._monitor = self._loop.create_task(self.memory.run())
         context.register(self)
         return self
 
@@ -298,7 +330,7 @@ class Worker:
         me = asyncio.current_task()
         if self._watchdog is not None:
             self._watchdog.stop()
-        for t in (self._reader, self._heartbeat, *self._bg):
+        for t in (self._reader, self._heartbeat, self._monitor, *self._bg):
             if t is not None and t is not me:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -319,6 +351,8 @@ class Worker:
             await self._listener.close()
         if self._client is not None:  # get_client()'s: its close blocks, not on this loop
             await asyncio.get_running_loop().run_in_executor(None, self._client.close)
+        if self.memory is not None:
+            await self.memory.close()
         self.status = "closed"
         self._closed.set()
         logger.info("worker %s closed", self.address)
@@ -379,7 +413,14 @@ class Worker:
     def _send_heartbeat(self) -> None:
         """A heartbeat, which the scheduler answers (``heartbeat-interval``)."""
         executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-        self._send({"op": ops.HEARTBEAT, "executing": executing, "bandwidth": self.bandwidth})
+        self._send(
+            {
+                "op": ops.HEARTBEAT,
+                "executing": executing,
+                "bandwidth": self.bandwidth,
+                "memory": self.memory_metrics(),
+            }
+        )
 
     # ----- losing the scheduler -------------------------------------------------------
 
@@ -433,18 +474,38 @@ class Worker:
     def _forget_assigned_work(self) -> None:
         """The scheduler that assigned this worker's tasks is gone: forget them (running
         ones finish, their results dropped, as for ``free-keys``) and everything not yet
-        reported, but keep the results held, staged like scattered data until the next
-        registration's ``scattered`` says which to keep."""
+        reported, but keep the results held in memory, staged like scattered data until
+        the next registration's ``scattered`` says which to keep (spilled ones go with
+        the rest: a copy elsewhere, or a recomputation, serves as well)."""
         tasks = self._core.tasks()
         values, sizes = self._core.data(), self._core.nbytes()
         # Announced on a connection that ended before the answer: announce them again.
         self._held = [key for key in self._held if key in self._staged]
         for key, state in tasks.values():
-            if state == "memory" and key in values:
+            if state == "memory" and key in values and not isinstance(values[key], Spilled):
                 self._staged[key] = (values[key], sizes.get(key, 0))
                 self._held.append(key)
         self._core.free(struct.pack(f"<{len(tasks)}I", *tasks))
         self._core.take_reports()  # of tasks the next scheduler never gave
+
+    def memory_metrics(self) -> dict[str, int]:
+        """The process's RSS and the results' bytes in memory and spilled."""
+        managed, spilled_memory, spilled_disk, spilled_count = self._core.memory()
+        return {
+            "process": int(self._process.memory_info().rss),
+            "managed": managed,
+            "spilled_memory": spilled_memory,
+            "spilled_disk": spilled_disk,
+            "spilled_count": spilled_count,
+        }
+
+    def _spill_store(self) -> SpillStore:
+        return SpillStore(local_directory(self._local_directory))
+
+    def _paused(self, paused: bool) -> None:
+        """The memory monitor paused or resumed the worker: tell the scheduler."""
+        status = "paused" if paused else "running"
+        self._send({"op": ops.WORKER_STATUS_CHANGE, "status": status})
 
     # ----- scheduler messages ---------------------------------------------------------
 
@@ -501,6 +562,10 @@ class Worker:
                 answer = core.run()
                 if answer == _EXIT:
                     return
+                if answer == _SPILL:
+                    assert self.memory is not None  # a spill target needs a monitor
+                    self.memory.spill()
+                    continue
                 if answer in (_WAKE, _WAKE_LATER):
                     flush = self._flush_buffered if answer == _WAKE else self._flush_soon
                     try:
@@ -678,14 +743,9 @@ class Worker:
                 for h, payload in await c.read_messages():
                     op = h["op"]
                     if op == ops.GET_DATA:
-                        # No name for the values: this frame outlives the request,
-                        # and must not keep what the worker frees later.
-                        sizes, blobs = _pickle_values(
-                            self._core.get_data(bytes(payload), _MISSING)
-                        )
-                        await c.write(
-                            {"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, b"".join(blobs)
-                        )
+                        # In a call of its own: this frame outlives the request, and
+                        # must keep neither what the worker frees later nor the bytes.
+                        await self._serve_get_data(c, h, payload)
                     elif op == ops.UPDATE_DATA:
                         await c.write(self._update_data(h, payload))
                     elif op == ops.RUN:
@@ -699,6 +759,12 @@ class Worker:
             logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
             self._incoming.discard(c)
+
+    async def _serve_get_data(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
+        sizes, blobs = await _pickle_values(self._core.get_data(bytes(payload), _MISSING))
+        # One value is sent as it is: no copy (docs/runtime.md#memory).
+        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
+        await c.write({"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, data)
 
     def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
         """Stage scattered values; the reply gives their sizes (``sizeof``)."""
@@ -728,6 +794,8 @@ class Worker:
                 if held is _MISSING:
                     self._send({"op": ops.RELEASE_WORKER_DATA, "task": tid})
                     continue
+                if isinstance(held, Spilled):
+                    held = held.load()
                 staged = (held, self.nbytes.get(key, 0))
             self._core.put_scattered(tid, key, *staged)
 
@@ -735,19 +803,25 @@ class Worker:
 _MISSING = object()
 
 
-def _pickle_values(values: list[Any]) -> tuple[list[int], list[bytes]]:
-    """``get-data`` sizes (-1 for a value this worker lacks) and pickles (plain
-    values with ``pickle``, several times faster than cloudpickle for small ones)."""
+Blob = bytes | bytearray | memoryview
+
+
+async def _pickle_values(values: list[Any]) -> tuple[list[int], list[Blob]]:
+    """``get-data`` sizes (-1 for a value this worker lacks) and pickles; spilled
+    values are served as stored, read in a thread (blocking IO)."""
+    if any(type(v) is Spilled for v in values):
+        return await asyncio.to_thread(_pickle_now, values)
+    return _pickle_now(values)
+
+
+def _pickle_now(values: list[Any]) -> tuple[list[int], list[Blob]]:
     sizes: list[int] = []
-    blobs: list[bytes] = []
+    blobs: list[Blob] = []
     for value in values:
         if value is _MISSING:
             sizes.append(-1)
             continue
-        if type(value) in PLAIN_TYPES:
-            blob = pickle.dumps(value, protocol=5)
-        else:
-            blob = cloudpickle.dumps(value)
+        blob: Blob = value.raw() if type(value) is Spilled else dumps(value)
         sizes.append(len(blob))
         blobs.append(blob)
     return sizes, blobs

@@ -45,7 +45,7 @@ pub use stealing::{Stealing, WorkerTaskState};
 pub use stimuli::{heartbeat_interval, Finished, Outcome};
 pub use story::LogEntry;
 pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState};
-pub use worker::{Worker, WorkerSpec, WorkerStatus};
+pub use worker::{Worker, WorkerMemory, WorkerSpec, WorkerStatus};
 
 impl Scheduler {
     /// The retained transitions of `key`, oldest first.

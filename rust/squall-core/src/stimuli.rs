@@ -9,7 +9,7 @@ use crate::key::Key;
 use crate::state::Scheduler;
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_LONG_RUNNING};
 use crate::transitions::{Args, Recs};
-use crate::worker::{Worker, WorkerSpec, WorkerStatus};
+use crate::worker::{Worker, WorkerMemory, WorkerSpec, WorkerStatus};
 use rustc_hash::FxHashSet;
 use std::sync::Arc;
 
@@ -356,7 +356,7 @@ impl Scheduler {
         ws.actors = Default::default();
     }
 
-    /// A heartbeat: liveness, bandwidth learning and running times (docs/scheduling.md#heartbeats-and-liveness).
+    /// A heartbeat: liveness, bandwidth learning, running times and memory (docs/scheduling.md#heartbeats-and-liveness).
     /// Returns the heartbeat interval the worker should use.
     pub fn heartbeat(
         &mut self,
@@ -364,12 +364,16 @@ impl Scheduler {
         now: f64,
         bandwidth: Option<f64>,
         executing: &[(TaskId, f64)],
+        memory: Option<WorkerMemory>,
     ) -> CoreResult<f64> {
         self.check_worker(w)?;
         self.now = self.now.max(now);
         let n = self.worker_index.len();
         let ws = self.wm(w);
         ws.last_seen = now;
+        if let Some(m) = memory {
+            ws.memory = m;
+        }
         if let Some(bw) = bandwidth.filter(|b| b.is_finite() && *b > 0.0) {
             ws.bandwidth = bw;
             let f = 1.0 / n.max(1) as f64;

@@ -38,6 +38,19 @@ impl WorkerStatus {
     }
 }
 
+/// A worker's memory as its last heartbeat reported it (bytes; docs/runtime.md#memory).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerMemory {
+    /// The process's resident memory.
+    pub process: u64,
+    /// Results held in memory (their `sizeof`).
+    pub managed: u64,
+    /// Spilled results: their `sizeof` before spilling, their bytes on disk, how many.
+    pub spilled_memory: u64,
+    pub spilled_disk: u64,
+    pub spilled_count: u64,
+}
+
 /// What a worker announces when it registers.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerSpec {
@@ -75,6 +88,8 @@ pub struct Worker {
     pub last_seen: f64,
     /// Bandwidth the worker measured (bytes/s), from heartbeats.
     pub bandwidth: f64,
+    /// Memory, from heartbeats (reported only: no scheduling decision reads it yet).
+    pub memory: WorkerMemory,
     /// Queuing capacity, refreshed by `check_idle_saturated` (docs/scheduling.md#queuing and
     /// `worker_saturation_duration`).
     pub slot_cap: i64,
@@ -105,6 +120,7 @@ impl Worker {
             network_occ: 0,
             last_seen: now,
             bandwidth,
+            memory: WorkerMemory::default(),
             slot_cap: 0,
         }
     }

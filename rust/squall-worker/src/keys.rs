@@ -35,6 +35,11 @@ pub struct Slot<V> {
     pub holders: Vec<String>,
     /// A fetched copy the scheduler was told of (`add-replicas`).
     pub announced: bool,
+    /// The machine's use counter when the value was last stored or read (recency for
+    /// spilling least recently used values first).
+    pub used: u64,
+    /// Bytes on disk when `value` is a spill handle rather than the value itself.
+    pub spilled: Option<i64>,
 }
 
 impl<V> Slot<V> {
@@ -50,6 +55,8 @@ impl<V> Slot<V> {
             fetch: Fetch::No,
             holders: Vec::new(),
             announced: false,
+            used: 0,
+            spilled: None,
         }
     }
 

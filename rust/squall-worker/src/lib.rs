@@ -7,7 +7,7 @@ pub mod keys;
 pub mod machine;
 
 pub use keys::{Fetch, KeyId, Keys, Slot};
-pub use machine::{DepIn, Job, Machine, Missing, Outcome, State, Task, TaskIn};
+pub use machine::{DepIn, Job, Machine, Memory, Missing, Outcome, State, Task, TaskIn};
 pub use squall_priority::Priority;
 pub use squall_wire::finished::FinishedBatch;
 

@@ -10,6 +10,9 @@ use squall_wire::finished::FinishedBatch;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+mod memory;
+pub use memory::Memory;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     Waiting,
@@ -139,6 +142,13 @@ pub struct Machine<V> {
     /// arbitrary code when freed, which must not happen under the caller's lock).
     pub graveyard: Vec<V>,
     rng: u64,
+    /// Counts stores and reads of values: the recency of each key's last use.
+    uses: u64,
+    /// Bytes held in memory and spilled (docs/runtime.md#memory).
+    memory: Memory,
+    /// Memory is short: start no task (running ones finish).
+    paused: bool,
+    spill_target: Option<i64>,
 }
 
 impl<V> Machine<V> {
@@ -165,6 +175,10 @@ impl<V> Machine<V> {
             replicas_dropped: Vec::new(),
             graveyard: Vec::new(),
             rng: 0x9E37_79B9_7F4A_7C15,
+            uses: 0,
+            memory: Memory::default(),
+            paused: false,
+            spill_target: None,
         }
     }
 
@@ -196,7 +210,7 @@ impl<V> Machine<V> {
 
     /// Whether a thread asking now could be given a task or a rejoin.
     pub fn runnable(&self) -> bool {
-        let ready = !self.ready.is_empty() && !self.waiting_for_resources;
+        let ready = !self.ready.is_empty() && !self.waiting_for_resources && !self.paused;
         self.n_executing < self.nthreads && (ready || !self.rejoining.is_empty())
     }
 
@@ -300,7 +314,7 @@ impl<V> Machine<V> {
                 self.seceded.len()
             ));
         }
-        Ok(())
+        self.validate_memory()
     }
 
     // ----- scheduler messages -----------------------------------------------------
@@ -464,13 +478,10 @@ impl<V> Machine<V> {
             self.free(id);
         }
         let k = self.keys.intern(key);
+        self.store(k, value, nbytes);
         let slot = self.keys.get_mut(k);
-        let old = slot.value.replace(value);
-        slot.nbytes = nbytes;
         slot.announced = false; // a registered result now
-        self.graveyard.extend(old);
-        let slot = self.keys.get_mut(k);
-        // Local tasks waiting for this key have it now.
+                                // Local tasks waiting for this key have it now.
         let waiters = std::mem::take(&mut slot.waiters);
         self.deps_arrived(&waiters);
         if same == Some(true) {
@@ -498,7 +509,7 @@ impl<V> Machine<V> {
     /// The best ready task that fits, now executing; None if no slot or none fits.
     pub fn take_ready(&mut self, now: f64) -> Option<Job> {
         self.grant_rejoins();
-        if self.n_executing >= self.nthreads {
+        if self.n_executing >= self.nthreads || self.paused {
             return None;
         }
         let mut skipped = Vec::new();
@@ -541,6 +552,11 @@ impl<V> Machine<V> {
         }
         self.waiting_for_resources = job.is_none() && !skipped.is_empty();
         self.ready.extend(skipped);
+        if let Some(job) = &job {
+            for &d in &job.deps {
+                self.touch(d);
+            }
+        }
         job
     }
 
@@ -587,10 +603,7 @@ impl<V> Machine<V> {
         self.release_deps(&job.deps);
         match result {
             Some((value, nbytes)) => {
-                let slot = self.keys.get_mut(job.key);
-                let old = slot.value.replace(value);
-                slot.nbytes = nbytes;
-                self.graveyard.extend(old);
+                self.store(job.key, value, nbytes);
                 self.set_memory(job.id, nbytes, seconds);
                 Outcome::Finished
             }
@@ -756,10 +769,9 @@ impl<V> Machine<V> {
                 slot.holders.clear();
                 let waiters = std::mem::take(&mut slot.waiters);
                 if slot.value.is_none() && slot.users > 0 {
-                    slot.value = Some(value);
-                    slot.nbytes = nbytes;
                     slot.announced = true;
                     self.replicas_added.push(slot.bytes.clone());
+                    self.store(k, value, nbytes);
                     self.deps_arrived(&waiters);
                 } else {
                     self.graveyard.push(value);
@@ -909,14 +921,12 @@ impl<V> Machine<V> {
         if known || slot.users > 0 {
             return;
         }
+        let old = self.unstore(k);
         let slot = self.keys.get_mut(k);
-        let old = slot.value.take();
         if std::mem::take(&mut slot.announced) && old.is_some() {
             self.replicas_dropped.push(slot.bytes.clone());
         }
         self.graveyard.extend(old);
-        let slot = self.keys.get_mut(k);
-        slot.nbytes = 0;
         self.keys.collect(k);
     }
 }

@@ -953,3 +953,69 @@ fn fetched_copies_are_announced_and_their_drop_too() {
     assert!(m.replicas_dropped.is_empty());
     ok(&m);
 }
+
+// ----- memory: recency, spilling, pause ----------------------------------------------
+
+#[test]
+fn least_recently_used_values_are_spill_candidates_first() {
+    let mut m = machine(1);
+    for id in 1..=3 {
+        m.compute(task(id));
+        run_ok(&mut m, id); // 8 bytes each
+    }
+    assert_eq!(m.memory().managed, 24);
+    m.compute(task(4).dep(1, &[ME])); // k1 is read by task 4, then k4 stored
+    run_ok(&mut m, 4);
+    let order: Vec<KeyId> = m.spill_candidates(17);
+    assert_eq!(order, vec![kid(&m, 2), kid(&m, 3), kid(&m, 1)]);
+    assert_eq!(m.spill_candidates(0), Vec::<KeyId>::new());
+    assert!(!m.over_target());
+    m.set_spill_target(Some(31));
+    assert!(m.over_target()); // 32 bytes held
+    ok(&m);
+}
+
+#[test]
+fn a_spilled_value_is_held_as_its_handle_and_freed_with_the_key() {
+    let mut m = machine(1);
+    m.compute(task(1));
+    run_ok(&mut m, 1);
+    let k = kid(&m, 1);
+    // Written out meanwhile recomputed: refused, the handle comes back.
+    assert_eq!(m.spilled(k, &key(1), |v| *v == 99, -10, 5), Err(-10));
+    assert_eq!(m.spilled(k, &key(1), |v| *v == 10, -10, 5), Ok(()));
+    assert_eq!(
+        m.memory(),
+        Memory {
+            managed: 0,
+            spilled_memory: 8,
+            spilled_disk: 5,
+            spilled: 1
+        }
+    );
+    assert_eq!(m.read(&key(1)), Some((&-10, true)));
+    assert_eq!(std::mem::take(&mut m.graveyard), vec![10]); // the in-memory value
+                                                            // A dependent runs with the handle (the caller loads it).
+    m.compute(task(2).dep(1, &[ME]));
+    let job = take(&mut m, 2);
+    assert_eq!(m.keys.get(job.deps[0]).value, Some(-10));
+    m.complete(job, Some((20, 8)), 0.1);
+    m.free(1);
+    assert_eq!(std::mem::take(&mut m.graveyard), vec![-10]); // the caller deletes its file
+    assert_eq!(m.memory().spilled, 0);
+    assert_eq!(m.memory().managed, 8);
+    ok(&m);
+}
+
+#[test]
+fn a_paused_machine_starts_nothing_until_resumed() {
+    let mut m = machine(2);
+    m.compute(task(1));
+    m.set_paused(true);
+    assert!(!m.runnable());
+    assert!(m.take_ready(0.0).is_none());
+    m.set_paused(false);
+    assert!(m.runnable());
+    run_ok(&mut m, 1);
+    ok(&m);
+}

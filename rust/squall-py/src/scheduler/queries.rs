@@ -5,7 +5,7 @@ use crate::convert::{key_from_py, key_to_py};
 use crate::errors::{UnknownTaskError, UnknownWorkerError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use squall_core::{TaskId, WorkerId, WorkerStatus};
+use squall_core::{TaskId, WorkerId, WorkerMemory, WorkerStatus};
 use std::collections::{BTreeMap, HashMap};
 
 fn unknown_task(task: u32) -> PyErr {
@@ -110,6 +110,7 @@ impl Scheduler {
         d.set_item("has_what", ws.has_what.len())?;
         d.set_item("nbytes", ws.nbytes)?;
         d.set_item("bandwidth", ws.bandwidth)?;
+        d.set_item("metrics", memory_metrics(py, &ws.memory)?)?;
         d.set_item(
             "occupancy",
             if ws.status == WorkerStatus::Closed {
@@ -171,4 +172,19 @@ impl Scheduler {
         }
         m
     }
+}
+
+/// A worker's memory with distributed's metric names (`memory` is the process's RSS,
+/// `unmanaged` what it holds beyond its results), and the count of spilled values.
+fn memory_metrics<'py>(py: Python<'py>, m: &WorkerMemory) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("memory", m.process)?;
+    d.set_item("managed_bytes", m.managed)?;
+    d.set_item("unmanaged", m.process.saturating_sub(m.managed))?;
+    let spilled = PyDict::new(py);
+    spilled.set_item("memory", m.spilled_memory)?;
+    spilled.set_item("disk", m.spilled_disk)?;
+    d.set_item("spilled_bytes", spilled)?;
+    d.set_item("spilled_count", m.spilled_count)?;
+    Ok(d)
 }

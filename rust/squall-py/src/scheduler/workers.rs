@@ -7,8 +7,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use squall_core::{
-    ErrorInfo, ErrorKind, Finished, Outcome, TaskId, WorkerId, WorkerSpec, WorkerStatus,
-    WorkerTaskState,
+    ErrorInfo, ErrorKind, Finished, Outcome, TaskId, WorkerId, WorkerMemory, WorkerSpec,
+    WorkerStatus, WorkerTaskState,
 };
 use squall_wire::finished::FinishedBatch;
 use squall_wire::keys::read_keys;
@@ -92,8 +92,10 @@ impl Scheduler {
         })
     }
 
-    /// Returns the heartbeat interval the worker should keep.
-    #[pyo3(signature = (worker, *, now, bandwidth=None, executing=None))]
+    /// Returns the heartbeat interval the worker should keep. `memory`: the
+    /// process's RSS, managed bytes, spilled bytes (in memory, on disk) and count.
+    #[pyo3(signature = (worker, *, now, bandwidth=None, executing=None, memory=None))]
+    #[allow(clippy::too_many_arguments)]
     fn heartbeat(
         &mut self,
         py: Python<'_>,
@@ -101,14 +103,22 @@ impl Scheduler {
         now: f64,
         bandwidth: Option<f64>,
         executing: Option<Vec<(u32, f64)>>,
+        memory: Option<(u64, u64, u64, u64, u64)>,
     ) -> PyResult<f64> {
         let executing: Vec<(TaskId, f64)> = executing
             .unwrap_or_default()
             .into_iter()
             .map(|(t, s)| (TaskId(t), s))
             .collect();
+        let memory = memory.map(|m| WorkerMemory {
+            process: m.0,
+            managed: m.1,
+            spilled_memory: m.2,
+            spilled_disk: m.3,
+            spilled_count: m.4,
+        });
         self.core(py, move |s| {
-            s.heartbeat(WorkerId(worker), now, bandwidth, &executing)
+            s.heartbeat(WorkerId(worker), now, bandwidth, &executing, memory)
         })
     }
 

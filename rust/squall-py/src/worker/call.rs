@@ -108,6 +108,21 @@ impl WorkerCore {
         Ok(func.bind(py).call(args, kwargs)?.unbind())
     }
 
+    /// Replaces the spill handles at `at` in `deps` by the values they load (one Python
+    /// call per spilled value only); a failure to load is the task's (packed).
+    pub(super) fn load_spilled(
+        &self,
+        py: Python<'_>,
+        deps: &mut [(Key, Py<PyAny>)],
+        at: &[usize],
+    ) -> Result<(), Py<PyAny>> {
+        for &i in at {
+            let loaded = deps[i].1.call_method0(py, "load");
+            deps[i].1 = loaded.map_err(|e| self.pack_error(py, e))?;
+        }
+        Ok(())
+    }
+
     /// The error of a job whose dependency's value went away before it ran.
     pub(super) fn lost_dependency(
         &self,

@@ -10,6 +10,7 @@
 
 mod call;
 mod executing_record;
+mod memory;
 mod threads;
 
 pub use executing_record::read_executing_record;
@@ -355,7 +356,8 @@ impl WorkerCore {
         back
     }
 
-    /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held.
+    /// Values for `get-data` (keys in `encode_keys` form); `missing` where not held,
+    /// the spill handle where spilled.
     fn get_data(
         &self,
         py: Python<'_>,
@@ -363,9 +365,9 @@ impl WorkerCore {
         missing: Py<PyAny>,
     ) -> PyResult<Vec<Py<PyAny>>> {
         let keys = read_keys(keys).map_err(wire_error)?;
-        let g = self.lock();
-        let values = keys.iter().map(|k| match g.m.value(k.as_bytes()) {
-            Some(v) => v.clone_ref(py),
+        let mut g = self.lock();
+        let values = keys.iter().map(|k| match g.m.read(k.as_bytes()) {
+            Some((v, _)) => v.clone_ref(py),
             None => missing.clone_ref(py),
         });
         Ok(values.collect())

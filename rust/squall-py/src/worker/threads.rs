@@ -16,6 +16,7 @@ const EXIT: u8 = 0;
 const WAKE: u8 = 1;
 const AGAIN: u8 = 2;
 const WAKE_LATER: u8 = 3;
+const SPILL: u8 = 4;
 
 thread_local! {
     /// The call this thread is running, as (task id, instance), for `secede` and
@@ -34,8 +35,9 @@ fn current_call(task: u32) -> Option<u64> {
 impl WorkerCore {
     /// A task thread's body: run ready tasks until told otherwise. Returns 0 (leave:
     /// closing, or a surplus thread), 1 (results are waiting: have the event loop send
-    /// them now, then call again), 2 (a time slice ended: call again) or 3 (have the
-    /// loop send the results `report_delay` from now, then call again).
+    /// them now, then call again), 2 (a time slice ended: call again), 3 (have the
+    /// loop send the results `report_delay` from now, then call again) or 4 (managed
+    /// memory is over the spill target: spill, then call again).
     fn run(&self, py: Python<'_>) -> PyResult<u8> {
         let entered = Instant::now();
         loop {
@@ -76,10 +78,17 @@ impl WorkerCore {
             };
             let mut deps = Vec::with_capacity(job.deps.len());
             let mut lost = None;
+            let mut spilled = Vec::new(); // indices in `deps` of spill handles
             for &d in &job.deps {
                 let key = key_of(&g.m, d);
-                match &g.m.keys.get(d).value {
-                    Some(v) => deps.push((key, v.clone_ref(py))),
+                let slot = g.m.keys.get(d);
+                match &slot.value {
+                    Some(v) => {
+                        if slot.spilled.is_some() {
+                            spilled.push(deps.len());
+                        }
+                        deps.push((key, v.clone_ref(py)));
+                    }
                     None => lost = Some(key),
                 }
             }
@@ -91,12 +100,15 @@ impl WorkerCore {
             let start = Instant::now();
             let result = match lost {
                 Some(key) => Err(self.lost_dependency(py, &key, &job)?),
-                None => {
-                    CURRENT.with(|c| c.set(Some((job.id, job.instance))));
-                    let r = self.call(py, &job, &deps);
-                    CURRENT.with(|c| c.set(None));
-                    r
-                }
+                None => match self.load_spilled(py, &mut deps, &spilled) {
+                    Err(e) => Err(e),
+                    Ok(()) => {
+                        CURRENT.with(|c| c.set(Some((job.id, job.instance))));
+                        let r = self.call(py, &job, &deps);
+                        CURRENT.with(|c| c.set(None));
+                        r
+                    }
+                },
             };
             let seconds = start.elapsed().as_secs_f64();
             drop(deps);
@@ -123,8 +135,12 @@ impl WorkerCore {
                 g.reports_since = Some(Instant::now());
             }
             self.wake_threads(&g);
+            let spill = g.m.over_target();
             Self::unlock(g);
             drop(unreported);
+            if spill {
+                return Ok(SPILL);
+            }
         }
     }
 

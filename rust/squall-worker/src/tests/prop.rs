@@ -38,6 +38,9 @@ enum Ev {
     Secede(u32),
     Rejoin(u32),
     Scatter(u32),
+    /// Spill up to this many least recently used values (their handle: the negated value).
+    Spill(u8),
+    Pause(bool),
 }
 
 fn node() -> impl Strategy<Value = Node> {
@@ -93,6 +96,8 @@ fn event() -> impl Strategy<Value = Ev> {
         1 => x.prop_map(Ev::Secede),
         1 => x.prop_map(Ev::Rejoin),
         1 => x.prop_map(Ev::Scatter),
+        2 => (0u8..4).prop_map(Ev::Spill),
+        1 => any::<bool>().prop_map(Ev::Pause),
     ]
 }
 
@@ -197,7 +202,9 @@ impl World {
                     assert_eq!(self.m.keys.get(job.key).bytes.as_ref(), key(job.id));
                     for &d in &job.deps {
                         let slot = self.m.keys.get(d);
-                        assert_eq!(slot.value, Some(value_of(&slot.bytes)), "dep of {}", job.id);
+                        let want = value_of(&slot.bytes);
+                        let want = if slot.spilled.is_some() { -want } else { want };
+                        assert_eq!(slot.value, Some(want), "dep of {}", job.id);
                     }
                     self.jobs.push(Held {
                         job,
@@ -310,6 +317,8 @@ impl World {
                 self.m.put_scattered(id, &key(id), id as i64 * 10, 1);
                 assert_eq!(self.m.task(id).map(|t| t.state), Some(State::Memory));
             }
+            Ev::Spill(count) => self.spill(count as usize),
+            Ev::Pause(paused) => self.m.set_paused(paused),
         }
         if std::env::var_os("SQUALL_TRACE").is_some() {
             let mut ts: Vec<_> = self
@@ -342,6 +351,40 @@ impl World {
             }
             Outcome::Dropped => assert_eq!(self.m.finished.len(), before),
         }
+    }
+
+    /// Spills the `count` least recently used values; each must be refused once it is
+    /// no longer the value written (spilled already, or under another key's name).
+    fn spill(&mut self, count: usize) {
+        let before = self.m.memory();
+        let keys: Vec<KeyId> = self
+            .m
+            .spill_candidates(i64::MAX)
+            .into_iter()
+            .take(count)
+            .collect();
+        let mut moved = 0;
+        for k in keys {
+            let slot = self.m.keys.get(k);
+            let (bytes, value, nbytes) = (slot.bytes.to_vec(), slot.value.unwrap(), slot.nbytes);
+            assert!(slot.spilled.is_none() && value == value_of(&bytes));
+            assert!(self
+                .m
+                .spilled(k, b"other", |v| *v == value, -value, 7)
+                .is_err());
+            assert_eq!(
+                self.m.spilled(k, &bytes, |v| *v == value, -value, 7),
+                Ok(())
+            );
+            assert!(self
+                .m
+                .spilled(k, &bytes, |v| *v == value, -value, 7)
+                .is_err());
+            moved += nbytes;
+        }
+        let after = self.m.memory();
+        assert_eq!(after.managed, before.managed - moved);
+        assert_eq!(after.spilled_memory, before.spilled_memory + moved);
     }
 
     fn fetched(&mut self, h: &str, k: KeyId, kind: u8) {
@@ -394,6 +437,7 @@ impl World {
 
     /// Frees everything, lets every call return and every fetch end: nothing is left.
     fn drain(&mut self) {
+        self.m.set_paused(false);
         for id in 1..=self.n() {
             self.m.free(id);
             self.check();
@@ -424,6 +468,7 @@ impl World {
         assert_eq!(self.m.n_seceded(), 0);
         assert!(self.m.tasks().next().is_none());
         assert!(self.m.keys.is_empty(), "{} keys left", self.m.keys.len());
+        assert_eq!(self.m.memory(), Memory::default());
         self.check();
     }
 }
