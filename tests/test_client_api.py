@@ -525,6 +525,25 @@ def test_an_exception_that_cannot_travel_keeps_its_type_and_message(client: Clie
     assert "from a class made in the task" in str(exc)
 
 
+def unpicklable() -> Any:
+    return threading.Lock()
+
+
+def test_an_unpicklable_result_errs_instead_of_hanging(client: Client) -> None:
+    a, b = sorted(client.nthreads())
+    lock = client.submit(unpicklable, workers=[a], pure=False)
+    start = time.monotonic()
+    with pytest.raises(TypeError, match="cannot pickle") as info:
+        lock.result(timeout=20)
+    assert time.monotonic() - start < 10
+    assert any("could not be pickled" in note for note in info.value.__notes__)
+    # A task on another worker that needs it errs with the same error.
+    with pytest.raises(TypeError, match="cannot pickle"):
+        client.submit(type, lock, workers=[b], pure=False).result(timeout=20)
+    # On its own worker it is usable: the value itself is fine there.
+    assert client.submit(lambda x: x.locked(), lock, workers=[a]).result(timeout=20) is False
+
+
 def test_the_function_cache_of_workers_is_bounded_in_bytes(client: Client) -> None:
     for i in range(4):  # four 50 MB functions, each released after its call
         blob = bytes([i]) * 50_000_000

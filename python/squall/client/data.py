@@ -25,6 +25,7 @@ from squall._core import encode_keys
 from squall.client.futures import Future, FutureState, Key, futures_of, pack_results
 from squall.client.loop import timeout_seconds
 from squall.client.workers import ClusterOps
+from squall.errors import RemoteError
 from squall.protocol import comm, ops
 from squall.tracebacks import user_frames
 
@@ -72,6 +73,7 @@ class DataMovement(ClusterOps):
         """Wait for the keys, then fetch the finished ones from workers."""
         data: dict[Key, Any] = {}
         todo = list(zip(keys, states, strict=True))
+        delay = 0.02  # between rounds that miss keys, doubling: no busy loop
         while todo:
             for _, st in todo:
                 if not st.done():
@@ -82,10 +84,13 @@ class DataMovement(ClusterOps):
             want = [k for k, st in todo if st.status == "finished"]
             if want:
                 data.update(await self._fetch(want))
-            todo = [(k, st) for k, st in todo if k not in data and st.status != "error"]
-            todo = [(k, st) for k, st in todo if st.status != "cancelled"]
+            todo = [(k, st) for k, st in todo if k not in data and st.status != "cancelled"]
+            if any(st.status == "error" for _, st in todo) and errors == "raise":
+                continue  # raised at the top
+            todo = [(k, st) for k, st in todo if st.status != "error"]
             if todo:
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 1.0)
         return data
 
     async def _who_has(self, keys: list[Key]) -> _WhoHas:
@@ -107,21 +112,34 @@ class DataMovement(ClusterOps):
             if isinstance(r, BaseException):
                 if not isinstance(r, comm.CommError):
                     raise r
-                logger.info("could not get data from %s: %s", w, r)
+                logger.warning("could not get data from %s: %s", w, r)
             else:
                 data.update(r)
         return data
 
     async def _get_data(self, address: str, keys: list[Key]) -> dict[Key, Any]:
-        sizes, payload = await self._peers.get_data(address, keys)
+        """The values ``address`` holds of ``keys``; a value it cannot pickle errs its
+        future with the worker's error (no retrying what can never arrive)."""
         data: dict[Key, Any] = {}
-        pos = 0
-        for k, size in zip(keys, sizes, strict=True):
-            if size < 0:
-                continue
-            data[k] = pickle.loads(payload[pos : pos + size])
-            pos += size
+        reply = await self._peers.get_data(address, keys)
+        for k, blob in zip(keys, reply.values(), strict=True):
+            if isinstance(blob, memoryview):
+                data[k] = pickle.loads(blob)
+            elif blob is not None:
+                self._unpicklable(k, address, *blob)
         return data
+
+    def _unpicklable(self, key: Key, address: str, text: str, blob: bytes) -> None:
+        exc: BaseException
+        try:
+            exc = pickle.loads(blob)
+        except Exception:
+            exc = RemoteError(text)
+        exc.add_note(f"The result of {key!r} on {address} could not be pickled to send it.")
+        with self._refcount_lock:
+            st = self.futures.get(key)
+        if st is not None:
+            st.set_error(exc, None)
 
     def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
         """``{key: [worker address, …]}`` for the given futures (default: all)."""

@@ -9,10 +9,37 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Hashable
+from typing import NamedTuple
 
 from squall._core import encode_keys
 from squall.protocol import comm, ops
 from squall.security import Security
+
+#: ``get-data`` sizes: the holder lacks the key; its value cannot be pickled.
+MISSING, UNPICKLABLE = -1, -2
+
+
+class DataReply(NamedTuple):
+    """A ``get-data`` answer: sizes per key, the pickles, and per index of an
+    unpicklable value its error as ``(repr, pickled exception)``."""
+
+    sizes: list[int]
+    payload: memoryview
+    failed: dict[int, tuple[str, bytes]]
+
+    def values(self) -> list[memoryview | tuple[str, bytes] | None]:
+        """Per key: its pickle, its error, or None (the holder lacks it)."""
+        out: list[memoryview | tuple[str, bytes] | None] = []
+        pos = 0
+        for i, size in enumerate(self.sizes):
+            if size == UNPICKLABLE:
+                out.append(self.failed.get(i, ("the value cannot be pickled", b"")))
+            elif size < 0:
+                out.append(None)
+            else:
+                out.append(self.payload[pos : pos + size])
+                pos += size
+        return out
 
 
 class Peers:
@@ -57,9 +84,9 @@ class Peers:
                 await self.drop(address)
                 raise
 
-    async def get_data(self, address: str, keys: list[Hashable]) -> tuple[list[int], memoryview]:
-        """``get-data``: each key's size in the payload (-1: the worker lacks it), and
-        the payload of their pickles."""
+    async def get_data(self, address: str, keys: list[Hashable]) -> DataReply:
+        """``get-data``: each key's size in the payload (-1: the worker lacks it; -2: its
+        value cannot be pickled, ``failed`` says why), and the payload of the pickles."""
         h, payload = await self.request(
             address, {"op": ops.GET_DATA, "n": len(keys)}, encode_keys(keys)
         )
@@ -70,7 +97,10 @@ class Peers:
         if len(sizes) != len(keys) or sum(s for s in sizes if s > 0) != len(payload):
             await self.drop(address)
             raise comm.ProtocolError(f"{address}: get-data reply sizes do not match")
-        return [int(s) for s in sizes], payload
+        failed = {
+            int(i): (str(text), bytes(blob)) for i, (text, blob) in h.get("failed", {}).items()
+        }
+        return DataReply([int(s) for s in sizes], payload, failed)
 
     async def drop(self, address: str) -> None:
         """Close the connection to ``address``, if any."""

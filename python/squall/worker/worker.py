@@ -82,7 +82,7 @@ from dask.sizeof import sizeof
 from squall import config
 from squall._core import WorkerCore, decode_keys, encode_keys
 from squall.protocol import comm, liveness, ops
-from squall.protocol.peers import Peers
+from squall.protocol.peers import MISSING, UNPICKLABLE, Peers
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
@@ -652,14 +652,16 @@ class Worker:
         for holder, keys, ids in fetches:
             self._spawn(self._gather_from(holder, keys, ids))
 
-    async def _get_data(self, holder: str, keys: list[Key]) -> list[memoryview | None]:
-        """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, or
-        None where the holder lacks it or the request failed (logged, and the
-        connection dropped)."""
+    async def _get_data(
+        self, holder: str, keys: list[Key]
+    ) -> list[memoryview | tuple[str, bytes] | None]:
+        """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, its
+        error where its value cannot be pickled, or None where the holder lacks it or
+        the request failed (logged, and the connection dropped)."""
         try:
             start = time.monotonic()
-            sizes, payload = await self._peers.get_data(holder, keys)
-            self._measured(len(payload), time.monotonic() - start)
+            reply = await self._peers.get_data(holder, keys)
+            self._measured(len(reply.payload), time.monotonic() - start)
         except (comm.CommError, asyncio.TimeoutError, OSError) as e:
             logger.info(
                 "worker %s: fetching %d keys from %s failed: %s",
@@ -670,17 +672,18 @@ class Worker:
             )
             self._spawn(self._peers.drop(holder))
             return [None] * len(keys)
-        blobs: list[memoryview | None] = []
-        pos = 0
-        for size in sizes:
-            blobs.append(None if size < 0 else payload[pos : pos + size])
-            pos += max(size, 0)
-        return blobs
+        return reply.values()
 
     async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
         for kid, blob in zip(ids, await self._get_data(holder, keys), strict=True):
             if blob is None:
                 self._core.not_fetched(holder, kid)
+                continue
+            if isinstance(blob, tuple):  # the holder cannot pickle it: their error
+                exc_text, exc_blob = blob
+                err = (exc_text, "", exc_blob, pickle.dumps(None))
+                for tid, run_id in self._core.fetch_failed(holder, kid):
+                    self._send_erred(tid, run_id, err)
                 continue
             try:
                 value = pickle.loads(blob)
@@ -701,7 +704,7 @@ class Worker:
         got = []
         blobs = await self._get_data(holder, keys)
         for tid, key, blob in zip(tasks, keys, blobs, strict=True):
-            if blob is None:
+            if not isinstance(blob, memoryview):  # not there, or cannot be pickled
                 continue
             try:
                 value = pickle.loads(blob)
@@ -761,10 +764,15 @@ class Worker:
             self._incoming.discard(c)
 
     async def _serve_get_data(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
-        sizes, blobs = await _pickle_values(self._core.get_data(bytes(payload), _MISSING))
+        sizes, blobs, failed = await _pickle_values(self._core.get_data(bytes(payload), _MISSING))
+        for text, _ in failed.values():
+            logger.warning("worker %s: a result cannot be pickled: %s", self.address, text)
         # One value is sent as it is: no copy (docs/runtime.md#memory).
         data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
-        await c.write({"op": ops.DATA, "id": h.get("id"), "sizes": sizes}, data)
+        reply = {"op": ops.DATA, "id": h.get("id"), "sizes": sizes}
+        if failed:
+            reply["failed"] = {str(i): list(err) for i, err in failed.items()}
+        await c.write(reply, data)
 
     def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
         """Stage scattered values; the reply gives their sizes (``sizeof``)."""
@@ -806,25 +814,38 @@ _MISSING = object()
 Blob = bytes | bytearray | memoryview
 
 
-async def _pickle_values(values: list[Any]) -> tuple[list[int], list[Blob]]:
-    """``get-data`` sizes (-1 for a value this worker lacks) and pickles; spilled
-    values are served as stored, read in a thread (blocking IO)."""
+_Pickled = tuple[list[int], list[Blob], dict[int, tuple[str, bytes]]]
+
+
+async def _pickle_values(values: list[Any]) -> _Pickled:
+    """``get-data`` sizes (``MISSING`` for a value this worker lacks, ``UNPICKLABLE``
+    for one that cannot be pickled), the pickles, and the errors of those that cannot
+    (their repr and pickled exception, which the asking side raises or reports for the
+    tasks that needed them); spilled values are served as stored, read in a thread
+    (blocking IO)."""
     if any(type(v) is Spilled for v in values):
         return await asyncio.to_thread(_pickle_now, values)
     return _pickle_now(values)
 
 
-def _pickle_now(values: list[Any]) -> tuple[list[int], list[Blob]]:
+def _pickle_now(values: list[Any]) -> _Pickled:
     sizes: list[int] = []
     blobs: list[Blob] = []
-    for value in values:
+    failed: dict[int, tuple[str, bytes]] = {}
+    for i, value in enumerate(values):
         if value is _MISSING:
-            sizes.append(-1)
+            sizes.append(MISSING)
             continue
-        blob: Blob = value.raw() if type(value) is Spilled else dumps(value)
+        try:
+            blob: Blob = value.raw() if type(value) is Spilled else dumps(value)
+        except Exception as e:
+            exc_text, _, exc_blob, _ = pack_error(e)
+            failed[i] = (exc_text, exc_blob)
+            sizes.append(UNPICKLABLE)
+            continue
         sizes.append(len(blob))
         blobs.append(blob)
-    return sizes, blobs
+    return sizes, blobs, failed
 
 
 async def run_function(
