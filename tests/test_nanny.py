@@ -249,3 +249,17 @@ def test_squall_worker_without_a_nanny() -> None:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+
+
+def test_the_worker_environment_takes_dasks_pre_spawn_environ() -> None:
+    import dask
+
+    from squall.worker.nanny import _worker_environment
+
+    assert "MALLOC_TRIM_THRESHOLD_" not in _worker_environment() or (
+        "MALLOC_TRIM_THRESHOLD_" in os.environ
+    )
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 1}}):
+        assert _worker_environment()["MALLOC_TRIM_THRESHOLD_"] == os.environ.get(
+            "MALLOC_TRIM_THRESHOLD_", "1"
+        )

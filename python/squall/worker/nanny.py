@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import dask.config
 import psutil  # type: ignore[import-untyped]
 from dask.utils import format_bytes
 
@@ -304,10 +305,13 @@ class Nanny:
 
 
 def _worker_environment() -> dict[str, str]:
-    """The worker's environment: glibc returns freed memory to the system above 64 kiB
-    (``MALLOC_TRIM_THRESHOLD_``, as Dask's nanny sets it, unless set already), so that
-    spilling or freeing results lowers the process memory the thresholds watch."""
-    return {"MALLOC_TRIM_THRESHOLD_": "65536", **os.environ}
+    """The worker's environment: this one, plus Dask's
+    ``distributed.nanny.pre-spawn-environ`` if configured. Unlike Dask's nanny, none is
+    added by default: ``MALLOC_TRIM_THRESHOLD_=65536`` cost 18 % of a tiny-task map's
+    throughput (docs/measurements.md#supervision-and-tls), and large results, which
+    glibc maps on their own, return their memory at once without it."""
+    extra = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
+    return {**{str(k): str(v) for k, v in extra.items()}, **os.environ}
 
 
 def run_nanny(
