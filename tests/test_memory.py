@@ -279,13 +279,9 @@ def test_a_task_outgrowing_the_limit_restarts_its_worker_and_errs() -> None:
             bad.result(timeout=60)
         erred = time.monotonic() - t0
         assert info.value.key == bad.key
-        # As with any crash (tests/test_nanny.py), a task queued in the dying worker's
-        # slots beside the hog shares its suspicion; every other task completes.
-        done = c.gather(others, errors="skip")
-        killed = [i for i, f in enumerate(others) if f.status == "error"]
-        assert all(isinstance(others[i].exception(), KilledWorker) for i in killed)
-        assert len(killed) <= 10, killed
-        assert done == [i + 1 for i in range(200) if i not in killed]
+        # Only the task running when the nanny killed its worker is a suspect
+        # (tests/test_nanny.py): every other task completes.
+        assert c.gather(others) == [i + 1 for i in range(200)]
         eventually(lambda: len(c.nthreads()) == 2, timeout=30)
         print(
             f"memory hog: KilledWorker after {erred:.2f} s, cluster full again "

@@ -256,10 +256,12 @@ def test_the_worker_environment_takes_dasks_pre_spawn_environ() -> None:
 
     from squall.worker.nanny import _worker_environment
 
-    assert "MALLOC_TRIM_THRESHOLD_" not in _worker_environment() or (
-        "MALLOC_TRIM_THRESHOLD_" in os.environ
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"SQUALL_TEST_X": 1}}):
+        assert _worker_environment()["SQUALL_TEST_X"] == "1"
+    # By default (a nanny process, where distributed is not imported) nothing is added.
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    probe = "from squall.worker.nanny import _worker_environment as e; print(sorted(e()))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     )
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 1}}):
-        assert _worker_environment()["MALLOC_TRIM_THRESHOLD_"] == os.environ.get(
-            "MALLOC_TRIM_THRESHOLD_", "1"
-        )
+    assert "MALLOC_TRIM_THRESHOLD_" not in out.stdout

@@ -27,8 +27,8 @@ async def echo(c: comm.Comm) -> None:
     await c.write({"op": ops.ERROR, "message": h.get("say")})
 
 
-async def talk(address: str, security: Security) -> str:
-    c = await comm.connect(address, role="client", security=security, timeout=5)
+async def talk(address: str, security: Security, role: str = "client") -> str:
+    c = await comm.connect(address, role=role, security=security, timeout=5)
     try:
         await c.write({"op": ops.ERROR, "say": "hi"})
         h, _ = await c.read()
@@ -143,10 +143,15 @@ def test_programs_with_a_token_file_refuse_a_wrong_token(tmp_path: Path) -> None
         with Client(address, security=Security(token="tok-123"), timeout=10) as client:
             eventually(lambda: len(client.nthreads()) == 1, timeout=30)
             assert client.submit(sum, [1, 2], pure=False).result(timeout=20) == 3
+            [worker] = client.nthreads()
         with pytest.raises(comm.CommError, match="wrong token"):
             Client(address, security=Security(token="nope"), timeout=5)
         with pytest.raises(comm.CommError, match="requires a token"):
             Client(address, timeout=5)
+        # A worker's peer port (get-data, run) asks for the token too.
+        for stranger in (Security(), Security(token="nope")):
+            with pytest.raises(comm.HandshakeError, match="token"):
+                asyncio.run(talk(worker, stranger, "peer"))
 
 
 def test_a_wildcard_bind_warns_and_is_never_advertised() -> None:

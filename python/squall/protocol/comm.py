@@ -384,10 +384,11 @@ async def listen(
         try:
             async with asyncio.timeout(handshake_timeout):
                 hello, _ = await comm.read()
-                problem = _check_hello(hello, roles)
                 welcome = {"op": ops.WELCOME, "protocol": PROTOCOL, **(info or {})}
-                if problem is None and sec.token is not None:
+                problem = None
+                if sec.token is not None:  # before anything is told to a stranger
                     problem, welcome["proof"] = await _challenge(comm, sec, hello)
+                problem = problem or _check_hello(hello, roles)
                 if problem:
                     await comm.write({"op": ops.ERROR, "message": problem})
                     await comm.close()
