@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dask
 import psutil
 import pytest
 from conftest import eventually
@@ -235,3 +236,56 @@ def test_hostile_hellos_are_refused_without_holding_memory(
         f"scheduler RSS {rss / 2**20:.0f} MiB before the hostile hellos, {after / 2**20:.0f} after"
     )
     assert after - rss < 64 * 2**20, f"the scheduler kept {(after - rss) / 2**20:.0f} MiB"
+
+
+def test_silent_connections_are_closed_and_live_ones_kept() -> None:
+    timeouts = {
+        "DASK_SQUALL__COMM__TIMEOUTS__TCP": "1s",
+        "DASK_SQUALL__COMM__TIMEOUTS__IDLE": "2s",
+    }
+    env = {**os.environ, **timeouts}
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert sched.stdout is not None
+    address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+    worker = subprocess.Popen([sys.executable, "-m", "squall.cli", "worker", address], env=env)
+
+    async def strangers() -> list[bool]:
+        """Handshaken client connections that then say nothing: closed by the scheduler?"""
+        conns = [
+            await comm.connect(address, role="client", info={"client": "idle"}, timeout=10)
+            for _ in range(20)
+        ]
+
+        async def closed(c: comm.Comm) -> bool:
+            try:
+                while True:
+                    await asyncio.wait_for(c.read(), 8)
+            except comm.CommClosedError:
+                return True
+            except TimeoutError:
+                return False
+
+        return list(await asyncio.gather(*map(closed, conns)))
+
+    try:
+        with dask.config.set({"squall.comm.timeouts.tcp": "1s"}), Client(address) as client:
+            eventually(lambda: len(client.nthreads()) == 1, timeout=30)
+            x = client.submit(sum, [1, 2], pure=False)
+            assert x.result(timeout=10) == 3  # the worker's peer connection is cached
+            start = time.monotonic()
+            assert all(asyncio.run(strangers()))
+            assert time.monotonic() - start < 8
+            # This client, the worker and its nanny kept theirs; the worker closed the
+            # client's idle peer connection meanwhile, and it is reopened.
+            assert len(client.nthreads()) == 1
+            assert client.gather(x) == 3
+            assert client.submit(sum, [x, 4]).result(timeout=10) == 7
+    finally:
+        for p in (worker, sched):
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=20)

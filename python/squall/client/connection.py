@@ -178,6 +178,7 @@ class ClientConnection:
             liveness.silence_timeout(),
             lambda: self._send({"op": ops.HEARTBEAT_CLIENT}),
             self._scheduler_silent,
+            keep_alive=True,
         )
         self.status = "running"
 

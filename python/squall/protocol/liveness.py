@@ -54,6 +54,35 @@ def death_timeout(value: float | str | None = None) -> float | None:
     return float(seconds)
 
 
+def idle_timeout() -> float | None:
+    """``squall.comm.timeouts.idle``: a listener closes a connection that sent nothing
+    for this long (None: never). Clients and nannies keep theirs alive every quarter of
+    ``squall.comm.timeouts.tcp``, workers with their heartbeats."""
+    if config.get("comm.timeouts.idle") is None:
+        return None
+    idle = config.seconds("comm.timeouts.idle")
+    if idle <= silence_timeout() / 2:
+        raise config.ConfigError(
+            f"squall.comm.timeouts.idle ({idle}s) must exceed half of "
+            f"squall.comm.timeouts.tcp ({silence_timeout()}s): keep-alives come every quarter"
+        )
+    return idle
+
+
+def close_when_idle(c: comm.Comm, who: str) -> Watchdog | None:
+    """Watch a connection a listener accepted: call ``heard()`` on what it reads; it is
+    aborted once it sent nothing for ``idle_timeout()``."""
+    idle = idle_timeout()
+    if idle is None:
+        return None
+
+    def silent(seconds: float) -> None:
+        logger.info("%s sent nothing for %.0fs: closing its connection", who, seconds)
+        c.abort()
+
+    return Watchdog(idle, lambda: None, silent)
+
+
 class Watchdog:
     """Watches one connection: :meth:`heard` on every message received; when the peer
     has been quiet for a quarter of ``timeout``, ``ping`` is called (it should make the
@@ -68,10 +97,16 @@ class Watchdog:
         timeout: float,
         ping: Callable[[], None],
         on_silent: Callable[[float], None],
+        *,
+        keep_alive: bool = False,
     ) -> None:
         self.timeout = timeout
         self._ping = ping
         self._on_silent = on_silent
+        # Ping every quarter of the timeout even when the peer talks: the peer closes
+        # connections that stay silent (idle_timeout), and this side may have nothing
+        # to say for a long time.
+        self._keep_alive = keep_alive
         self._loop = asyncio.get_running_loop()
         self._last = self._woke = self._loop.time()
         self._task = self._loop.create_task(self._watch())
@@ -94,7 +129,7 @@ class Watchdog:
             if quiet >= self.timeout:
                 self._on_silent(quiet)
                 return
-            if quiet >= period:
+            if quiet >= period or self._keep_alive:
                 with contextlib.suppress(comm.CommError):
                     self._ping()
 

@@ -66,29 +66,44 @@ class Peers:
         return list(self._conns)
 
     async def request(
-        self, address: str, header: comm.Header, payload: bytes = b""
+        self, address: str, header: comm.Header, payload: bytes = b"", *, again: bool = False
     ) -> comm.Message:
-        """Send one request to ``address`` and wait for its reply."""
+        """Send one request to ``address`` and wait for its reply. With ``again`` (for a
+        request that may be repeated), a cached connection found closed by the worker
+        (idle too long: ``squall.comm.timeouts.idle``) is replaced once."""
         async with self._locks.setdefault(address, asyncio.Lock()):
             c = self._conns.get(address)
-            if c is None or c.closed:
-                c = await comm.connect(
-                    address, role="peer", timeout=self._connect_timeout, security=self._security
-                )
-                self._conns[address] = c
-            rid = next(self._ids)
+            cached = c is not None and not c.closed
             try:
-                await c.write({**header, "id": rid}, payload)
-                return await asyncio.wait_for(_reply(c, rid), self._reply_timeout)
-            except (comm.CommError, asyncio.TimeoutError):
-                await self.drop(address)
-                raise
+                return await self._send(address, c, header, payload)
+            except comm.CommClosedError:
+                if not (again and cached):
+                    raise
+            return await self._send(address, None, header, payload)
+
+    async def _send(
+        self, address: str, c: comm.Comm | None, header: comm.Header, payload: bytes
+    ) -> comm.Message:
+        """One request over ``c`` (a new connection if None or closed); a connection
+        that fails (or whose reply times out) is dropped."""
+        if c is None or c.closed:
+            c = await comm.connect(
+                address, role="peer", timeout=self._connect_timeout, security=self._security
+            )
+            self._conns[address] = c
+        rid = next(self._ids)
+        try:
+            await c.write({**header, "id": rid}, payload)
+            return await asyncio.wait_for(_reply(c, rid), self._reply_timeout)
+        except (comm.CommError, asyncio.TimeoutError):
+            await self.drop(address)
+            raise
 
     async def get_data(self, address: str, keys: list[Hashable]) -> DataReply:
         """``get-data``: each key's size in the payload (-1: the worker lacks it; -2: its
         value cannot be pickled, ``failed`` says why), and the payload of the pickles."""
         h, payload = await self.request(
-            address, {"op": ops.GET_DATA, "n": len(keys)}, encode_keys(keys)
+            address, {"op": ops.GET_DATA, "n": len(keys)}, encode_keys(keys), again=True
         )
         sizes = h.get("sizes")
         if h["op"] != ops.DATA or not isinstance(sizes, list):

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import comm, liveness, ops
 from squall.scheduler.lifecycle import Lifecycle
 from squall.security import Security
 
@@ -167,14 +167,21 @@ class SchedulerServer:
         self, c: comm.Comm, who: str, handle: Callable[[comm.Header, memoryview], None]
     ) -> None:
         """Hand each message of ``c`` to ``handle``, and the core's commands out after
-        each batch, until the connection ends."""
+        each batch, until the connection ends (or stays silent past the idle timeout)."""
+        idle = liveness.close_when_idle(c, who)
         try:
             while True:
-                for header, payload in await c.read_messages():
+                messages = await c.read_messages()
+                if idle is not None:
+                    idle.heard()
+                for header, payload in messages:
                     handle(header, payload)
                 self._dispatch()
         except comm.CommError as e:
             logger.info("%s left: %s", who, e)
+        finally:
+            if idle is not None:
+                idle.stop()
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
@@ -397,6 +404,8 @@ class SchedulerServer:
             await stream.close()
 
     def _nanny_message(self, nanny: str, h: comm.Header) -> None:
+        if h["op"] == ops.HEARTBEAT_CLIENT:  # a keep-alive (idle connections close)
+            return
         if h["op"] != ops.WORKER_DIED:
             raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
         try:

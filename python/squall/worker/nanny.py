@@ -115,17 +115,28 @@ class Nanny:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.close)
         reader = loop.create_task(self._read_scheduler())
+        keep_alive = loop.create_task(self._keep_alive())
         try:
             await self._supervise()
         finally:
             await self._stop_worker()
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            for task in (reader, keep_alive):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self._scheduler_comm().close()
             await self._listener.close()
             self._record.unlink(missing_ok=True)
         return 0
+
+    async def _keep_alive(self) -> None:
+        """The scheduler closes connections that stay silent (``squall.comm.timeouts.idle``),
+        and a nanny may have nothing to report for days: say something every quarter of
+        ``squall.comm.timeouts.tcp``."""
+        while True:
+            await asyncio.sleep(liveness.silence_timeout() / 4)
+            with contextlib.suppress(comm.CommError, AssertionError):
+                await self._scheduler_comm().write({"op": ops.HEARTBEAT_CLIENT})
 
     async def _join(self) -> bool:
         """Register with the scheduler, retrying with backoff for ``death_timeout``;

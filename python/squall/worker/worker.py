@@ -741,9 +741,13 @@ class Worker:
 
     async def _serve_peer(self, c: comm.Comm) -> None:
         self._incoming.add(c)
+        idle = liveness.close_when_idle(c, f"peer {c.peer}")
         try:
             while True:
-                for h, payload in await c.read_messages():
+                messages = await c.read_messages()
+                if idle is not None:
+                    idle.heard()
+                for h, payload in messages:
                     op = h["op"]
                     if op == ops.GET_DATA:
                         # In a call of its own: this frame outlives the request, and
@@ -761,6 +765,8 @@ class Worker:
         except comm.MALFORMED as e:
             logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
+            if idle is not None:
+                idle.stop()
             self._incoming.discard(c)
 
     async def _serve_get_data(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
