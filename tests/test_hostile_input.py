@@ -238,6 +238,22 @@ def test_hostile_hellos_are_refused_without_holding_memory(
     assert after - rss < 64 * 2**20, f"the scheduler kept {(after - rss) / 2**20:.0f} MiB"
 
 
+def test_a_nanny_connection_takes_no_large_frames(
+    live: tuple[str, str, subprocess.Popen[str]],
+) -> None:
+    address, _, sched = live
+
+    async def send_big() -> None:
+        c = await comm.connect(address, role="nanny", info={"address": "tcp://127.0.0.1:9"})
+        await c.read()  # registered
+        await c.write({"op": ops.WORKER_DIED, "pid": 1, "exit_code": 1}, b"x" * 2**21)
+        with pytest.raises(comm.CommClosedError):
+            await asyncio.wait_for(c.read(), 10)
+
+    asyncio.run(send_big())
+    still_serving(address, [sched.pid])
+
+
 def test_silent_connections_are_closed_and_live_ones_kept() -> None:
     timeouts = {
         "DASK_SQUALL__COMM__TIMEOUTS__TCP": "1s",

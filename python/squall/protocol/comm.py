@@ -66,6 +66,10 @@ MALFORMED = (KeyError, IndexError, TypeError, ValueError, OverflowError)
 #: must not make a process buffer (or parse) more before it has been accepted.
 HELLO_MAX_BYTES = 64 * 2**10
 
+#: Frame caps of roles that never send much (a nanny: ``worker-died`` and keep-alives);
+#: the others may send graphs, results or scattered data up to ``max-frame-bytes``.
+ROLE_MAX_FRAME_BYTES = {"nanny": 2**20}
+
 #: Room left in a frame for the batch's headers (msgpack), beside its payloads.
 HEADER_ROOM = 16 * 2**20
 #: A payload that does not fit one frame is sent in parts of at most this many bytes,
@@ -399,7 +403,7 @@ async def listen(
             logger.debug("%s: handshake refused: %s", comm.peer, e)
             await comm.close()
             return
-        comm.max_frame_bytes = limit
+        comm.max_frame_bytes = min(limit, ROLE_MAX_FRAME_BYTES.get(hello["role"], limit))
         try:
             await handler(comm)
         except CommError as e:
