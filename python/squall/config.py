@@ -10,6 +10,7 @@ paths.
 
 from __future__ import annotations
 
+import logging
 import pathlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -69,13 +70,32 @@ def port(name: str) -> int:
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+#: Every line of the programs' logs: when, how serious, which part, what.
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
 def log_level(value: str | None = None) -> str:
     """A logging level name (``value``, else ``squall.logging.level``), upper-cased."""
     where = "log level" if value is not None else "squall.logging.level"
     level = get("logging.level") if value is None else value
+    return _level(level, where)
+
+
+def _level(level: Any, where: str) -> str:
     if not isinstance(level, str) or level.upper() not in _LEVELS:
         raise ConfigError(f"{where}: expected one of {', '.join(_LEVELS)}, got {level!r}")
     return level.upper()
+
+
+def setup_logging(level: str) -> None:
+    """The programs' logging: ``level`` (``--log-level`` or ``squall.logging.level``)
+    for everything, ``LOG_FORMAT`` on stderr, and per logger the levels given beside
+    ``level`` under ``squall.logging`` (``{"squall.comm": "debug"}``), as Dask's
+    ``distributed.logging`` takes them."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    for name, value in dict(get("logging")).items():
+        if name != "level":
+            logging.getLogger(str(name)).setLevel(_level(value, f"squall.logging.{name}"))
 
 
 # ----- the core's scheduling knobs ------------------------------------------------------

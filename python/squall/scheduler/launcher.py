@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         port = config.port("scheduler.port") if args.port is None else args.port
         address = comm.format_address(host, port)
         comm.parse_address(address)
-        logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+        config.setup_logging(level)
         asyncio.run(run_scheduler(address))
     except (ValueError, OSError, comm.CommError) as e:
         print(f"squall scheduler: {e}", file=sys.stderr)

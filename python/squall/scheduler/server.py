@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm, liveness, ops
+from squall.scheduler.failure_log import FailureLog
 from squall.scheduler.lifecycle import Lifecycle
 from squall.security import Security
 
@@ -94,6 +95,7 @@ class SchedulerServer:
         init=False, default_factory=dict
     )
     _nanny_report_timeout: float = field(init=False)
+    _failures: FailureLog = field(init=False, default_factory=FailureLog)
     #: Retiring, restarting some workers, waiting for workers, adaptive target, shutdown.
     lifecycle: Lifecycle = field(init=False)
 
@@ -116,7 +118,8 @@ class SchedulerServer:
         )
         self.address = self._listener.address
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
-        logger.info("scheduler listening at %s", self.address)
+        # `squall scheduler` prints the one listening line (on stdout, for its starters).
+        logger.debug("scheduler listening at %s", self.address)
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -135,6 +138,7 @@ class SchedulerServer:
         while True:
             await asyncio.sleep(self._tick_interval)
             self.core.tick(now=self.now())
+            self._failures.tick(self.now())
             self._dispatch()
 
     def _pace_heartbeats(self, w: int, interval: float) -> None:
@@ -304,6 +308,12 @@ class SchedulerServer:
                     logger.debug("worker %d: %d stale finished reports", w, len(rejected))
             elif op == ops.ERRED:
                 n_exc = int(h.get("n_exception", 0))
+                self._failures.failed(
+                    self.core.task_info(int(h["task"]))["key"],
+                    self.workers[w].address,
+                    str(h.get("exception_text", "")),
+                    now,
+                )
                 self.core.task_erred(
                     w,
                     int(h["task"]),
@@ -448,6 +458,7 @@ class SchedulerServer:
         self.clients[cid] = Peer(c, stream, name)
         await c.write({"op": ops.REGISTERED, "client_id": cid})
         stream.start()
+        logger.info("client %s connected from %s", name, c.peer)
 
         def handle(header: comm.Header, payload: memoryview) -> None:
             reply = self._client_message(cid, header, payload)

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
             p.error("--listen with a fixed port needs --nworkers 1")
         return _run_workers(args)
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config.setup_logging(level)
     try:
         memory_limit = worker_memory_limit(args)
     except (config.ConfigError, ValueError) as e:

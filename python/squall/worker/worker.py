@@ -629,6 +629,10 @@ class Worker:
             self._send({"op": ops.DROP_REPLICAS}, dropped)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
+        exc_text, tb_text = err[0], err[1]
+        key = self._core.task_key(tid)
+        where = self.address
+        logger.warning("worker %s: task %r failed: %s\n%s", where, key, exc_text, tb_text.rstrip())
         fields, payload = error_fields(err)
         self._send({"op": ops.ERRED, "task": tid, "run_id": run_id, **fields}, payload)
 

@@ -400,6 +400,15 @@ impl WorkerCore {
     }
 
     /// The tasks known: `{task: (key, state)}` (a snapshot).
+    /// The key of the task `task` names here, if it knows it (logs, errors).
+    fn task_key(&self, py: Python<'_>, task: u32) -> PyResult<Option<Py<PyAny>>> {
+        let key = {
+            let g = self.lock();
+            g.m.task(task).map(|t| key_of(&g.m, t.key))
+        };
+        key.map(|k| key_to_py(py, &k).map(Bound::unbind)).transpose()
+    }
+
     fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let known: Vec<(u32, Key, &'static str)> = {
             let g = self.lock();
