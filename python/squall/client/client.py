@@ -43,6 +43,7 @@ from dask.utils import funcname
 
 from squall._core import encode_keys
 from squall.client.data import DataMovement
+from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, Key, dep_key, futures_of
 from squall.client.loop import timeout_seconds
 from squall.client.unique import unique_ids
@@ -96,7 +97,7 @@ class CallOptions(NamedTuple):
         }
 
 
-class Client(DataMovement):
+class Client(DataMovement, Diagnostics):
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.deploy.local.LocalCluster`

@@ -44,6 +44,8 @@ REPLIES = frozenset(
         ops.GRAPH_ACCEPTED,
         ops.REQUEST_FAILED,
         ops.SCHEDULER_INFO,
+        ops.WORKER_KEYS,
+        ops.STORY,
         ops.SCATTERED,
         ops.RESTARTED,
         *ops.LIFECYCLE_REQUESTS,

@@ -489,6 +489,10 @@ class SchedulerServer:
                 else:
                     self.core.retry(keys, now=now)
                 return None
+            if op == ops.WORKER_KEYS:
+                return self._worker_keys(h)
+            if op == ops.STORY:
+                return self._story(h, decode_keys(bytes(payload)))
             if op == ops.SCHEDULER_INFO:
                 return self._scheduler_info(h), b""
             if op == ops.HEARTBEAT_CLIENT:  # a keep-alive: the answer shows this is alive
@@ -559,6 +563,29 @@ class SchedulerServer:
             "total_memory": self.core.total_memory,
             "workers": workers,
         }
+
+    def _worker_keys(self, h: comm.Header) -> tuple[comm.Header, bytes]:
+        """The keys each worker holds or processes, with their sizes: counts per worker
+        in the header, the keys in one payload (keys may be tuples, which msgpack
+        would turn into lists)."""
+        wanted = h.get("workers")
+        counts: list[list[Any]] = []
+        keys: list[Any] = []
+        nbytes: list[int] = []
+        for address, w in self.core.workers():
+            if wanted is not None and address not in wanted:
+                continue
+            held = self.core.worker_keys(w, str(h["which"]))
+            counts.append([address, len(held)])
+            keys += [k for k, _ in held]
+            nbytes += [n for _, n in held]
+        reply = {"op": ops.WORKER_KEYS, "id": h.get("id"), "workers": counts, "nbytes": nbytes}
+        return reply, encode_keys(keys)
+
+    def _story(self, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
+        """Each key's retained transitions (the core keeps a log per key)."""
+        stories = [[list(e) for e in self.core.story(k)] for k in keys]
+        return {"op": ops.STORY, "id": h.get("id"), "stories": stories}, b""
 
     def _nanny_of(self, w: int) -> str | None:
         peer = self.workers.get(w)

@@ -3,6 +3,7 @@
 use super::Scheduler;
 use crate::convert::{key_from_py, key_to_py};
 use crate::errors::{UnknownTaskError, UnknownWorkerError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use squall_core::{TaskId, WorkerId, WorkerMemory, WorkerStatus};
@@ -127,6 +128,37 @@ impl Scheduler {
         self.inner
             .worker_ids()
             .map(|w| (self.inner.worker(w).address.clone(), w.0))
+            .collect()
+    }
+
+    /// The keys a worker holds (`"has_what"`) or runs and queues (`"processing"`),
+    /// with their sizes in bytes (diagnostics: `Client.has_what`, `.processing`).
+    fn worker_keys<'py>(
+        &self,
+        py: Python<'py>,
+        worker: u32,
+        which: &str,
+    ) -> PyResult<Vec<(Bound<'py, PyAny>, i64)>> {
+        let Some(ws) = self.inner.get_worker(WorkerId(worker)) else {
+            return Err(UnknownWorkerError::new_err(format!(
+                "unknown worker id {worker}"
+            )));
+        };
+        let tasks: Vec<TaskId> = match which {
+            "has_what" => ws.has_what.clone(),
+            "processing" => ws.processing.iter().copied().collect(),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown worker key set {which:?}"
+                )))
+            }
+        };
+        tasks
+            .into_iter()
+            .map(|t| {
+                let ts = self.inner.task(t);
+                Ok((key_to_py(py, &ts.key)?, ts.nbytes))
+            })
             .collect()
     }
 

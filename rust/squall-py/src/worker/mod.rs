@@ -406,7 +406,8 @@ impl WorkerCore {
             let g = self.lock();
             g.m.task(task).map(|t| key_of(&g.m, t.key))
         };
-        key.map(|k| key_to_py(py, &k).map(Bound::unbind)).transpose()
+        key.map(|k| key_to_py(py, &k).map(Bound::unbind))
+            .transpose()
     }
 
     fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
