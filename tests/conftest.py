@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -24,18 +25,33 @@ def cluster() -> Iterator[squall.LocalCluster]:
         yield cluster
 
 
+def start_scheduler(*flags: str, **popen: Any) -> tuple[subprocess.Popen[str], str]:
+    """``squall scheduler --port 0 FLAGS`` in a subprocess (``popen``: more
+    ``subprocess.Popen`` arguments, e.g. ``stderr=``, ``env=``) and the address it prints."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0", *flags],
+        stdout=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+
+
+def start_worker(address: str, *flags: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """``squall worker ADDRESS FLAGS`` in a subprocess."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "worker", address, *flags], **popen
+    )
+
+
 @contextmanager
 def cli_scheduler() -> Iterator[str]:
     """``squall scheduler --port 0`` in a subprocess; yields its address and checks it
     exits cleanly on SIGTERM."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc, address = start_scheduler()
     try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+        yield address
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

@@ -10,7 +10,6 @@ import random
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import dask
 import psutil
 import pytest
-from conftest import eventually
+from conftest import eventually, start_scheduler, start_worker
 
 from squall import Client
 from squall._core import encode_keys
@@ -121,18 +120,8 @@ async def raw_frames(address: str, frames: list[bytes]) -> None:
 @pytest.fixture(scope="module")
 def live() -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
     """A scheduler and one worker (no nanny) as processes: (scheduler, worker address)."""
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=LOG.open("w"),
-        text=True,
-    )
-    assert sched.stdout is not None
-    address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "worker", address, "--no-nanny"],
-        stderr=LOG.open("a"),
-    )
+    sched, address = start_scheduler(stderr=LOG.open("w"))
+    worker = start_worker(address, "--no-nanny", stderr=LOG.open("a"))
     try:
         with Client(address, timeout=20) as client:
             eventually(lambda: len(client.nthreads()) == 1, timeout=30)
@@ -260,15 +249,8 @@ def test_silent_connections_are_closed_and_live_ones_kept() -> None:
         "DASK_SQUALL__COMM__TIMEOUTS__IDLE": "2s",
     }
     env = {**os.environ, **timeouts}
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert sched.stdout is not None
-    address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
-    worker = subprocess.Popen([sys.executable, "-m", "squall.cli", "worker", address], env=env)
+    sched, address = start_scheduler(env=env)
+    worker = start_worker(address, env=env)
 
     async def strangers() -> list[bool]:
         """Handshaken client connections that then say nothing: closed by the scheduler?"""

@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import eventually
+from conftest import eventually, start_scheduler, start_worker
 
 from squall import Client, LocalCluster
 from squall.protocol import comm, ops
@@ -122,14 +121,8 @@ def token_programs(tmp_path: Path, token: str) -> Iterator[str]:
     secret.write_text(token + "\n")
     secret.chmod(0o600)
     flags = ["--token-file", str(secret)]
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0", *flags],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert sched.stdout is not None
-    address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
-    worker = subprocess.Popen([sys.executable, "-m", "squall.cli", "worker", address, *flags])
+    sched, address = start_scheduler(*flags)
+    worker = start_worker(address, *flags)
     try:
         yield address
     finally:
@@ -156,15 +149,8 @@ def test_programs_with_a_token_file_refuse_a_wrong_token(tmp_path: Path) -> None
 
 def test_a_wildcard_bind_warns_and_is_never_advertised() -> None:
     # Only bound and printed here: nothing dials the host's own address.
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--host", "0.0.0.0", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    sched, address = start_scheduler("--host", "0.0.0.0", stderr=subprocess.PIPE)
     try:
-        assert sched.stdout is not None and sched.stderr is not None
-        address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
         assert address.startswith("tcp://") and "0.0.0.0" not in address
     finally:
         sched.send_signal(signal.SIGTERM)
@@ -173,18 +159,11 @@ def test_a_wildcard_bind_warns_and_is_never_advertised() -> None:
 
 
 def test_a_worker_advertises_its_contact_address() -> None:
-    sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert sched.stdout is not None
-    address = sched.stdout.readline().rsplit(" ", 1)[-1].strip()
+    sched, address = start_scheduler()
     # 127.0.0.2 is loopback too: the worker listens on every address, and says this one.
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "worker", address, "--no-nanny",
-         "--listen", "tcp://0.0.0.0:0", "--contact-address", "127.0.0.2"]
-    )  # fmt: skip
+    worker = start_worker(
+        address, "--no-nanny", "--listen", "tcp://0.0.0.0:0", "--contact-address", "127.0.0.2"
+    )
     try:
         with Client(address, timeout=10) as client:
             eventually(lambda: len(client.nthreads()) == 1, timeout=30)
