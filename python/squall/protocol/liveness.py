@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from dask.utils import parse_timedelta
 
@@ -69,9 +69,22 @@ def idle_timeout() -> float | None:
     return idle
 
 
-def close_when_idle(c: comm.Comm, who: str) -> Watchdog | None:
-    """Watch a connection a listener accepted: call ``heard()`` on what it reads; it is
-    aborted once it sent nothing for ``idle_timeout()``."""
+async def read_batches(c: comm.Comm, who: str) -> AsyncGenerator[list[comm.Message], None]:
+    """The message batches of a connection a listener accepted, until it ends; it is
+    aborted once it sent nothing for ``idle_timeout()``. Use under ``aclosing``."""
+    idle = _close_when_idle(c, who)
+    try:
+        while True:
+            messages = await c.read_messages()
+            if idle is not None:
+                idle.heard()
+            yield messages
+    finally:
+        if idle is not None:
+            idle.stop()
+
+
+def _close_when_idle(c: comm.Comm, who: str) -> Watchdog | None:
     idle = idle_timeout()
     if idle is None:
         return None

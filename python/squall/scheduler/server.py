@@ -172,20 +172,14 @@ class SchedulerServer:
     ) -> None:
         """Hand each message of ``c`` to ``handle``, and the core's commands out after
         each batch, until the connection ends (or stays silent past the idle timeout)."""
-        idle = liveness.close_when_idle(c, who)
         try:
-            while True:
-                messages = await c.read_messages()
-                if idle is not None:
-                    idle.heard()
-                for header, payload in messages:
-                    handle(header, payload)
-                self._dispatch()
+            async with contextlib.aclosing(liveness.read_batches(c, who)) as batches:
+                async for messages in batches:
+                    for header, payload in messages:
+                        handle(header, payload)
+                    self._dispatch()
         except comm.CommError as e:
             logger.info("%s left: %s", who, e)
-        finally:
-            if idle is not None:
-                idle.stop()
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":

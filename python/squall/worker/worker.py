@@ -745,33 +745,31 @@ class Worker:
 
     async def _serve_peer(self, c: comm.Comm) -> None:
         self._incoming.add(c)
-        idle = liveness.close_when_idle(c, f"peer {c.peer}")
         try:
-            while True:
-                messages = await c.read_messages()
-                if idle is not None:
-                    idle.heard()
-                for h, payload in messages:
-                    op = h["op"]
-                    if op == ops.GET_DATA:
-                        # In a call of its own: this frame outlives the request, and
-                        # must keep neither what the worker frees later nor the bytes.
-                        await self._serve_get_data(c, h, payload)
-                    elif op == ops.UPDATE_DATA:
-                        await c.write(self._update_data(h, payload))
-                    elif op == ops.RUN:
-                        await c.write(*await run_function(self, h, payload, self._bg))
-                    else:
-                        raise comm.ProtocolError(f"unknown peer message {op!r}")
+            async with contextlib.aclosing(liveness.read_batches(c, f"peer {c.peer}")) as batches:
+                async for messages in batches:
+                    for h, payload in messages:
+                        await self._peer_request(c, h, payload)
         except comm.CommError as e:
             if not isinstance(e, comm.CommClosedError):
                 logger.info("worker %s: peer %s: %s", self.address, c.peer, e)
         except comm.MALFORMED as e:
             logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
         finally:
-            if idle is not None:
-                idle.stop()
             self._incoming.discard(c)
+
+    async def _peer_request(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
+        op = h["op"]
+        if op == ops.GET_DATA:
+            # In a call of its own: this frame outlives the request, and must keep
+            # neither what the worker frees later nor the bytes.
+            await self._serve_get_data(c, h, payload)
+        elif op == ops.UPDATE_DATA:
+            await c.write(self._update_data(h, payload))
+        elif op == ops.RUN:
+            await c.write(*await run_function(self, h, payload, self._bg))
+        else:
+            raise comm.ProtocolError(f"unknown peer message {op!r}")
 
     async def _serve_get_data(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
         sizes, blobs, failed = await _pickle_values(self._core.get_data(bytes(payload), _MISSING))
