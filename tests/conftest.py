@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -8,9 +9,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import dask.config
 import pytest
 
 import squall
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Many schedulers run during the tests, some at once: each serves its dashboard on
+    a free port (processes started by tests inherit this), not all on 8787."""
+    os.environ["DASK_SQUALL__SCHEDULER__DASHBOARD__ADDRESS"] = ":0"
+    dask.config.set({"squall.scheduler.dashboard.address": ":0"})
 
 
 @pytest.fixture

@@ -101,7 +101,7 @@ def setup_logging(level: str) -> None:
 # ----- the core's scheduling knobs ------------------------------------------------------
 
 # Keys of squall.scheduler that configure the scheduler process, not its core.
-_SERVER_KEYS = frozenset({"host", "port", "tick-interval", "nanny-report-timeout"})
+_SERVER_KEYS = frozenset({"host", "port", "tick-interval", "nanny-report-timeout", "dashboard"})
 
 
 def _duration(value: Any, where: str, unit: str = "s") -> float:

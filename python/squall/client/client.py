@@ -42,6 +42,7 @@ from dask.delayed import delayed
 from dask.utils import funcname
 
 from squall._core import encode_keys
+from squall.client import display
 from squall.client.data import DataMovement
 from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, Key, dep_key, futures_of
@@ -132,8 +133,28 @@ class Client(DataMovement, Diagnostics):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def dashboard_link(self) -> str | None:
+        """The scheduler's dashboard, as a person reaches it (None if it serves none)."""
+        return display.dashboard_link(self.address, self.dashboard_port)
+
+    def _identity_for_display(self) -> dict[str, Any] | None:
+        """The cluster's shape for a repr: asked now on a running synchronous client
+        (at most 2 s), else unknown — a repr must not fail or hang."""
+        if self.asynchronous or self.status != "running":
+            return None
+        try:
+            return dict(self.sync(self._identity, callback_timeout=2))
+        except Exception:
+            return None
+
     def __repr__(self) -> str:
-        return f"<Client: {self.address!r} status={self.status}>"
+        return display.text_repr(self.address, self.status, self._identity_for_display())
+
+    def _repr_html_(self) -> str:
+        return display.html_repr(
+            self.id, self.address, self.status, self.dashboard_link, self._identity_for_display()
+        )
 
     def _send_graph(
         self,

@@ -110,6 +110,8 @@ class ClientConnection:
         self._refcount_lock = threading.RLock()
         self._timeout = timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
         self._comm: comm.Comm | None = None
+        #: The port of the scheduler's dashboard (None: it serves none), told on connecting.
+        self.dashboard_port: int | None = None
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
         self._watchdog: liveness.Watchdog | None = None
@@ -173,6 +175,8 @@ class ClientConnection:
                 f"scheduler {self.address} refused the client: {header.get('message')}"
             )
         self._comm = c
+        port = header.get("dashboard")
+        self.dashboard_port = port if isinstance(port, int) else None
         self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())

@@ -55,7 +55,7 @@ class ClusterOps(ClientConnection):
                 "type": "Scheduler",
                 "id": h["scheduler_id"],
                 "address": h["address"],
-                "services": {},
+                "services": h.get("services", {}),
                 "started": h["started"],
                 "n_workers": len(h["workers"]),
                 "total_threads": h["total_threads"],
@@ -272,7 +272,7 @@ def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
         "memory_limit": w["memory_limit"],
         "resources": w["resources"],
         "status": w["status"],
-        "services": {},
+        "services": w.get("services", {}),
         "nanny": w["nanny"],
         # The worker's memory (docs/runtime.md#memory), with distributed's names.
         "metrics": {**w["metrics"], "in_memory": w["has_what"], "processing": w["processing"]},

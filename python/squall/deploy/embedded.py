@@ -46,6 +46,7 @@ class EmbeddedCluster:
         address: str,
         scheduler_config: dict[str, Any] | None,
         security: Security | None = None,
+        dashboard_address: str | int | None = "config",
     ) -> None:
         self.security = security
         self._loop = asyncio.new_event_loop()
@@ -55,7 +56,9 @@ class EmbeddedCluster:
         self._thread.start()
         self.workers: list[Worker] = []
         self._watchers: set[asyncio.Task[None]] = set()
-        self.scheduler = self.call(self._start_scheduler(address, scheduler_config, security))
+        self.scheduler = self.call(
+            self._start_scheduler(address, scheduler_config, security, dashboard_address)
+        )
         self.address = self.scheduler.address
         _open.add(self)
 
@@ -65,9 +68,16 @@ class EmbeddedCluster:
 
     @staticmethod
     async def _start_scheduler(
-        address: str, config: dict[str, Any] | None, security: Security | None
+        address: str,
+        config: dict[str, Any] | None,
+        security: Security | None,
+        dashboard_address: str | int | None,
     ) -> SchedulerServer:
-        server = SchedulerServer(address, config, security)
+        server = (
+            SchedulerServer(address, config, security)
+            if dashboard_address == "config"
+            else SchedulerServer(address, config, security, dashboard_address)
+        )
         await server.start()
         return server
 

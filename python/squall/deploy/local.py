@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from squall import config
+from squall.client import display
 from squall.deploy.adaptive import Adaptive
 from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
@@ -72,6 +73,7 @@ class LocalCluster:
         security: Security | bool | None = None,
         memory_limit: str | float | None = "auto",
         local_directory: str | None = None,
+        dashboard_address: str | int | None = "config",
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
@@ -96,6 +98,8 @@ class LocalCluster:
         self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
         if self.security is not None:
             self._env.update(self.security.to_env(Path(self._secrets.name)))
+        #: The scheduler's dashboard address ("config": squall.scheduler.dashboard.address).
+        self._dashboard_address = dashboard_address
         self._scaling = Scaling(self, log_level)
         try:
             if processes:
@@ -108,6 +112,10 @@ class LocalCluster:
 
     def _start(self, host: str, port: int, timeout: float, log_level: str) -> None:
         cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", str(port)]
+        if self._dashboard_address is None:
+            cmd.append("--no-dashboard")
+        elif self._dashboard_address != "config":
+            cmd += ["--dashboard-address", str(self._dashboard_address)]
         self._scheduler = subprocess.Popen(
             [*cmd, "--log-level", log_level, "--watch-stdin"],
             stdin=lifeline(),
@@ -129,7 +137,10 @@ class LocalCluster:
         self, host: str, port: int, timeout: float, scheduler_kwargs: dict[str, Any] | None
     ) -> None:
         self._embedded = EmbeddedCluster(
-            comm.format_address(host, port, self._scheme), scheduler_kwargs, self.security
+            comm.format_address(host, port, self._scheme),
+            scheduler_kwargs,
+            self.security,
+            self._dashboard_address,
         )
         self._host = host
         self.scheduler_address = self._embedded.address
@@ -174,6 +185,12 @@ class LocalCluster:
     @property
     def worker_processes(self) -> list[subprocess.Popen[str]]:
         return list(self._procs)
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The scheduler's dashboard, as a person reaches it (None: it serves none)."""
+        port = self.scheduler_info()["services"].get("dashboard")
+        return display.dashboard_link(self.scheduler_address, port)
 
     def scheduler_info(self) -> dict[str, Any]:
         return _run(scheduler_info(self.scheduler_address, self.security))

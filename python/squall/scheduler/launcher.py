@@ -11,16 +11,19 @@ from typing import Any
 
 from squall import config, security
 from squall.deploy.lifeline import parse_process_args
+from squall.http import options as http_options
 from squall.protocol import comm
 from squall.scheduler.server import SchedulerServer
 
 logger = logging.getLogger("squall.scheduler")
 
 
-async def run_scheduler(address: str, config: dict[str, Any] | None = None) -> None:
+async def run_scheduler(
+    address: str, dashboard_address: str | int | None, config: dict[str, Any] | None = None
+) -> None:
     """Run a scheduler until SIGINT/SIGTERM or a client's ``shutdown`` (``squall
     scheduler``)."""
-    server = SchedulerServer(address, config)
+    server = SchedulerServer(address, config, dashboard_address=dashboard_address)
     await server.start()
     print(f"squall scheduler listening at {server.address}", flush=True)
     stop = asyncio.Event()
@@ -45,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--port", type=int, help="port, 0 picks a free one (default: squall.scheduler.port)"
     )
     security.add_cli_options(p)
+    http_options.add_cli_options(p, "scheduler.dashboard.address")
     args = parse_process_args(p, argv)
     try:
         security.apply_cli_options(args, "scheduler")
@@ -56,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         address = comm.format_address(host, port)
         comm.parse_address(address)
         config.setup_logging(level)
-        asyncio.run(run_scheduler(address))
+        asyncio.run(
+            run_scheduler(address, http_options.address_from(args, "scheduler.dashboard.address"))
+        )
     except (ValueError, OSError, comm.CommError) as e:
         print(f"squall scheduler: {e}", file=sys.stderr)
         return 1

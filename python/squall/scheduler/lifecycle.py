@@ -15,6 +15,7 @@ import contextlib
 import heapq
 import logging
 import math
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ class Lifecycle:
         self.on_shutdown: Callable[[], None] | None = None
         self._retiring: set[int] = set()
         self._closing: asyncio.Task[None] | None = None
+        self._idle_since: float | None = None
 
     # ----- requests -------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class Lifecycle:
     async def _retire_request(self, cid: int, h: comm.Header) -> comm.Header:
         s = self.server
         if h.get("workers") is not None:
-            ids = self._resolve(h["workers"])
+            ids = self.resolve(h["workers"])
         else:  # Dask's choice: idle workers whose going leaves memory for the data
             n = h.get("n")
             ids = s.core.workers_to_close(n=None if n is None else int(n))
@@ -101,7 +103,7 @@ class Lifecycle:
 
     async def _restart_request(self, cid: int, h: comm.Header) -> comm.Header:
         s = self.server
-        ids = self._resolve(h["workers"])
+        ids = self.resolve(h["workers"])
         peers = [s.workers[w] for w in ids if w in s.workers]
         no_nanny = [p.address for p in peers if p.nanny is None]
         if no_nanny:
@@ -280,7 +282,7 @@ class Lifecycle:
         nanny = self.server.nannies.get(peer.nanny) if peer.nanny is not None else None
         (nanny or peer).send({"op": ops.RESTART if restart else ops.CLOSE})
 
-    def _resolve(self, workers: Any) -> list[int]:
+    def resolve(self, workers: Any) -> list[int]:
         """Worker ids of ``workers`` (addresses or names); ValueError names unknown ones."""
         s = self.server
         names = {}
@@ -292,6 +294,17 @@ class Lifecycle:
         if unknown:
             raise ValueError(f"no such worker(s): {', '.join(map(str, unknown))}")
         return [names[str(x)] for x in wanted]
+
+    def check_idle(self) -> float | None:
+        """When (epoch seconds) the cluster last became idle — nothing processing,
+        queued or waiting for a worker — as last seen by this call; None while busy
+        (Dask's ``check_idle``, polled by Kubernetes' Dask operator)."""
+        counts = self.server.core.state_counts()
+        if any(counts.get(state, 0) for state in ("processing", "queued", "no-worker")):
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = time.time()
+        return self._idle_since
 
     # ----- shutdown -------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
@@ -23,6 +23,9 @@ from squall.protocol import comm, liveness, ops
 from squall.scheduler.failure_log import FailureLog
 from squall.scheduler.lifecycle import Lifecycle
 from squall.security import Security
+
+if TYPE_CHECKING:
+    from squall.http.server import HttpServer
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -48,6 +51,8 @@ class Peer:
     pid: int | None = None
     #: Its nanny's ``worker-died`` came while it was still registered (workers only).
     died: bool = False
+    #: The port of its HTTP routes (workers only; None: it serves none).
+    dashboard: int | None = None
 
     def send(self, header: comm.Header, payload: bytes | memoryview = b"") -> None:
         """Queue a message. One to a peer whose connection already closed is dropped:
@@ -55,6 +60,12 @@ class Peer:
         message, a tick) must not fail for it."""
         with contextlib.suppress(comm.CommClosedError):
             self.stream.send(header, payload)
+
+
+def _port_or_none(value: Any) -> int | None:
+    """A port a peer reported, if it is one (a malformed value is ignored: it only
+    feeds links on the dashboard)."""
+    return value if isinstance(value, int) and 0 < value < 65536 else None
 
 
 class DeathReport(NamedTuple):
@@ -76,6 +87,13 @@ class SchedulerServer:
     config: dict[str, Any] | None = None
     #: TLS and token (docs/security.md); None: the process's, from config.
     security: Security | None = None
+    #: Where the dashboard and HTTP routes are served (docs/dashboard.md): ":8787",
+    #: "host:port", ":0" for a free port; None: not served.
+    dashboard_address: str | int | None = field(
+        default_factory=lambda: config.get("scheduler.dashboard.address")
+    )
+    #: The HTTP listener, once started (None: no dashboard).
+    http: HttpServer | None = field(init=False, default=None)
     core: Scheduler = field(init=False)
     workers: dict[int, Peer] = field(default_factory=dict)
     clients: dict[int, Peer] = field(default_factory=dict)
@@ -110,6 +128,7 @@ class SchedulerServer:
         return time.monotonic() - self._t0
 
     async def start(self) -> None:
+        bind_host = comm.parse_address(self.address)[0]
         self._listener = await comm.listen(
             self.address,
             self._serve,
@@ -117,11 +136,25 @@ class SchedulerServer:
             security=self.security,
         )
         self.address = self._listener.address
+        if self.dashboard_address is not None:
+            await self._serve_http(self.dashboard_address, bind_host)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         # `squall scheduler` prints the one listening line (on stdout, for its starters).
         logger.debug("scheduler listening at %s", self.address)
 
+    async def _serve_http(self, address: str | int, bind_host: str) -> None:
+        """The dashboard and HTTP routes; a dashboard address without a host binds the
+        interface the scheduler binds. Imported here: tornado is needed only then."""
+        from squall.http.scheduler_routes import STATIC, scheduler_routes
+        from squall.http.server import HttpServer, parse_http_address
+
+        self.http = HttpServer(scheduler_routes(self), static_path=STATIC)
+        await self.http.start(*parse_http_address(address, bind_host))
+        logger.info("dashboard at %s", self.http.url("/status"))
+
     async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
         for t in self._tasks:
             t.cancel()
         if self._ticker is not None:
@@ -209,7 +242,13 @@ class SchedulerServer:
         stream = comm.BatchedSend(c, self._batch_interval)
         name = str(info.get("name", info["address"]))
         self.workers[w] = Peer(
-            c, stream, name, info["address"], nanny=info.get("nanny"), pid=info.get("pid")
+            c,
+            stream,
+            name,
+            info["address"],
+            nanny=info.get("nanny"),
+            pid=info.get("pid"),
+            dashboard=_port_or_none(info.get("dashboard")),
         )
         await c.write({"op": ops.REGISTERED, "worker_id": w})
         stream.start()
@@ -450,7 +489,8 @@ class SchedulerServer:
         cid = self.core.client(name)
         stream = comm.BatchedSend(c, self._batch_interval)
         self.clients[cid] = Peer(c, stream, name)
-        await c.write({"op": ops.REGISTERED, "client_id": cid})
+        dashboard = None if self.http is None else self.http.port
+        await c.write({"op": ops.REGISTERED, "client_id": cid, "dashboard": dashboard})
         stream.start()
         logger.info("client %s connected from %s", name, c.peer)
 
@@ -543,7 +583,7 @@ class SchedulerServer:
 
     def _scheduler_info(self, h: comm.Header) -> comm.Header:
         workers = [
-            {**self.core.worker_info(w), "nanny": self._nanny_of(w)}
+            {**self.core.worker_info(w), "nanny": self._nanny_of(w), "services": self._services(w)}
             for _, w in self.core.workers()
         ]
         return {
@@ -552,6 +592,7 @@ class SchedulerServer:
             "scheduler_id": self.id,
             "address": self.address,
             "started": self.started,
+            "services": {} if self.http is None else {"dashboard": self.http.port},
             "total_threads": self.core.total_nthreads,
             "n_tasks": self.core.n_tasks,
             "total_memory": self.core.total_memory,
@@ -580,6 +621,11 @@ class SchedulerServer:
         """Each key's retained transitions (the core keeps a log per key)."""
         stories = [[list(e) for e in self.core.story(k)] for k in keys]
         return {"op": ops.STORY, "id": h.get("id"), "stories": stories}, b""
+
+    def _services(self, w: int) -> dict[str, int]:
+        """A worker's HTTP port, as distributed lists it (``{"dashboard": port}``)."""
+        peer = self.workers.get(w)
+        return {} if peer is None or peer.dashboard is None else {"dashboard": peer.dashboard}
 
     def _nanny_of(self, w: int) -> str | None:
         peer = self.workers.get(w)

@@ -24,6 +24,7 @@ from dask.utils import parse_timedelta
 from squall import config, security
 from squall.deploy.lifeline import parse_process_args
 from squall.deploy.shape import default_shape
+from squall.http import options as http_options
 from squall.protocol import comm, liveness
 from squall.worker.memory import default_memory_limit, parse_memory_limit
 from squall.worker.worker import Worker
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     # ... and the file where the worker keeps the tasks it is running, for the nanny.
     p.add_argument("--executing-record", help=argparse.SUPPRESS)
     security.add_cli_options(p)
+    http_options.add_cli_options(p, "worker.dashboard.address")
     args = parse_process_args(p, argv)
     try:
         security.apply_cli_options(args, "worker")
@@ -222,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 lifetime_restart=args.lifetime_restart,
                 death_timeout=args.death_timeout,
                 local_directory=args.local_directory,
+                dashboard_address=http_options.address_from(args, "worker.dashboard.address"),
             )
         )
     except (comm.CommError, ValueError) as e:
@@ -289,9 +292,12 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
         ("--log-level", args.log_level),
         ("--name", name),
         ("--death-timeout", args.death_timeout),
+        ("--dashboard-address", args.dashboard_address),
     ):
         if value is not None:
             cmd += [flag, str(value)]
+    if args.no_dashboard:
+        cmd.append("--no-dashboard")
     if args.resources:
         cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
     if args.lifetime is not None:

@@ -97,6 +97,7 @@ from squall.worker.spill import Spilled, SpillStore, dumps
 
 if TYPE_CHECKING:
     from squall.client.client import Client
+    from squall.http.server import HttpServer
 
 logger = logging.getLogger("squall.worker")
 
@@ -164,6 +165,7 @@ class Worker:
         contact_address: str | None = None,
         death_timeout: float | str | None = None,
         local_directory: str | None = None,
+        dashboard_address: str | int | None = "config",
     ) -> None:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
@@ -213,6 +215,13 @@ class Worker:
         self.security = security
         #: What others are told to reach this worker at, if not where it listens.
         self.contact_address = contact_address
+        #: Where ``/health`` and ``/metrics`` are served (docs/dashboard.md); None: not.
+        self.dashboard_address = (
+            config.get("worker.dashboard.address")
+            if dashboard_address == "config"
+            else dashboard_address
+        )
+        self.http: HttpServer | None = None
 
         #: Spills and pauses; only with a memory limit (docs/runtime.md#memory).
         self.memory: MemoryMonitor | None = None
@@ -271,6 +280,8 @@ class Worker:
         if self.contact_address is not None:
             self.address = _contact(self.contact_address, self.address)
         self._core.set_address(self.address)
+        if self.dashboard_address is not None:
+            await self._serve_http(self.dashboard_address)
         self._loop_thread = threading.get_ident()
         what = f"worker {self.address} joining {self.scheduler_address}"
         if not await liveness.retry(self._register, self.death_timeout, what):
@@ -287,6 +298,15 @@ class Worker:
         context.register(self)
         return self
 
+    async def _serve_http(self, address: str | int) -> None:
+        """``/health`` and ``/metrics`` on the interface the worker binds unless the
+        address names another. Imported here: tornado is needed only then."""
+        from squall.http.server import HttpServer, parse_http_address
+        from squall.http.worker_routes import worker_routes
+
+        self.http = HttpServer(worker_routes(self))
+        await self.http.start(*parse_http_address(address, comm.parse_address(self.address)[0]))
+
     async def _register(self) -> None:
         """One attempt to register (docs/protocol.md#handshake); raises CommError."""
         info = {
@@ -297,6 +317,7 @@ class Worker:
             "resources": self.resources,
             "nanny": self.nanny,
             "pid": os.getpid(),
+            "dashboard": None if self.http is None else self.http.port,
         }
         c, reply = await liveness.register(self.scheduler_address, "worker", info, self.security)
         assert self._loop is not None
@@ -349,6 +370,8 @@ class Worker:
             await c.close()
         if self._listener is not None:
             await self._listener.close()
+        if self.http is not None:
+            await self.http.close()
         if self._client is not None:  # get_client()'s: its close blocks, not on this loop
             await asyncio.get_running_loop().run_in_executor(None, self._client.close)
         if self.memory is not None:

@@ -1,0 +1,69 @@
+"""How a client shows itself: its dashboard link and its text and HTML reprs
+(docs/dashboard.md#from-a-client)."""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import Any
+
+import dask.config
+from dask.utils import format_bytes
+
+from squall.protocol import comm
+
+#: The link's template when Dask's ``distributed.dashboard.link`` is not configured.
+DEFAULT_LINK = "{scheme}://{host}:{port}/status"
+
+
+def dashboard_link(scheduler_address: str, port: int | None) -> str | None:
+    """The dashboard's address as a person reaches it: the scheduler's host and the
+    dashboard's port, through Dask's ``distributed.dashboard.link`` template (which may
+    name environment variables, e.g. for a Jupyter proxy). None: no dashboard."""
+    if port is None:
+        return None
+    host = comm.parse_address(scheduler_address)[0]
+    host = f"[{host}]" if ":" in host else host
+    template = dask.config.get("distributed.dashboard.link", default=DEFAULT_LINK)
+    return str(template).format(**{**os.environ, "scheme": "http", "host": host, "port": port})
+
+
+def cluster_summary(identity: dict[str, Any] | None) -> dict[str, Any]:
+    """Workers, threads and memory from a ``scheduler-info`` answer (empty if none)."""
+    if identity is None:
+        return {}
+    return {
+        "workers": len(identity["workers"]),
+        "threads": int(identity["total_threads"]),
+        "memory": format_bytes(int(identity["total_memory"])),
+    }
+
+
+def text_repr(address: str, status: str, identity: dict[str, Any] | None) -> str:
+    """Dask's: ``<Client: 'tcp://…' processes=2 threads=4, memory=8.00 GiB>``."""
+    s = cluster_summary(identity)
+    if not s or status != "running":
+        return f"<Client: {address!r} status={status}>"
+    return (
+        f"<Client: {address!r} processes={s['workers']} threads={s['threads']}, "
+        f"memory={s['memory']}>"
+    )
+
+
+def html_repr(
+    client_id: str, address: str, status: str, link: str | None, identity: dict[str, Any] | None
+) -> str:
+    """A small table for notebooks, with the dashboard as a link."""
+    rows: list[tuple[str, str]] = [("Client", html.escape(client_id))]
+    rows.append(("Scheduler", html.escape(address)))
+    rows.append(("Status", html.escape(status)))
+    if link is not None:
+        url = html.escape(link, quote=True)
+        rows.append(("Dashboard", f'<a href="{url}" target="_blank">{url}</a>'))
+    for name, value in cluster_summary(identity).items():
+        rows.append((name.capitalize(), html.escape(str(value))))
+    body = "".join(
+        f'<tr><th style="text-align:left">{k}</th><td style="text-align:left">{v}</td></tr>'
+        for k, v in rows
+    )
+    return f'<div class="squall-client"><h3>squall Client</h3><table>{body}</table></div>'

@@ -1,0 +1,31 @@
+"""``--dashboard-address`` and ``--no-dashboard``, for ``squall scheduler`` and
+``squall worker`` (docs/dashboard.md). Kept apart from the server so that parsing flags
+imports no web framework."""
+
+from __future__ import annotations
+
+import argparse
+
+from squall import config
+
+
+def add_cli_options(p: argparse.ArgumentParser, key: str) -> None:
+    """The flags; ``key`` is the config key of the default address."""
+    p.add_argument(
+        "--dashboard-address",
+        help=f"where to serve HTTP (dashboard, /health, /metrics): :PORT, HOST:PORT, "
+        f":0 for a free port (default: squall.{key})",
+    )
+    p.add_argument(
+        "--no-dashboard", action="store_true", help="serve no HTTP routes and no dashboard"
+    )
+
+
+def address_from(args: argparse.Namespace, key: str) -> str | int | None:
+    """The address the flags ask for (None: serve none)."""
+    if args.no_dashboard:
+        return None
+    if args.dashboard_address is not None:
+        return str(args.dashboard_address)
+    value = config.get(key)
+    return None if value is None else value if isinstance(value, int) else str(value)

@@ -1,0 +1,83 @@
+"""The HTTP listener of a scheduler or worker (docs/dashboard.md): tornado on the
+process's event loop, beside the squall protocol's listener.
+
+Tornado is what Dask's own HTTP endpoints run on, it serves on asyncio, and the routes
+here are few and small; the pages are static files that read compact JSON.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+logger = logging.getLogger("squall.http")
+
+#: (path pattern, handler class, handler arguments), as tornado takes them.
+Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
+
+
+def parse_http_address(address: str | int, default_host: str) -> tuple[str, int]:
+    """Dask's forms of a dashboard address: ``":8787"``, ``"host:8787"``, ``8787``,
+    ``"tcp://host:port"`` or ``"http://host:port"`` → (host, port); a missing host is
+    ``default_host``, the interface the process's main listener binds."""
+    if isinstance(address, int):
+        return default_host, address
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep:
+        host, port = "", rest
+    host = host.strip("[]") or default_host
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid dashboard address {address!r}: expected HOST:PORT or :PORT")
+    return host, int(port)
+
+
+class HttpServer:
+    """``await start()`` binds ``host:port``; if that port is taken, a free one instead,
+    with a warning, as Dask's dashboard does (several clusters on one machine)."""
+
+    def __init__(self, routes: Sequence[Route], *, static_path: str | None = None) -> None:
+        settings: dict[str, Any] = {"compress_response": True}
+        if static_path is not None:
+            settings["static_path"] = static_path
+            settings["static_url_prefix"] = "/statics/"
+        self._app = tornado.web.Application(list(routes), **settings)
+        self._server: tornado.httpserver.HTTPServer | None = None
+        self.host = ""
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        try:
+            sockets = tornado.netutil.bind_sockets(port, host)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or port == 0:
+                raise OSError(e.errno, f"cannot serve HTTP on {host}:{port}: {e.strerror}") from e
+            sockets = tornado.netutil.bind_sockets(0, host)
+            logger.warning(
+                "port %d is already in use; serving HTTP on port %d instead",
+                port,
+                sockets[0].getsockname()[1],
+            )
+        self._server = tornado.httpserver.HTTPServer(self._app, xheaders=False)
+        self._server.add_sockets(sockets)
+        self.host = host
+        self.port = sockets[0].getsockname()[1]
+
+    def url(self, path: str = "") -> str:
+        """The address to reach it at (the wildcard names no host: this host's name)."""
+        host = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}{path}"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            await self._server.close_all_connections()
+            self._server = None
