@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     e2e.add_argument("--full", action="store_true", help="the 1,000,000-task squall map")
     e2e.add_argument("--nanny", action="store_true", help="workers under nannies (both systems)")
     e2e.add_argument("--tls", action="store_true", help="squall over mutual TLS (squall only)")
+    e2e.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="squall only, runs alternating without and with its status page open in "
+        "headless Chromium (needs chromium and playwright)",
+    )
     e2e.add_argument("--json", action="store_true", help="one JSON object per line")
     return p
 
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             full=args.full,
             nanny=args.nanny,
             tls=args.tls,
+            dashboard=args.dashboard,
             as_json=args.json,
         )
         return 0

@@ -80,11 +80,17 @@ class JsonHandler(tornado.web.RequestHandler):
         self._write_json({"Error": reason})
 
 
-class PageHandler(tornado.web.StaticFileHandler):
+class PageHandler(tornado.web.RequestHandler):
     """A dashboard page: one of the static HTML files, which read their data as JSON."""
 
-    def set_extra_headers(self, path: str) -> None:
-        self.set_header("Cache-Control", "no-cache")
+    def initialize(self, path: str) -> None:
+        self._path = path
+
+    def get(self) -> None:
+        with open(self._path, "rb") as f:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.set_header("Cache-Control", "no-cache")
+            self.write(f.read())
 
 
 def health() -> str:

@@ -48,7 +48,7 @@ def scheduler_routes(server: SchedulerServer) -> list[Route]:
         ("/", _RedirectToStatus, {}),
         HEALTH_ROUTE,
         *(
-            (f"/{page}", PageHandler, {"path": STATIC, "default_filename": f"{page}.html"})
+            (f"/{page}", PageHandler, {"path": os.path.join(STATIC, f"{page}.html")})
             for page in ("status", "workers", "system")
         ),
     ]

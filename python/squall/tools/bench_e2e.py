@@ -199,6 +199,21 @@ WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
 }
 
 
+Run = tuple[float, float, float, int]  # tasks/s, seconds, scheduler CPU µs/task, tasks
+
+
+def _timed(fn: Callable[[Any, int], int], client: Any, size: int, sched: psutil.Process) -> Run:
+    cpu0, t0 = _cpu(sched), time.perf_counter()
+    n = fn(client, size)
+    dt, cpu = time.perf_counter() - t0, _cpu(sched) - cpu0
+    return n / dt, dt, cpu / n * 1e6, n
+
+
+def _median_row(name: str, system: str, runs: list[Run]) -> Row:
+    rate, dt, cpu_us, n = sorted(runs)[len(runs) // 2]
+    return Row(name, system, n, dt, rate, cpu_us)
+
+
 def throughput(
     system: str,
     name: str,
@@ -212,14 +227,43 @@ def throughput(
     fn = WORKLOADS[name][0]
     with cluster(system, workers, threads, nanny, tls) as (client, sched):
         fn(client, max(size // 100, 10))  # warm up: imports, connections, durations
-        runs = []
+        runs = [_timed(fn, client, size, sched) for _ in range(repeat)]
+    return _median_row(name, system, runs)
+
+
+def with_dashboard(
+    name: str, size: int, repeat: int, workers: int, threads: int, nanny: bool, tls: bool
+) -> list[Row]:
+    """squall's ``name`` on one cluster, alternating runs without and with its status
+    page open in headless Chromium (which asks for an update twice a second), and how
+    live the page stayed: its update latency and the longest gap between updates."""
+    from squall.tools.browser import chromium, open_page
+
+    fn = WORKLOADS[name][0]
+    closed: list[Run] = []
+    opened: list[Run] = []
+    latencies: list[float] = []
+    gap = 0.0
+    with cluster("squall", workers, threads, nanny, tls) as (client, sched), chromium() as b:
+        fn(client, max(size // 100, 10))
         for _ in range(repeat):
-            cpu0, t0 = _cpu(sched), time.perf_counter()
-            n = fn(client, size)
-            dt, cpu = time.perf_counter() - t0, _cpu(sched) - cpu0
-            runs.append((n / dt, dt, cpu / n * 1e6, n))
-    rate, dt, cpu_us, n = sorted(runs)[len(runs) // 2]
-    return Row(name, system, n, dt, rate, cpu_us)
+            closed.append(_timed(fn, client, size, sched))
+            page = open_page(b, client.dashboard_link, updates=2)
+            opened.append(_timed(fn, client, size, sched))
+            stats = page.evaluate("squallDashboard.stats()")
+            page.close()
+            latencies += stats["latencies_ms"][1:]  # the first includes loading the page
+            gap = max(gap, float(stats["longest_gap_ms"]))
+    latencies.sort()
+    p50, top = latencies[len(latencies) // 2], latencies[-1]
+    page_row = _median_row(
+        f"{name}, page open (update p50 {p50:.0f} ms, max {top:.0f} ms, gap {gap / 1e3:.1f} s)",
+        "squall",
+        opened,
+    )
+    row = _median_row(name, "squall", closed)
+    page_row.ratio = page_row.tasks_per_s / row.tasks_per_s
+    return [row, page_row]
 
 
 def hold_memory(system: str, n: int, tls: bool) -> Row:
@@ -273,12 +317,20 @@ def main(
     full: bool = False,
     nanny: bool = False,
     tls: bool = False,
+    dashboard: bool = False,
     as_json: bool = False,
 ) -> list[Row]:
     sizes = QUICK if quick else SIZES
     if full:
         sizes = {**sizes, "squall": Sizes(**{**asdict(sizes["squall"]), "map": 1_000_000})}
     rows: list[Row] = []
+    if dashboard:  # squall with and without its dashboard open; ratio: open / closed
+        for name in workloads:
+            size = getattr(sizes["squall"], WORKLOADS[name][1])
+            pair = with_dashboard(name, size, repeat, workers, threads, nanny, tls)
+            rows.extend(pair)
+            _show(pair, as_json)
+        return rows
     for name in workloads:
         attr = WORKLOADS[name][1]
         got = {
