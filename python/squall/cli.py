@@ -44,8 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     e2e.add_argument(
         "--dashboard",
         action="store_true",
-        help="squall only, runs alternating without and with its status page open in "
-        "headless Chromium (needs chromium and playwright)",
+        help="runs alternating without and with the scheduler's status page open in "
+        "headless Chromium (needs chromium, playwright, and bokeh for distributed's)",
     )
     e2e.add_argument("--json", action="store_true", help="one JSON object per line")
     return p

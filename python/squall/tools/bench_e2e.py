@@ -78,10 +78,16 @@ def _free_port() -> int:
 
 @contextmanager
 def cluster(
-    system: str, workers: int, threads: int, nanny: bool = False, tls: bool = False
+    system: str,
+    workers: int,
+    threads: int,
+    nanny: bool = False,
+    tls: bool = False,
+    dashboard: bool = False,
 ) -> Iterator[tuple[Any, psutil.Process]]:
     """A client and the scheduler's process, for ``system`` with no workers if 0; each
-    worker under a nanny if ``nanny``; squall's over mutual TLS if ``tls``."""
+    worker under a nanny if ``nanny``; squall's over mutual TLS if ``tls``. distributed's
+    scheduler serves its dashboard only if ``dashboard`` (squall's always does)."""
     if system == "squall":
         from squall.client.client import Client
         from squall.deploy.local import LocalCluster
@@ -105,7 +111,10 @@ def cluster(
             [sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
 
-    procs = [spawn("distributed.cli.dask_scheduler", "--port", str(port), "--no-dashboard")]
+    http = (
+        ("--dashboard-address", f"127.0.0.1:{_free_port()}") if dashboard else ("--no-dashboard",)
+    )
+    procs = [spawn("distributed.cli.dask_scheduler", "--port", str(port), *http)]
     try:
         for _ in range(workers):
             procs.append(
@@ -232,11 +241,19 @@ def throughput(
 
 
 def with_dashboard(
-    name: str, size: int, repeat: int, workers: int, threads: int, nanny: bool, tls: bool
+    system: str,
+    name: str,
+    size: int,
+    repeat: int,
+    workers: int,
+    threads: int,
+    nanny: bool,
+    tls: bool,
 ) -> list[Row]:
-    """squall's ``name`` on one cluster, alternating runs without and with its status
-    page open in headless Chromium (which asks for an update twice a second), and how
-    live the page stayed: its update latency and the longest gap between updates."""
+    """``name`` on one cluster, alternating runs without and with the scheduler's status
+    page open in headless Chromium. For squall, also how live its page stayed: update
+    latency and the longest gap between updates (distributed's Bokeh page is measured
+    only by what it costs)."""
     from squall.tools.browser import chromium, open_page
 
     fn = WORKLOADS[name][0]
@@ -244,24 +261,31 @@ def with_dashboard(
     opened: list[Run] = []
     latencies: list[float] = []
     gap = 0.0
-    with cluster("squall", workers, threads, nanny, tls) as (client, sched), chromium() as b:
+    with (
+        cluster(system, workers, threads, nanny, tls, dashboard=True) as (client, sched),
+        chromium() as b,
+    ):
         fn(client, max(size // 100, 10))
         for _ in range(repeat):
             closed.append(_timed(fn, client, size, sched))
-            page = open_page(b, client.dashboard_link, updates=2)
+            if system == "squall":
+                page = open_page(b, client.dashboard_link, updates=2)
+            else:  # a Bokeh page: give it time to load and connect its websocket
+                page = b.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(client.dashboard_link)
+                time.sleep(5)
             opened.append(_timed(fn, client, size, sched))
-            stats = page.evaluate("squallDashboard.stats()")
+            if system == "squall":
+                stats = page.evaluate("squallDashboard.stats()")
+                latencies += stats["latencies_ms"][1:]  # the first includes loading
+                gap = max(gap, float(stats["longest_gap_ms"]))
             page.close()
-            latencies += stats["latencies_ms"][1:]  # the first includes loading the page
-            gap = max(gap, float(stats["longest_gap_ms"]))
-    latencies.sort()
-    p50, top = latencies[len(latencies) // 2], latencies[-1]
-    page_row = _median_row(
-        f"{name}, page open (update p50 {p50:.0f} ms, max {top:.0f} ms, gap {gap / 1e3:.1f} s)",
-        "squall",
-        opened,
-    )
-    row = _median_row(name, "squall", closed)
+    label = f"{name}, page open"
+    if latencies:
+        latencies.sort()
+        p50, top = latencies[len(latencies) // 2], latencies[-1]
+        label += f" (update p50 {p50:.0f} ms, max {top:.0f} ms, gap {gap / 1e3:.1f} s)"
+    row, page_row = _median_row(name, system, closed), _median_row(label, system, opened)
     page_row.ratio = page_row.tasks_per_s / row.tasks_per_s
     return [row, page_row]
 
@@ -324,12 +348,13 @@ def main(
     if full:
         sizes = {**sizes, "squall": Sizes(**{**asdict(sizes["squall"]), "map": 1_000_000})}
     rows: list[Row] = []
-    if dashboard:  # squall with and without its dashboard open; ratio: open / closed
+    if dashboard:  # with and without the status page open; ratio: open / closed
         for name in workloads:
-            size = getattr(sizes["squall"], WORKLOADS[name][1])
-            pair = with_dashboard(name, size, repeat, workers, threads, nanny, tls)
-            rows.extend(pair)
-            _show(pair, as_json)
+            for s in systems:
+                size = getattr(sizes[s], WORKLOADS[name][1])
+                pair = with_dashboard(s, name, size, repeat, workers, threads, nanny, tls)
+                rows.extend(pair)
+                _show(pair, as_json)
         return rows
     for name in workloads:
         attr = WORKLOADS[name][1]
