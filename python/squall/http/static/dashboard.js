@@ -45,6 +45,7 @@ function fmtCount(n) {
 
 function fmtFigure(name, v) {
   if (typeof v !== "number") return String(v);
+  if (/seconds_per_second|fraction|busy/.test(name)) return (100 * v).toFixed(1) + " %";
   if (/bytes|memory/.test(name)) return fmtBytes(v);
   if (/seconds|latency|duration|_s$/.test(name)) {
     return v < 1e-3 ? (v * 1e6).toFixed(0) + " µs" : v < 1 ? (v * 1e3).toFixed(1) + " ms"
@@ -255,7 +256,7 @@ function renderWorkers(d) {
     return;
   }
   const head = ["worker", "threads", "status", "executing", "ready", "processing",
-                "in memory", "memory (managed / unmanaged / spilled)", "managed", "unmanaged",
+                "in memory", "memory", "managed", "unmanaged",
                 "spilled", "limit", "CPU", "read", "write"];
   el.innerHTML = "<table><thead><tr>" + head.map(h => `<th>${esc(h)}</th>`).join("") +
     "</tr></thead><tbody>" + workers.map(w => {
