@@ -6,6 +6,7 @@ use crate::group::{TaskGroup, TaskPrefix};
 use crate::ids::{GroupId, PrefixId};
 use crate::state::Scheduler;
 use crate::task::TaskState;
+use crate::worker::WorkerStatus;
 
 /// Counters the core bumps as things happen.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,6 +36,17 @@ pub struct Totals {
     pub transfer_seconds: f64,
 }
 
+/// Workers by how busy they are (the split of Dask's `workers{state}` metric).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStates {
+    pub idle: usize,
+    pub partially_saturated: usize,
+    pub saturated: usize,
+    pub paused: usize,
+    /// Closing gracefully.
+    pub retiring: usize,
+}
+
 impl Scheduler {
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -62,6 +74,22 @@ impl Scheduler {
             t.transfer_seconds += p.seconds_of("transfer");
         }
         t
+    }
+
+    /// O(workers): paused ones are counted, the other figures are set sizes.
+    pub fn worker_states(&self) -> WorkerStates {
+        let paused = self
+            .worker_ids()
+            .filter(|&w| self.worker(w).status == WorkerStatus::Paused)
+            .count();
+        let running = self.running.len();
+        WorkerStates {
+            idle: self.idle.len(),
+            partially_saturated: running.saturating_sub(self.idle.len() + self.saturated.len()),
+            saturated: self.saturated.len(),
+            paused,
+            retiring: self.n_workers().saturating_sub(paused + running),
+        }
     }
 
     /// Every prefix ever seen, in first-seen order (prefixes are never dropped).
@@ -133,7 +161,11 @@ mod tests {
             ..WorkerSpec::default()
         };
         let a = s.add_worker(spec("tcp://a:1"), 1.0).unwrap();
-        s.add_worker(spec("tcp://b:1"), 1.0).unwrap();
+        let b = s.add_worker(spec("tcp://b:1"), 1.0).unwrap();
+        s.worker_status_change(b, WorkerStatus::Paused, 1.5)
+            .unwrap();
+        let states = s.worker_states();
+        assert_eq!((states.idle, states.paused, states.retiring), (1, 1, 0));
         let load = WorkerLoad {
             cpu: 150.0,
             executing: 2,

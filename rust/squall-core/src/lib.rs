@@ -33,7 +33,7 @@ mod worker;
 // helpers do not become API by accident.
 pub use commands::{CancelReason, Command};
 pub use config::Config;
-pub use counters::{Counters, Totals};
+pub use counters::{Counters, Totals, WorkerStates};
 pub use error::{CoreError, CoreResult};
 pub use graph::{DepRef, GraphOrder, NewTask, Submission, SubmitResult, TaskOptions};
 pub use group::{TaskGroup, TaskPrefix};
