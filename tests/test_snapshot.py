@@ -98,6 +98,8 @@ def test_the_snapshot_of_an_embedded_cluster() -> None:
     rows = snap["workers"]
     assert sum(r["in_memory"] for r in rows) == 100
     assert all(r["nthreads"] == 2 and r["status"] == "running" for r in rows)
+    assert snap["scheduler"]["nbytes"] == sum(r["nbytes"] for r in rows) > 0
+    assert snap["scheduler"]["memory"]["process"] == sum(r["memory"]["process"] for r in rows)
     assert snap["health"]["messages"] > 0
     assert counts["memory"] == 100 and counts["erred"] == 1 and counts["cores"] == 4
     assert counts["tasks"] == 101 and counts["workers"] == 2 and counts["hosts"] == 1

@@ -18,6 +18,9 @@ GROUPS_CAP = 200
 #: The live task states, in the order of docs/scheduling.md#task-states.
 LIVE_STATES = ("released", "waiting", "queued", "no-worker", "processing", "memory", "erred")
 
+#: A worker's memory as the dashboard splits it (bytes; ``spilled`` is on disk).
+MEMORY_PARTS = ("process", "managed", "unmanaged", "spilled")
+
 
 def n_clients(server: SchedulerServer) -> int:
     """Connected clients (the fire-and-forget pseudo-client is none)."""
@@ -52,6 +55,7 @@ def worker_row(info: dict[str, Any]) -> dict[str, Any]:
         "write_bps": load["write_bps"],
         "occupancy": info["occupancy"],
         "nbytes": info["nbytes"],
+        "bandwidth": info["bandwidth"],
     }
 
 
@@ -74,17 +78,20 @@ def dashboard_snapshot(server: SchedulerServer) -> dict[str, Any]:
     core = server.core
     counters = core.counters()
     totals = {k: v for k, v in counters.items() if k not in ("states", "workers")}
-    workers = core.workers_info()
+    rows = [worker_row(w) for w in core.workers_info()]
     return {
         "now": time.time(),
         "scheduler": {
             "address": server.address,
             "id": server.id,
             "started": server.started,
-            "workers": len(workers),
+            "workers": len(rows),
             "clients": n_clients(server),
             "threads": core.total_nthreads,
             "memory_limit": core.total_memory,
+            "memory": {k: sum(r["memory"][k] for r in rows) for k in MEMORY_PARTS},
+            "occupancy": sum(r["occupancy"] for r in rows),
+            "nbytes": sum(r["nbytes"] for r in rows),
         },
         "counts": {s: counters["states"][s] for s in LIVE_STATES},
         "totals": totals,
@@ -93,7 +100,7 @@ def dashboard_snapshot(server: SchedulerServer) -> dict[str, Any]:
             prefix_row(p) for p in core.prefix_states() if any(p["states"][s] for s in LIVE_STATES)
         ],
         "groups": core.group_states(GROUPS_CAP),
-        "workers": [worker_row(w) for w in workers],
+        "workers": rows,
         "health": server.health.figures(),
     }
 
