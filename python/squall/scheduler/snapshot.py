@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from squall import config
+from squall.client.workers import _worker_identity as worker_identity
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
@@ -134,22 +135,12 @@ def counts_json(server: SchedulerServer) -> dict[str, Any]:
 
 def identity_json(server: SchedulerServer) -> dict[str, Any]:
     """``/json/identity.json``: the scheduler and its workers, with distributed's field
-    names (``services`` is filled by the HTTP server that serves it)."""
+    names, each worker as the client's ``scheduler_info`` identity (``services`` is
+    filled by the HTTP server that serves it)."""
     core = server.core
     nannies = {p.address: p.nanny for p in server.workers.values()}
     workers = {
-        w["address"]: {
-            "type": "Worker",
-            "id": w["name"],
-            "host": w["host"],
-            "name": w["name"],
-            "nthreads": w["nthreads"],
-            "memory_limit": w["memory_limit"],
-            "resources": w["resources"],
-            "status": w["status"],
-            "nanny": nannies.get(w["address"]),
-            "metrics": {**w["metrics"], **w["load"]},
-        }
+        w["address"]: worker_identity({**w, "nanny": nannies.get(w["address"])})
         for w in core.workers_info()
     }
     return {
