@@ -21,6 +21,7 @@ from squall import config
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm, liveness, ops
 from squall.scheduler.failure_log import FailureLog
+from squall.scheduler.health import Health
 from squall.scheduler.lifecycle import Lifecycle
 from squall.security import Security
 
@@ -116,10 +117,16 @@ class SchedulerServer:
     _failures: FailureLog = field(init=False, default_factory=FailureLog)
     #: Retiring, restarting some workers, waiting for workers, adaptive target, shutdown.
     lifecycle: Lifecycle = field(init=False)
+    #: Event-loop latency, message and core-time rates (docs/dashboard.md#health).
+    health: Health = field(init=False)
+    #: Client connections made and ended since start (for /metrics).
+    clients_added: int = field(init=False, default=0)
+    clients_removed: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
         self.lifecycle = Lifecycle(self)
+        self.health = Health(lambda: int(self.core.counters()["tasks_computed"]))
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self._nanny_report_timeout = config.seconds("scheduler.nanny-report-timeout")
@@ -139,6 +146,7 @@ class SchedulerServer:
         if self.dashboard_address is not None:
             await self._serve_http(self.dashboard_address, bind_host)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self.health.start()
         # `squall scheduler` prints the one listening line (on stdout, for its starters).
         logger.debug("scheduler listening at %s", self.address)
 
@@ -157,6 +165,7 @@ class SchedulerServer:
             await self.http.close()
         for t in self._tasks:
             t.cancel()
+        await self.health.stop()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -170,9 +179,11 @@ class SchedulerServer:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(self._tick_interval)
+            start = time.perf_counter()
             self.core.tick(now=self.now())
             self._failures.tick(self.now())
             self._dispatch()
+            self.health.tick(time.perf_counter() - start)
 
     def _pace_heartbeats(self, w: int, interval: float) -> None:
         """Answer a worker's heartbeat with the period the core wants for this many
@@ -208,9 +219,11 @@ class SchedulerServer:
         try:
             async with contextlib.aclosing(liveness.read_batches(c, who)) as batches:
                 async for messages in batches:
+                    start = time.perf_counter()
                     for header, payload in messages:
                         handle(header, payload)
                     self._dispatch()
+                    self.health.batch(len(messages), time.perf_counter() - start)
         except comm.CommError as e:
             logger.info("%s left: %s", who, e)
 
@@ -365,6 +378,7 @@ class SchedulerServer:
                     bandwidth=h.get("bandwidth"),
                     executing=executing,
                     memory=heartbeat_memory(h),
+                    load=h.get("load"),
                 )
                 self._pace_heartbeats(w, interval)
             elif op == ops.WORKER_STATUS_CHANGE:
@@ -493,6 +507,7 @@ class SchedulerServer:
         await c.write({"op": ops.REGISTERED, "client_id": cid, "dashboard": dashboard})
         stream.start()
         logger.info("client %s connected from %s", name, c.peer)
+        self.clients_added += 1
 
         def handle(header: comm.Header, payload: memoryview) -> None:
             reply = self._client_message(cid, header, payload)
@@ -502,6 +517,7 @@ class SchedulerServer:
         try:
             await self._read_until_closed(c, f"client {name}", handle)
         finally:
+            self.clients_removed += 1
             await self._drop_peer(self.clients, cid, self.core.remove_client)
 
     def _client_message(

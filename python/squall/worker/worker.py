@@ -269,6 +269,10 @@ class Worker:
         """The tasks this worker knows, by the scheduler's task id."""
         return {t: TaskView(*kv) for t, kv in self._core.tasks().items()}
 
+    def task_counts(self) -> dict[str, int]:
+        """How many of those tasks are in each state (for /metrics; no key is read)."""
+        return self._core.task_counts()
+
     # ----- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> Worker:

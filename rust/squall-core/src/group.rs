@@ -14,6 +14,8 @@ pub struct TaskPrefix {
     pub fast: bool,
     /// Tasks of this prefix in each state (indexed by `TaskState as usize`).
     pub state_counts: [u64; 8],
+    /// Entries into each state ever (monotonic; creation counts as entering released).
+    pub state_totals: [u64; 8],
     /// Total seconds of compute.
     pub compute_total: f64,
     /// Total seconds per other startstop action (transfer, disk, …).
@@ -78,9 +80,18 @@ impl TaskPrefix {
             suspicious: 0,
             fast: default_duration.is_some_and(|d| d <= 0.001),
             state_counts: [0; 8],
+            state_totals: [0; 8],
             compute_total: 0.0,
             all_durations: Vec::new(),
         }
+    }
+
+    /// Seconds of one non-compute action (e.g. `"transfer"`), 0 if none was seen.
+    pub fn seconds_of(&self, action: &str) -> f64 {
+        self.all_durations
+            .iter()
+            .find(|(a, _)| a == action)
+            .map_or(0.0, |(_, t)| *t)
     }
 
     /// Feed one non-compute startstop (transfer, disk, …): statistics only.

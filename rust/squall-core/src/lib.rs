@@ -6,6 +6,7 @@
 mod adaptive;
 mod commands;
 mod config;
+mod counters;
 mod decide;
 mod error;
 mod graph;
@@ -32,6 +33,7 @@ mod worker;
 // helpers do not become API by accident.
 pub use commands::{CancelReason, Command};
 pub use config::Config;
+pub use counters::{Counters, Totals, WorkerStates};
 pub use error::{CoreError, CoreResult};
 pub use graph::{DepRef, GraphOrder, NewTask, Submission, SubmitResult, TaskOptions};
 pub use group::{TaskGroup, TaskPrefix};
@@ -45,7 +47,7 @@ pub use stealing::{Stealing, WorkerTaskState};
 pub use stimuli::{heartbeat_interval, Finished, Outcome};
 pub use story::LogEntry;
 pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState};
-pub use worker::{Worker, WorkerMemory, WorkerSpec, WorkerStatus};
+pub use worker::{Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus};
 
 impl Scheduler {
     /// The retained transitions of `key`, oldest first.

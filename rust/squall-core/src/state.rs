@@ -144,6 +144,8 @@ pub struct Scheduler {
     /// Position indexes of drained recommendation sets, for reuse.
     pub(crate) recs_pool: Vec<crate::recs::RecsBuffers>,
     pub(crate) transition_counter: u64,
+    /// Cluster-wide counts and totals kept as things happen (docs/dashboard.md).
+    pub(crate) counters: crate::counters::Counters,
     /// Tasks that needed to wait on an erred dependency during the current fixpoint;
     /// resolved (→ erred) once it settles, see `transitions`.
     pub(crate) blocked: Vec<TaskId>,
@@ -202,6 +204,7 @@ impl Scheduler {
             commands: Vec::new(),
             recs_pool: Vec::new(),
             transition_counter: 0,
+            counters: Default::default(),
             blocked: Vec::new(),
         };
         s.client_id(FIRE_AND_FORGET);
@@ -323,7 +326,10 @@ impl Scheduler {
         g.len += 1;
         g.state_counts[TaskState::Released as usize] += 1;
         let p = g.prefix;
-        self.prefixes[p.idx()].state_counts[TaskState::Released as usize] += 1;
+        let prefix = &mut self.prefixes[p.idx()];
+        prefix.state_counts[TaskState::Released as usize] += 1;
+        prefix.state_totals[TaskState::Released as usize] += 1;
+        self.counters.state_counts[TaskState::Released as usize] += 1;
         t
     }
 
@@ -349,20 +355,24 @@ impl Scheduler {
         }
     }
 
-    /// Sets a task's state and keeps group/prefix counters in step.
+    /// Sets a task's state and keeps group, prefix and cluster-wide counters in step.
     #[inline]
     pub(crate) fn set_state(&mut self, t: TaskId, s: TaskState) {
         let ts = self.tasks[t.idx()].as_mut().expect("live task id");
         let old = ts.state;
         ts.state = s;
         let g = ts.group;
+        let counts = &mut self.counters.state_counts;
+        counts[old as usize] -= 1;
+        counts[s as usize] += 1;
         if let Some(group) = self.groups[g.idx()].as_mut() {
             group.state_counts[old as usize] -= 1;
             group.state_counts[s as usize] += 1;
             let p = group.prefix;
-            let pc = &mut self.prefixes[p.idx()].state_counts;
-            pc[old as usize] -= 1;
-            pc[s as usize] += 1;
+            let prefix = &mut self.prefixes[p.idx()];
+            prefix.state_counts[old as usize] -= 1;
+            prefix.state_counts[s as usize] += 1;
+            prefix.state_totals[s as usize] += 1;
         }
     }
 

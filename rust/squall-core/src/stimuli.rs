@@ -9,7 +9,7 @@ use crate::key::Key;
 use crate::state::Scheduler;
 use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_LONG_RUNNING};
 use crate::transitions::{Args, Recs};
-use crate::worker::{Worker, WorkerMemory, WorkerSpec, WorkerStatus};
+use crate::worker::{Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus};
 use rustc_hash::FxHashSet;
 use std::sync::Arc;
 
@@ -174,6 +174,7 @@ impl Scheduler {
             let w = WorkerId(s.workers.len() as u32);
             s.total_nthreads += u64::from(spec.nthreads);
             s.total_memory += spec.memory_limit;
+            s.counters.workers_added += 1;
             s.worker_index.insert(spec.address.clone(), w);
             s.workers
                 .push(Some(Worker::new(spec, now, s.config.bandwidth)));
@@ -290,6 +291,7 @@ impl Scheduler {
         self.total_memory -= memory;
         self.wm(w).status = WorkerStatus::Closed;
         self.rerank_workers();
+        self.counters.workers_removed += 1;
 
         let recs = &mut st.recs;
         let allowed = self.config.allowed_failures;
@@ -356,7 +358,7 @@ impl Scheduler {
         ws.actors = Default::default();
     }
 
-    /// A heartbeat: liveness, bandwidth learning, running times and memory (docs/scheduling.md#heartbeats-and-liveness).
+    /// A heartbeat: liveness, bandwidth learning, running times, memory and load (docs/scheduling.md#heartbeats-and-liveness).
     /// Returns the heartbeat interval the worker should use.
     pub fn heartbeat(
         &mut self,
@@ -365,6 +367,7 @@ impl Scheduler {
         bandwidth: Option<f64>,
         executing: &[(TaskId, f64)],
         memory: Option<WorkerMemory>,
+        load: Option<WorkerLoad>,
     ) -> CoreResult<f64> {
         self.check_worker(w)?;
         self.now = self.now.max(now);
@@ -373,6 +376,9 @@ impl Scheduler {
         ws.last_seen = now;
         if let Some(m) = memory {
             ws.memory = m;
+        }
+        if let Some(l) = load {
+            ws.load = l;
         }
         if let Some(bw) = bandwidth.filter(|b| b.is_finite() && *b > 0.0) {
             ws.bandwidth = bw;

@@ -529,6 +529,7 @@ impl Scheduler {
         }
         self.set_nbytes(t, nbytes);
         self.exit_processing_common(t);
+        self.counters.tasks_computed += 1;
         self.add_to_memory(t, worker, typename, recs);
     }
 

@@ -19,6 +19,7 @@ impl Scheduler {
     /// Checks every invariant; returns a description of the first violation.
     pub fn validate(&self) -> Result<(), String> {
         let mut n_live = 0;
+        let mut counts = [0u64; 8];
         let mut queued = 0;
         let mut unrunnable = 0;
         let mut replicated = 0;
@@ -26,6 +27,7 @@ impl Scheduler {
             n_live += 1;
             self.validate_task(t)?;
             let ts = self.task(t);
+            counts[ts.state as usize] += 1;
             queued += usize::from(ts.state == S::Queued);
             unrunnable += usize::from(ts.state == S::NoWorker);
             replicated += usize::from(ts.who_has.len() >= 2);
@@ -40,6 +42,14 @@ impl Scheduler {
             "live count {} != {}",
             self.n_tasks_live,
             n_live
+        );
+        // Forgotten tasks are gone: that slot of the counters is a total, not a count.
+        counts[S::Forgotten as usize] = self.counters.state_counts[S::Forgotten as usize];
+        ensure!(
+            counts == self.counters.state_counts,
+            "state counts {:?} != recount {:?}",
+            self.counters.state_counts,
+            counts
         );
         ensure!(
             queued == self.queued.len(),

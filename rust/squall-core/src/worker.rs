@@ -51,6 +51,22 @@ pub struct WorkerMemory {
     pub spilled_count: u64,
 }
 
+/// A worker's load as its last heartbeat reported it (docs/dashboard.md): reported
+/// only, for the dashboard and metrics; no scheduling decision reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkerLoad {
+    /// CPU use of the worker's process, in percent of one core.
+    pub cpu: f64,
+    /// Bytes per second read from and written to the network.
+    pub read_bps: f64,
+    pub write_bps: f64,
+    /// Tasks executing, ready to execute, being fetched, held in memory.
+    pub executing: u64,
+    pub ready: u64,
+    pub in_flight: u64,
+    pub in_memory: u64,
+}
+
 /// What a worker announces when it registers.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerSpec {
@@ -90,6 +106,8 @@ pub struct Worker {
     pub bandwidth: f64,
     /// Memory, from heartbeats (reported only: no scheduling decision reads it yet).
     pub memory: WorkerMemory,
+    /// Load, from heartbeats (reported only, like `memory`).
+    pub load: WorkerLoad,
     /// Queuing capacity, refreshed by `check_idle_saturated` (docs/scheduling.md#queuing and
     /// `worker_saturation_duration`).
     pub slot_cap: i64,
@@ -121,6 +139,7 @@ impl Worker {
             last_seen: now,
             bandwidth,
             memory: WorkerMemory::default(),
+            load: WorkerLoad::default(),
             slot_cap: 0,
         }
     }

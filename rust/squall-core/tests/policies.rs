@@ -589,7 +589,7 @@ fn a_worker_silent_past_the_ttl_is_removed_and_its_connection_closed() {
     h.submit(&[("x", &[])], &["x"]).unwrap();
     h.clear_log();
     let now = h.tick_time(8.0);
-    h.s.heartbeat(alive, now, None, &[], None).unwrap();
+    h.s.heartbeat(alive, now, None, &[], None, None).unwrap();
     let now = h.tick_time(4.0); // 12 s since `quiet` joined, 4 s since `alive` beat
     h.s.tick(now);
     h.drain();

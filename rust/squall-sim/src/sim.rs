@@ -428,7 +428,7 @@ impl Simulation {
         let core = w.core.expect("arrived");
         let interval = self
             .s
-            .heartbeat(core, self.now, Some(w.bandwidth), &executing, None)
+            .heartbeat(core, self.now, Some(w.bandwidth), &executing, None, None)
             .expect("a live worker is registered");
         self.push(self.now + interval, Event::Heartbeat(i));
     }

@@ -4,6 +4,7 @@
 //! commands as wire payloads, and read-only queries.
 
 mod clients;
+mod dashboard;
 mod dispatch;
 mod queries;
 mod scaling;

@@ -6,8 +6,8 @@ use crate::errors::{UnknownTaskError, UnknownWorkerError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use squall_core::{TaskId, WorkerId, WorkerMemory, WorkerStatus};
-use std::collections::{BTreeMap, HashMap};
+use squall_core::{TaskId, TaskState, WorkerId, WorkerMemory};
+use std::collections::BTreeMap;
 
 fn unknown_task(task: u32) -> PyErr {
     UnknownTaskError::new_err(format!("unknown task id {task}"))
@@ -95,32 +95,7 @@ impl Scheduler {
                 "unknown worker id {worker}"
             )));
         };
-        let d = PyDict::new(py);
-        d.set_item("address", &ws.address)?;
-        d.set_item("name", &ws.name)?;
-        d.set_item("host", &ws.host)?;
-        d.set_item("nthreads", ws.nthreads)?;
-        d.set_item("memory_limit", ws.memory_limit)?;
-        d.set_item(
-            "resources",
-            ws.resources.iter().cloned().collect::<HashMap<_, _>>(),
-        )?;
-        d.set_item("status", ws.status.name())?;
-        d.set_item("processing", ws.processing.len())?;
-        d.set_item("long_running", ws.long_running.len())?;
-        d.set_item("has_what", ws.has_what.len())?;
-        d.set_item("nbytes", ws.nbytes)?;
-        d.set_item("bandwidth", ws.bandwidth)?;
-        d.set_item("metrics", memory_metrics(py, &ws.memory)?)?;
-        d.set_item(
-            "occupancy",
-            if ws.status == WorkerStatus::Closed {
-                0.0
-            } else {
-                self.inner.occupancy(WorkerId(worker))
-            },
-        )?;
-        Ok(d)
+        self.worker_dict(py, WorkerId(worker), ws)
     }
 
     /// Addresses → ids of the registered workers, in address order.
@@ -196,19 +171,24 @@ impl Scheduler {
         self.inner.total_memory()
     }
 
-    /// Task-state counts over all live tasks.
-    fn state_counts(&self) -> BTreeMap<&'static str, usize> {
-        let mut m = BTreeMap::new();
-        for t in self.inner.task_ids() {
-            *m.entry(self.inner.state_of(t).name()).or_insert(0) += 1;
-        }
-        m
+    /// Task-state counts over all live tasks (the states some task is in), kept by the
+    /// core as tasks move: O(1).
+    fn state_counts(&self) -> BTreeMap<&'static str, u64> {
+        TaskState::ALL
+            .into_iter()
+            .filter(|&s| s != TaskState::Forgotten)
+            .map(|s| (s.name(), self.inner.count_in(s)))
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 }
 
 /// A worker's memory with distributed's metric names (`memory` is the process's RSS,
 /// `unmanaged` what it holds beyond its results), and the count of spilled values.
-fn memory_metrics<'py>(py: Python<'py>, m: &WorkerMemory) -> PyResult<Bound<'py, PyDict>> {
+pub(super) fn memory_metrics<'py>(
+    py: Python<'py>,
+    m: &WorkerMemory,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("memory", m.process)?;
     d.set_item("managed_bytes", m.managed)?;

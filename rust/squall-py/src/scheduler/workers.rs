@@ -94,7 +94,9 @@ impl Scheduler {
 
     /// Returns the heartbeat interval the worker should keep. `memory`: the
     /// process's RSS, managed bytes, spilled bytes (in memory, on disk) and count.
-    #[pyo3(signature = (worker, *, now, bandwidth=None, executing=None, memory=None))]
+    /// `load`: the worker's load (docs/dashboard.md), a dict (missing keys are 0) or a
+    /// tuple (cpu, read_bps, write_bps, executing, ready, in_flight, in_memory).
+    #[pyo3(signature = (worker, *, now, bandwidth=None, executing=None, memory=None, load=None))]
     #[allow(clippy::too_many_arguments)]
     fn heartbeat(
         &mut self,
@@ -104,7 +106,9 @@ impl Scheduler {
         bandwidth: Option<f64>,
         executing: Option<Vec<(u32, f64)>>,
         memory: Option<(u64, u64, u64, u64, u64)>,
+        load: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<f64> {
+        let load = load.map(super::dashboard::load_from_py).transpose()?;
         let executing: Vec<(TaskId, f64)> = executing
             .unwrap_or_default()
             .into_iter()
@@ -118,7 +122,7 @@ impl Scheduler {
             spilled_count: m.4,
         });
         self.core(py, move |s| {
-            s.heartbeat(WorkerId(worker), now, bandwidth, &executing, memory)
+            s.heartbeat(WorkerId(worker), now, bandwidth, &executing, memory, load)
         })
     }
 

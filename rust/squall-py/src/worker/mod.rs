@@ -9,6 +9,7 @@
 //! GIL; threads wait for work on a condition variable with the GIL released.
 
 mod call;
+mod counts;
 mod executing_record;
 mod memory;
 mod threads;
