@@ -87,6 +87,7 @@ from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context
+from squall.worker.load import LoadMeter, add_task_stream
 from squall.worker.memory import (
     MemoryMonitor,
     local_directory,
@@ -205,7 +206,9 @@ class Worker:
             fill_call,
             pack_error,
             _sizeof,
+            config.integer("diagnostics.task-stream.samples"),
         )
+        self._load = LoadMeter(self._process)
         if executing_record is not None:  # the nanny's (docs/runtime.md#supervision-the-nanny)
             self._core.record_executing(executing_record)
 
@@ -413,14 +416,14 @@ class Worker:
     def _send_heartbeat(self) -> None:
         """A heartbeat, which the scheduler answers (``heartbeat-interval``)."""
         executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-        self._send(
-            {
-                "op": ops.HEARTBEAT,
-                "executing": executing,
-                "bandwidth": self.bandwidth,
-                "memory": self.memory_metrics(),
-            }
-        )
+        header = {
+            "op": ops.HEARTBEAT,
+            "executing": executing,
+            "bandwidth": self.bandwidth,
+            "memory": self.memory_metrics(),
+            "load": self._load.figures(self._core),
+        }
+        self._send(header, add_task_stream(header, self._core))
 
     # ----- losing the scheduler -------------------------------------------------------
 
