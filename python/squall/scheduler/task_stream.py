@@ -29,6 +29,9 @@ Key = Hashable
 Record = dict[str, Any]
 #: A worker's sample of one task: (key, start, stop, thread, ok).
 Entry = tuple[Key, float, float, int, bool]
+#: As kept: (key, worker, thread, ok, start, stop); records are made when asked for,
+#: so that heartbeats cost a tuple per sample.
+Row = tuple[Key, str, int, bool, float, float]
 
 #: How far back ``sampled_fraction`` looks, in seconds.
 RATE_WINDOW = 10.0
@@ -38,7 +41,7 @@ class TaskStream:
     """A bounded ring of task records; ``add`` them as heartbeats bring them."""
 
     def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self._records: deque[Record] = deque(maxlen=capacity)
+        self._rows: deque[Row] = deque(maxlen=capacity)
         #: Records ever added: the cursor just past the newest.
         self._added = 0
         #: Tasks the workers ever said they ran (the records stand for them).
@@ -61,19 +64,9 @@ class TaskStream:
         """A heartbeat from ``worker`` with its sampled tasks, which stand for
         ``represented`` tasks (0 and no entries: a heartbeat with no task run)."""
         now = self._clock()
-        n = 0
-        for key, start, stop, thread, ok in entries:
-            self._records.append(
-                {
-                    "key": key,
-                    "prefix": key_split(key),
-                    "worker": worker,
-                    "thread": thread,
-                    "status": "OK" if ok else "error",
-                    "startstops": [{"action": "compute", "start": start, "stop": stop}],
-                }
-            )
-            n += 1
+        rows = [(key, worker, thread, ok, start, stop) for key, start, stop, thread, ok in entries]
+        self._rows.extend(rows)
+        n = len(rows)
         self._added += n
         self.tasks += represented
         if represented:
@@ -114,10 +107,8 @@ class TaskStream:
         """The records added after ``cursor`` (oldest first; the newest ``limit`` if there
         are more) and the cursor to ask from next time. Records that left the ring
         before being asked for are skipped."""
-        n = max(0, min(self._added - cursor, len(self._records)))
-        if limit is not None:
-            n = min(n, max(limit, 0))
-        return self._added, list(islice(reversed(self._records), n))[::-1]
+        cursor, rows = self.rows_since(cursor, limit)
+        return cursor, [record(r) for r in rows]
 
     def window(
         self,
@@ -127,17 +118,29 @@ class TaskStream:
     ) -> list[Record]:
         """The records of tasks that ended between ``start`` and ``stop`` (epoch seconds,
         or durations before now like ``"10s"``), in the order they ended (heartbeats
-        from several workers interleave), as distributed's:
-        with ``start`` alone ``count`` keeps the first that many, with ``stop`` alone or
-        neither the last that many; with both it is ignored."""
+        from several workers interleave), as distributed's: with ``start`` alone
+        ``count`` keeps the first that many, with ``stop`` alone or neither the last
+        that many; with both it is ignored."""
+        return [record(r) for r in self.rows_window(start, stop, count)]
+
+    def rows_since(self, cursor: int, limit: int | None = None) -> tuple[int, list[Row]]:
+        """``since``, as rows."""
+        n = max(0, min(self._added - cursor, len(self._rows)))
+        if limit is not None:
+            n = min(n, max(limit, 0))
+        return self._added, list(islice(reversed(self._rows), n))[::-1]
+
+    def rows_window(
+        self,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+    ) -> list[Row]:
+        """``window``, as rows."""
         lo, hi = _epoch(start), _epoch(stop)
         picked = sorted(
-            (
-                r
-                for r in self._records
-                if (lo is None or _stop(r) >= lo) and (hi is None or _stop(r) < hi)
-            ),
-            key=_stop,
+            (r for r in self._rows if (lo is None or r[5] >= lo) and (hi is None or r[5] < hi)),
+            key=lambda r: r[5],
         )
         if count is None or (lo is not None and hi is not None):
             return picked
@@ -173,8 +176,17 @@ class TaskStream:
         return 2 * max(gaps) if gaps else default
 
 
-def _stop(record: Record) -> float:
-    return float(record["startstops"][-1]["stop"])
+def record(row: Row) -> Record:
+    """A row in distributed's task-stream shape, with the key's prefix."""
+    key, worker, thread, ok, start, stop = row
+    return {
+        "key": key,
+        "prefix": key_split(key),
+        "worker": worker,
+        "thread": thread,
+        "status": "OK" if ok else "error",
+        "startstops": [{"action": "compute", "start": start, "stop": stop}],
+    }
 
 
 def _epoch(t: float | str | None) -> float | None:
@@ -204,25 +216,24 @@ async def _answer(
         flushed = await stream.heard_from(workers, stream.flush_timeout(workers(), wait))
     if h.get("cursor") is not None:
         limit = h.get("limit")
-        cursor, records = stream.since(int(h["cursor"]), None if limit is None else int(limit))
+        cursor, rows = stream.rows_since(int(h["cursor"]), None if limit is None else int(limit))
     else:
         count = None if h.get("count") is None else int(h["count"])
-        records = stream.window(h.get("start"), h.get("stop"), count)
+        rows = stream.rows_window(h.get("start"), h.get("stop"), count)
         cursor = stream.cursor
     index: dict[str, int] = {}
-    rows = []
-    for r in records:
-        w = index.setdefault(r["worker"], len(index))
-        compute = r["startstops"][0]
-        rows.append([w, r["thread"], r["status"] == "OK", compute["start"], compute["stop"]])
+    records = [
+        (index.setdefault(worker, len(index)), thread, ok, start, stop)
+        for _, worker, thread, ok, start, stop in rows
+    ]
     header = {
         "op": ops.TASK_STREAM,
         "id": h.get("id"),
         "cursor": cursor,
         "tasks": stream.tasks,
         "workers": list(index),
-        "records": rows,
+        "records": records,
         "sampled": stream.sampled_fraction(),
         "flushed": flushed,
     }
-    return header, encode_keys([r["key"] for r in records])
+    return header, encode_keys([r[0] for r in rows])

@@ -53,6 +53,6 @@ def add_task_stream(header: dict[str, Any], core: WorkerCore) -> bytes:
     payload (``encode_keys`` form). Nothing is added when no task ran."""
     keys, samples, ran = core.take_task_stream()
     if ran:
-        header["stream"] = [list(s) for s in samples]
+        header["stream"] = samples  # tuples: msgpack arrays
         header["stream_tasks"] = ran
     return keys

@@ -45,7 +45,9 @@ docs/runtime.md. Choices the protocol table leaves open:
   it (docs/runtime.md#cluster-lifecycle).
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
-  0.95/0.05 like Dask's; ``null`` until one happened.
+  0.95/0.05 like Dask's; ``null`` until one happened. They also carry the worker's
+  load and the task stream sampled since the last one (:mod:`squall.worker.load`,
+  docs/runtime.md#task-stream).
 * A lost scheduler (the connection closed, or silent for ``squall.comm.timeouts.tcp``)
   does not end the worker: it forgets the tasks it was given (running ones finish,
   their results dropped), keeps the results it holds, and registers again with backoff

@@ -26,6 +26,7 @@ use squall_core::Key;
 use squall_wire::compute::decode_compute;
 use squall_wire::keys::{read_keys, write_keys};
 use squall_worker::{DepIn, KeyId, Machine, Priority, Sampler, Slot, TaskIn};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,8 @@ pub struct WorkerCore {
     report_delay: Duration,
     epoch: Instant,
     hooks: Hooks,
+    /// Numbers the task threads in the task stream (docs/runtime.md#task-stream).
+    next_thread: AtomicU32,
 }
 
 impl WorkerCore {
@@ -213,6 +216,7 @@ impl WorkerCore {
                 sizeof,
                 loads,
             },
+            next_thread: AtomicU32::new(0),
         })
     }
 

@@ -9,7 +9,7 @@ use pyo3::types::PyBytes;
 use squall_wire::keys::write_keys;
 use squall_worker::KeyId;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A task that ran: its key (encoded), when (seconds since the core's epoch), on
@@ -22,25 +22,24 @@ pub(super) struct TaskSample {
     ok: bool,
 }
 
-static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
-
 thread_local! {
-    /// A small number naming this task thread in the stream, given on first use.
+    /// A small number naming this task thread in the stream, given by its worker's
+    /// `next_thread` on first use (a task thread serves one worker).
     static THREAD: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
-fn thread_index() -> u32 {
-    THREAD.with(|t| match t.get() {
-        Some(i) => i,
-        None => {
-            let i = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-            t.set(Some(i));
-            i
-        }
-    })
-}
-
 impl WorkerCore {
+    fn thread_index(&self) -> u32 {
+        THREAD.with(|t| match t.get() {
+            Some(i) => i,
+            None => {
+                let i = self.next_thread.fetch_add(1, Ordering::Relaxed);
+                t.set(Some(i));
+                i
+            }
+        })
+    }
+
     /// Keeps the task `run` just ran, which `g.stream.wants()` picked.
     pub(super) fn keep_sample(
         &self,
@@ -56,7 +55,7 @@ impl WorkerCore {
             key,
             start,
             stop: start + seconds,
-            thread: thread_index(),
+            thread: self.thread_index(),
             ok,
         });
     }
