@@ -15,10 +15,11 @@ from squall.deploy.local import _run, scheduler_info
 CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
 IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
 CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
+DIAGNOSTICS = {"get_task_stream", "performance_report"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
-PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS
+PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS | DIAGNOSTICS
 
 
 def test_public_names() -> None:

@@ -17,6 +17,8 @@ from squall._core import (
 )
 from squall.client.client import Client
 from squall.client.futures import Future, fire_and_forget
+from squall.client.performance_report import performance_report
+from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
@@ -42,8 +44,10 @@ __all__ = [
     "config",
     "fire_and_forget",
     "get_client",
+    "get_task_stream",
     "get_worker",
     "order",
+    "performance_report",
     "rejoin",
     "secede",
     "sim",

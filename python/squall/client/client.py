@@ -47,6 +47,7 @@ from squall.client.data import DataMovement
 from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, Key, dep_key, futures_of
 from squall.client.loop import timeout_seconds
+from squall.client.task_stream import TaskStreamMethods
 from squall.client.unique import unique_ids
 from squall.dask.graphs import (
     compute_expr,
@@ -98,7 +99,7 @@ class CallOptions(NamedTuple):
         }
 
 
-class Client(DataMovement, Diagnostics):
+class Client(DataMovement, Diagnostics, TaskStreamMethods):
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.deploy.local.LocalCluster`

@@ -56,6 +56,7 @@ FIRE_AND_FORGET: Final = "fire-and-forget"
 SCHEDULER_INFO: Final = "scheduler-info"  # the request and its answer
 WORKER_KEYS: Final = "worker-keys"  # the request and its answer (has_what, processing)
 STORY: Final = "story"  # the request and its answer
+TASK_STREAM: Final = "task-stream"  # the request and its answer
 GRAPH_ACCEPTED: Final = "graph-accepted"
 REQUEST_FAILED: Final = "request-failed"
 RESTARTED: Final = "restarted"

@@ -23,6 +23,8 @@ from squall.protocol import comm, liveness, ops
 from squall.scheduler.failure_log import FailureLog
 from squall.scheduler.health import Health
 from squall.scheduler.lifecycle import Lifecycle
+from squall.scheduler.task_stream import TaskStream
+from squall.scheduler.task_stream import answer as task_stream_answer
 from squall.security import Security
 
 if TYPE_CHECKING:
@@ -122,6 +124,8 @@ class SchedulerServer:
     #: Client connections made and ended since start (for /metrics).
     clients_added: int = field(init=False, default=0)
     clients_removed: int = field(init=False, default=0)
+    #: What ran where and when, from the workers' heartbeats (docs/runtime.md#task-stream).
+    task_stream: TaskStream = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
@@ -130,6 +134,7 @@ class SchedulerServer:
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self._nanny_report_timeout = config.seconds("scheduler.nanny-report-timeout")
+        self.task_stream = TaskStream(config.integer("diagnostics.task-stream.capacity"))
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -381,6 +386,7 @@ class SchedulerServer:
                     load=h.get("load"),
                 )
                 self._pace_heartbeats(w, interval)
+                self.task_stream.add_heartbeat(self.workers[w].address, h, payload)
             elif op == ops.WORKER_STATUS_CHANGE:
                 self._worker_paused(w, str(h["status"]), now)
             elif op == ops.STEAL_RESPONSE:
@@ -545,6 +551,9 @@ class SchedulerServer:
                 return self._story(h, decode_keys(bytes(payload)))
             if op == ops.SCHEDULER_INFO:
                 return self._scheduler_info(h), b""
+            if op == ops.TASK_STREAM:
+                self._answer_task_stream(cid, h)
+                return None
             if op == ops.HEARTBEAT_CLIENT:  # a keep-alive: the answer shows this is alive
                 return {"op": ops.HEARTBEAT_CLIENT}, b""
             if op == ops.SCATTER:
@@ -565,6 +574,25 @@ class SchedulerServer:
             return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": str(e)}, b""
         except comm.MALFORMED as e:
             return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": f"malformed: {e}"}, b""
+
+    def _answer_task_stream(self, cid: int, h: comm.Header) -> None:
+        """Answers a ``task-stream`` request once its flush (a heartbeat from each worker)
+        is done; other messages are handled meanwhile."""
+
+        async def run() -> None:
+            reply = await task_stream_answer(
+                self.task_stream,
+                h,
+                lambda: [p.address for p in self.workers.values()],
+                2 * config.seconds("worker.heartbeat-interval"),
+            )
+            peer = self.clients.get(cid)
+            if peer is not None:
+                peer.send(*reply)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _update_graph(
         self, cid: int, h: comm.Header, payload: memoryview

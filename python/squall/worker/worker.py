@@ -45,7 +45,9 @@ docs/runtime.md. Choices the protocol table leaves open:
   it (docs/runtime.md#cluster-lifecycle).
 * Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
   average over transfers of at least 1 MB (smaller ones measure latency), weighted
-  0.95/0.05 like Dask's; ``null`` until one happened.
+  0.95/0.05 like Dask's; ``null`` until one happened. They also carry the worker's
+  load and the task stream sampled since the last one (:mod:`squall.worker.load`,
+  docs/runtime.md#task-stream).
 * A lost scheduler (the connection closed, or silent for ``squall.comm.timeouts.tcp``)
   does not end the worker: it forgets the tasks it was given (running ones finish,
   their results dropped), keeps the results it holds, and registers again with backoff
@@ -87,6 +89,7 @@ from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context
+from squall.worker.load import LoadMeter, add_task_stream
 from squall.worker.memory import (
     MemoryMonitor,
     local_directory,
@@ -207,7 +210,9 @@ class Worker:
             fill_call,
             pack_error,
             _sizeof,
+            config.integer("diagnostics.task-stream.samples"),
         )
+        self._load = LoadMeter(self._process)
         if executing_record is not None:  # the nanny's (docs/runtime.md#supervision-the-nanny)
             self._core.record_executing(executing_record)
 
@@ -440,14 +445,14 @@ class Worker:
     def _send_heartbeat(self) -> None:
         """A heartbeat, which the scheduler answers (``heartbeat-interval``)."""
         executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-        self._send(
-            {
-                "op": ops.HEARTBEAT,
-                "executing": executing,
-                "bandwidth": self.bandwidth,
-                "memory": self.memory_metrics(),
-            }
-        )
+        header = {
+            "op": ops.HEARTBEAT,
+            "executing": executing,
+            "bandwidth": self.bandwidth,
+            "memory": self.memory_metrics(),
+            "load": self._load.figures(self._core),
+        }
+        self._send(header, add_task_stream(header, self._core))
 
     # ----- losing the scheduler -------------------------------------------------------
 

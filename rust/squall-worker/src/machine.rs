@@ -10,7 +10,9 @@ use squall_wire::finished::FinishedBatch;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+mod counts;
 mod memory;
+pub use counts::Counts;
 pub use memory::Memory;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1019,3 +1019,32 @@ fn a_paused_machine_starts_nothing_until_resumed() {
     run_ok(&mut m, 1);
     ok(&m);
 }
+
+// ----- load counts ----------------------------------------------------------------
+
+fn counts(executing: usize, ready: usize, in_flight: usize, in_memory: usize) -> Counts {
+    Counts {
+        executing,
+        ready,
+        in_flight,
+        in_memory,
+    }
+}
+
+#[test]
+fn counts_follow_tasks_and_keys_through_their_stages() {
+    let mut m = machine(1);
+    assert_eq!(m.counts(), counts(0, 0, 0, 0));
+    m.compute(task(1));
+    m.compute(task(2));
+    m.compute(task(3).dep(9, &["tcp://peer:1"]));
+    assert_eq!(m.counts(), counts(0, 2, 0, 0));
+    let (p, _) = plan(&mut m, &never);
+    assert_eq!(p.len(), 1);
+    let job = take(&mut m, 2);
+    assert_eq!(m.counts(), counts(1, 1, 1, 0));
+    m.complete(job, Some((20, 8)), 0.1);
+    m.fetched("tcp://peer:1", kid(&m, 9), Ok(Some((90, 8))));
+    assert_eq!(m.counts(), counts(0, 2, 0, 2));
+    ok(&m);
+}

@@ -12,6 +12,7 @@ mod call;
 mod counts;
 mod executing_record;
 mod memory;
+mod task_stream;
 mod threads;
 
 pub use executing_record::read_executing_record;
@@ -25,7 +26,8 @@ use pyo3::types::{PyBytes, PyDict};
 use squall_core::Key;
 use squall_wire::compute::decode_compute;
 use squall_wire::keys::{read_keys, write_keys};
-use squall_worker::{DepIn, KeyId, Machine, Priority, Slot, TaskIn};
+use squall_worker::{DepIn, KeyId, Machine, Priority, Sampler, Slot, TaskIn};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,6 +42,8 @@ struct Inner {
     erred: Vec<(u32, u64, Py<PyAny>)>,
     /// The calls running now, for the nanny (None without one).
     record: Option<ExecutingRecord>,
+    /// The tasks run since the last heartbeat, sampled (docs/runtime.md#task-stream).
+    stream: Sampler<task_stream::TaskSample>,
 }
 
 /// Python helpers the loop calls: `(run_spec, fill_call, pack_error, sizeof)`, as in
@@ -60,6 +64,8 @@ pub struct WorkerCore {
     report_delay: Duration,
     epoch: Instant,
     hooks: Hooks,
+    /// Numbers the task threads in the task stream (docs/runtime.md#task-stream).
+    next_thread: AtomicU32,
 }
 
 impl WorkerCore {
@@ -171,7 +177,7 @@ fn key_of<V>(m: &Machine<V>, k: KeyId) -> Key {
 #[pymethods]
 impl WorkerCore {
     #[new]
-    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, pack_error, sizeof))]
+    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, pack_error, sizeof, task_stream_samples))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -183,6 +189,7 @@ impl WorkerCore {
         fill_call: Py<PyAny>,
         pack_error: Py<PyAny>,
         sizeof: Py<PyAny>,
+        task_stream_samples: usize,
     ) -> PyResult<Self> {
         if nthreads == 0 {
             return Err(PyValueError::new_err("nthreads must be at least 1"));
@@ -197,6 +204,7 @@ impl WorkerCore {
                 reports_since: None,
                 erred: Vec::new(),
                 record: None,
+                stream: Sampler::new(task_stream_samples),
             }),
             work: Condvar::new(),
             nthreads,
@@ -209,6 +217,7 @@ impl WorkerCore {
                 sizeof,
                 loads,
             },
+            next_thread: AtomicU32::new(0),
         })
     }
 

@@ -116,6 +116,9 @@ impl WorkerCore {
             if let (Some(record), Some(entry)) = (&mut g.record, entry) {
                 record.leave(entry);
             }
+            if g.stream.wants() {
+                self.keep_sample(&mut g, job.key, start, seconds, result.is_ok());
+            }
             let id = job.id;
             let mut unreported = None; // dropped after unlocking, like every value
             let reported = match result {

@@ -1,0 +1,140 @@
+"""The task stream on the client, with distributed's names: ``Client.get_task_stream``
+and the ``get_task_stream`` context manager (docs/runtime.md#task-stream).
+
+Records are distributed's: ``{"key", "prefix", "worker", "thread", "status": "OK" |
+"error", "startstops": [{"action": "compute", "start", "stop"}]}``, epoch seconds.
+Workers send them with their heartbeats, so each request first waits for one heartbeat
+from every worker (``flush``): the tasks whose results the client has seen are in.
+Above ``squall.diagnostics.task-stream.samples`` tasks per worker and heartbeat, the
+records are an even sample of the tasks.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, NamedTuple
+
+from dask.utils import key_split
+
+from squall._core import decode_keys
+from squall.client.connection import ClientConnection
+from squall.client.default import default_client
+from squall.client.report_html import task_stream_page
+from squall.protocol import ops
+
+Record = dict[str, Any]
+
+
+class StreamSlice(NamedTuple):
+    """An answer: the cursor past the newest record, how many tasks the workers ever
+    said they ran (the scheduler's count, to compare between two answers), the
+    records asked for."""
+
+    cursor: int
+    tasks: int
+    records: list[Record]
+
+
+_NO_FIGURES = (
+    "get_task_stream(plot=True) returns a Bokeh figure in distributed; squall draws "
+    "none: plot='save' writes the stream to `filename` as a self-contained HTML page"
+)
+
+
+class TaskStreamMethods(ClientConnection):
+    """The methods of :class:`~squall.client.client.Client` about the task stream."""
+
+    def get_task_stream(
+        self,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        **kwargs: Any,
+    ) -> Any:
+        """The records of the tasks that ended between ``start`` and ``stop`` (epoch
+        seconds, or durations before now like ``"10s"``), ``count`` of them at most,
+        as distributed's. ``plot="save"`` also writes them to ``filename`` as a
+        self-contained HTML page and returns ``(records, filename)``."""
+        _check_plot(plot)
+        query = {"start": start, "stop": stop, "count": count}
+
+        async def run() -> Any:
+            records = (await self._task_stream(query)).records
+            return _saved(records, plot, filename)
+
+        return self.sync(run, **kwargs)
+
+    async def _task_stream(self, query: dict[str, Any]) -> StreamSlice:
+        """Asks for ``query`` (``cursor`` and ``limit``, or ``start``, ``stop`` and
+        ``count``), after a flush (docs/protocol.md)."""
+        h, payload = await self._request({"op": ops.TASK_STREAM, "flush": True, **query})
+        workers = h["workers"]
+        keys = decode_keys(bytes(payload))
+        records = [
+            {
+                "key": key,
+                "prefix": key_split(key),
+                "worker": workers[w],
+                "thread": thread,
+                "status": "OK" if ok else "error",
+                "startstops": [{"action": "compute", "start": start, "stop": stop}],
+            }
+            for key, (w, thread, ok, start, stop) in zip(keys, h["records"], strict=True)
+        ]
+        return StreamSlice(int(h["cursor"]), int(h["tasks"]), records)
+
+
+class get_task_stream:  # distributed's name
+    """Collects the task stream of a block, as distributed's::
+
+        with get_task_stream(client) as ts:
+            x.compute()
+        ts.data  # the records of the tasks that ended in the block
+
+    ``client`` defaults to the default client; ``plot="save"`` also writes the records
+    to ``filename`` as a self-contained HTML page. Works with ``async with`` on an
+    asynchronous client."""
+
+    def __init__(
+        self,
+        client: Any = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+    ) -> None:
+        _check_plot(plot)
+        self.data: list[Record] = []
+        self.client = client if client is not None else default_client()
+        self._plot = plot
+        self._filename = filename
+        self._cursor = 0
+
+    def __enter__(self) -> get_task_stream:
+        return self.client.sync(self.__aenter__, asynchronous=False)  # type: ignore[no-any-return]
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.sync(self.__aexit__, asynchronous=False)
+
+    async def __aenter__(self) -> get_task_stream:
+        # After a flush, so that tasks which ended before the block are not in it.
+        self._cursor = (await self.client._task_stream({"count": 0})).cursor
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        records = (await self.client._task_stream({"cursor": self._cursor})).records
+        self.data.extend(records)
+        _saved(records, self._plot, self._filename)
+
+
+def _check_plot(plot: bool | str) -> None:
+    if plot and plot != "save":
+        raise ValueError(_NO_FIGURES)
+
+
+def _saved(records: list[Record], plot: bool | str, filename: str) -> Any:
+    """``records``, or with ``plot="save"`` ``(records, filename)`` once written."""
+    if plot != "save":
+        return records
+    pathlib.Path(filename).write_text(task_stream_page(records))
+    return records, filename

@@ -1,0 +1,58 @@
+"""What a worker's heartbeat says about its load (docs/runtime.md#task-stream): CPU and
+network use since the previous heartbeat, task and key counts, and the sampled task
+stream the compiled task loop kept meanwhile."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+
+from squall._core import WorkerCore
+
+
+class LoadMeter:
+    """CPU use of this process and the host's network throughput (psutil counters, as
+    Dask's workers read them), each averaged since the previous reading."""
+
+    def __init__(self, process: psutil.Process) -> None:
+        self._process = process
+        self._process.cpu_percent()  # the first reading only starts the interval
+        self._net = _net_bytes()
+        self._time = time.monotonic()
+
+    def figures(self, core: WorkerCore) -> dict[str, Any]:
+        """The heartbeat's ``load``."""
+        now, net = time.monotonic(), _net_bytes()
+        elapsed = max(now - self._time, 1e-6)
+        read, write = ((new - old) / elapsed for new, old in zip(net, self._net, strict=True))
+        self._time, self._net = now, net
+        executing, ready, in_flight, in_memory = core.counts()
+        return {
+            "cpu": self._process.cpu_percent(),
+            "read_bps": max(read, 0.0),  # counters may wrap or reset with an interface
+            "write_bps": max(write, 0.0),
+            "executing": executing,
+            "ready": ready,
+            "in_flight": in_flight,
+            "in_memory": in_memory,
+        }
+
+
+def _net_bytes() -> tuple[int, int]:
+    """Bytes received and sent over all interfaces (0, 0 where psutil cannot tell)."""
+    counters = psutil.net_io_counters()
+    return (0, 0) if counters is None else (counters.bytes_recv, counters.bytes_sent)
+
+
+def add_task_stream(header: dict[str, Any], core: WorkerCore) -> bytes:
+    """Adds the tasks sampled since the last heartbeat to ``header`` (``stream``:
+    ``[[start, stop, thread, ok], ...]``, epoch seconds; ``stream_tasks``: how many
+    tasks ran, which the samples stand for) and returns their keys, the message's
+    payload (``encode_keys`` form). Nothing is added when no task ran."""
+    keys, samples, ran = core.take_task_stream()
+    if ran:
+        header["stream"] = samples  # tuples: msgpack arrays
+        header["stream_tasks"] = ran
+    return keys
