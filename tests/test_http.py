@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import eventually, start_scheduler, start_worker
+from prometheus_client.parser import text_string_to_metric_families
 
 import squall
 
@@ -61,6 +62,50 @@ def test_health_link_and_repr_of_a_live_cluster(
     for w in client.scheduler_info()["workers"].values():
         host = w["host"]
         assert get(f"http://{host}:{w['services']['dashboard']}/health") == (200, b"ok")
+
+
+def test_metrics_and_json_routes(
+    api_cluster: tuple[squall.LocalCluster, squall.Client, str],
+) -> None:
+    _, client, base = api_cluster
+    futures = client.map(lambda x: x + 1, range(50))
+    client.gather(futures)
+    status, body = get(base + "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    tasks = {s.labels["state"]: s.value for s in families["dask_scheduler_tasks"].samples}
+    assert tasks["memory"] == 50
+    assert families["dask_scheduler_clients"].samples[0].value >= 1
+    workers = {s.labels["state"]: s.value for s in families["dask_scheduler_workers"].samples}
+    assert sum(workers.values()) == 3
+    for w in client.scheduler_info()["workers"].values():
+        status, body = get(f"http://{w['host']}:{w['services']['dashboard']}/metrics")
+        assert status == 200
+        names = {f.name for f in text_string_to_metric_families(body.decode())}
+        assert {"dask_worker_tasks", "dask_worker_threads", "dask_worker_memory_bytes"} <= names
+
+    identity = json.loads(get(base + "/json/identity.json")[1])
+    assert identity["type"] == "Scheduler" and identity["n_workers"] == 3
+    assert identity["services"]["dashboard"] == int(base.rsplit(":", 1)[1])
+    counts = json.loads(get(base + "/json/counts.json")[1])
+    assert counts["workers"] == 3 and counts["memory"] == 50 and counts["tasks"] == 50
+
+    # The page's data: the stream comes after the cursor it was given.
+    eventually(
+        lambda: (
+            len(json.loads(get(base + "/dashboard/data.json?cursor=0")[1])["stream"]["records"])
+            == 50
+        )
+    )
+    data = json.loads(get(base + "/dashboard/data.json?cursor=0")[1])
+    cursor = data["stream"]["cursor"]
+    assert (
+        json.loads(get(f"{base}/dashboard/data.json?cursor={cursor}")[1])["stream"]["records"]
+        == []
+    )
+    assert "stream" not in json.loads(get(base + "/dashboard/data.json")[1])
+    assert get(base + "/dashboard/data.json?cursor=x")[0] == 400
+    del futures
 
 
 def test_api_routes(api_cluster: tuple[squall.LocalCluster, squall.Client, str]) -> None:

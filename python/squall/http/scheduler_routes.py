@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 import tornado.web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from squall import config
+from squall.http.dashboard_data import dashboard_data
 from squall.http.handlers import HEALTH_ROUTE, JsonHandler, PageHandler, TextHandler
 from squall.http.server import Route
+from squall.scheduler import metrics, snapshot
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
@@ -44,9 +47,30 @@ class _ApiDisabled(tornado.web.RequestHandler):
 
 def scheduler_routes(server: SchedulerServer) -> list[Route]:
     api = Api(server)
+
+    def identity(args: dict[str, str]) -> dict[str, Any]:
+        out = snapshot.identity_json(server)
+        out["services"] = {} if server.http is None else {"dashboard": server.http.port}
+        return out
+
+    def data(args: dict[str, str]) -> dict[str, Any]:
+        try:
+            cursor = int(args.get("cursor", "-1"))
+        except ValueError:
+            raise ValueError(f"cursor must be an integer, not {args['cursor']!r}") from None
+        return dashboard_data(server, cursor)
+
     routes: list[Route] = [
         ("/", _RedirectToStatus, {}),
         HEALTH_ROUTE,
+        (
+            "/metrics",
+            TextHandler,
+            {"text": lambda: metrics.exposition(server), "content_type": CONTENT_TYPE_LATEST},
+        ),
+        ("/json/identity.json", JsonHandler, {"get": identity}),
+        ("/json/counts.json", JsonHandler, {"get": lambda a: snapshot.counts_json(server)}),
+        ("/dashboard/data.json", JsonHandler, {"get": data}),
         *(
             (f"/{page}", PageHandler, {"path": os.path.join(STATIC, f"{page}.html")})
             for page in ("status", "workers", "system")

@@ -47,7 +47,7 @@ function fmtFigure(name, v) {
   if (typeof v !== "number") return String(v);
   if (/seconds_per_second|fraction|busy/.test(name)) return (100 * v).toFixed(1) + " %";
   if (/bytes|memory/.test(name)) return fmtBytes(v);
-  if (/seconds|latency|duration|_s$/.test(name)) {
+  if (/seconds|latency|duration/.test(name) && !/per_second/.test(name)) {
     return v < 1e-3 ? (v * 1e6).toFixed(0) + " µs" : v < 1 ? (v * 1e3).toFixed(1) + " ms"
          : v.toFixed(2) + " s";
   }
@@ -59,14 +59,16 @@ function esc(s) {
                                               '"': "&quot;", "'": "&#39;"}[c]));
 }
 
-// A stable colour per task prefix.
+// A colour per task prefix: a categorical palette in order of first appearance, so the
+// first twenty prefixes a page sees are told apart at a glance.
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                 "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+                 "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"];
 const colors = new Map();
 function prefixColor(prefix) {
   let c = colors.get(prefix);
   if (c === undefined) {
-    let h = 0;
-    for (let i = 0; i < prefix.length; i++) h = (h * 31 + prefix.charCodeAt(i)) >>> 0;
-    c = `hsl(${h % 360}, 62%, ${48 + (h >> 9) % 14}%)`;
+    c = PALETTE[colors.size % PALETTE.length];
     colors.set(prefix, c);
   }
   return c;
@@ -280,30 +282,43 @@ function renderWorkers(d) {
 
 // ----- system page ------------------------------------------------------------------
 
+// The system page's figures: (name in the snapshot's health, label, secondary figure).
+const HEALTH_FIGURES = [
+  ["latency", "event-loop latency", "latency_max", "longest, last 5 s"],
+  ["messages_per_second", "messages per second", "messages", "in all"],
+  ["tasks_per_second", "tasks computed per second", null, null],
+  ["core_seconds_per_second", "core busy (share of the event loop)", "core_seconds",
+   "core seconds in all"],
+  ["tick_seconds", "core time per tick", "ticks", "ticks in all"],
+];
+
 function renderHealth(d) {
   const el = document.getElementById("health");
   if (!el) return;
   const health = d.health || {};
-  const names = Object.keys(health).filter(k => typeof health[k] === "number");
-  for (const k of names) {
+  const shown = HEALTH_FIGURES.filter(([k]) => typeof health[k] === "number");
+  for (const [k] of shown) {
     const h = state.history[k] || (state.history[k] = []);
     h.push(health[k]);
     if (h.length > HISTORY) h.shift();
   }
-  if (!el.dataset.built || el.dataset.built !== names.join(",")) {
-    el.innerHTML = names.map(k => `<section data-figure="${esc(k)}"><h2>${esc(k.replace(/_/g,
-      " "))}</h2><div class="counts"><div><b></b></div></div><canvas height="60"></canvas>` +
-      "</section>").join("");
-    el.dataset.built = names.join(",");
+  if (!el.dataset.built) {
+    el.innerHTML = shown.map(([k, label]) => `<section data-figure="${esc(k)}"><h2>` +
+      `${esc(label)}</h2><div class="counts"><div><b></b><span class="sub"></span></div>` +
+      '</div><canvas height="60"></canvas></section>').join("");
+    el.dataset.built = "1";
   }
-  for (const k of names) {
+  for (const [k, , sub, subLabel] of shown) {
     const box = el.querySelector(`section[data-figure="${CSS.escape(k)}"]`);
+    if (!box) continue;
     box.querySelector("b").textContent = fmtFigure(k, health[k]);
-    spark(box.querySelector("canvas"), state.history[k]);
+    box.querySelector(".sub").textContent =
+      sub && typeof health[sub] === "number" ? `${fmtFigure(sub, health[sub])} ${subLabel}` : "";
+    spark(box.querySelector("canvas"), state.history[k], k);
   }
 }
 
-function spark(canvas, values) {
+function spark(canvas, values, name) {
   const ratio = window.devicePixelRatio || 1;
   const w = canvas.clientWidth, h = 60;
   canvas.width = Math.round(w * ratio);
@@ -312,12 +327,17 @@ function spark(canvas, values) {
   const ctx = canvas.getContext("2d");
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   const top = Math.max(...values, 1e-9);
+  ctx.fillStyle = "#eaeef2";
+  ctx.fillRect(0, h - 1, w, 1);
+  ctx.fillStyle = "#6e7781";
+  ctx.font = "10px system-ui, sans-serif";
+  ctx.fillText(`max ${fmtFigure(name, top)} · last minute`, 0, 10);
   ctx.strokeStyle = "#2f81f7";
   ctx.lineWidth = 1.5;
   ctx.beginPath();
   values.forEach((v, i) => {
     const px = w - (values.length - 1 - i) * (w / (HISTORY - 1));
-    const py = h - 2 - (v / top) * (h - 6);
+    const py = h - 2 - (v / top) * (h - 16);
     if (i) ctx.lineTo(px, py); else ctx.moveTo(px, py);
   });
   ctx.stroke();
@@ -363,6 +383,7 @@ async function poll(page) {
       } else {
         renderHealth(d);
       }
+      tickLive();
       state.latencies.push(performance.now() - asked);
       if (state.latencies.length > 1000) state.latencies.shift();
     }

@@ -1,0 +1,48 @@
+"""``/dashboard/data.json``: what the dashboard's pages draw, in one answer
+(docs/dashboard.md#pages): the scheduler's snapshot of its counters and the task
+stream's records since the page's cursor, compacted to arrays."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from squall.scheduler.snapshot import dashboard_snapshot
+
+if TYPE_CHECKING:
+    from squall.scheduler.server import SchedulerServer
+
+#: At most this many task-stream records per answer: the newest, when more came since
+#: the page last asked (a page that fell behind skips ahead instead of lagging).
+STREAM_LIMIT = 5000
+
+
+def dashboard_data(server: SchedulerServer, cursor: int) -> dict[str, Any]:
+    """The snapshot, each worker's ``/metrics`` link, and with ``cursor`` ≥ 0 the task
+    stream after it as ``[worker, thread, start, stop, prefix, key, status]`` rows."""
+    data = dashboard_snapshot(server)
+    ports = {p.address: p.dashboard for p in server.workers.values()}
+    for w in data["workers"]:
+        port = ports.get(w["address"])
+        w["dashboard"] = None if port is None else f"http://{w['host']}:{port}/metrics"
+    if cursor >= 0:
+        stream = server.task_stream
+        cursor = max(cursor, stream.cursor - STREAM_LIMIT)
+        cursor, records = stream.since(cursor, STREAM_LIMIT)
+        fraction = stream.sampled_fraction()
+        data["stream"] = {
+            "cursor": cursor,
+            "sampled": 1 / fraction if fraction > 0 else 1,
+            "records": [
+                [
+                    r["worker"],
+                    r["thread"],
+                    r["startstops"][0]["start"],
+                    r["startstops"][0]["stop"],
+                    r["prefix"],
+                    str(r["key"]),
+                    r["status"],
+                ]
+                for r in records
+            ],
+        }
+    return data
