@@ -287,8 +287,7 @@ const HEALTH_FIGURES = [
   ["latency", "event-loop latency", "latency_max", "longest, last 5 s"],
   ["messages_per_second", "messages per second", "messages", "in all"],
   ["tasks_per_second", "tasks computed per second", null, null],
-  ["core_seconds_per_second", "core busy (share of the event loop)", "core_seconds",
-   "core seconds in all"],
+  ["core_seconds_per_second", "time in the core", "core_seconds", "in all"],
   ["tick_seconds", "core time per tick", "ticks", "ticks in all"],
 ];
 
