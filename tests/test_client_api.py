@@ -582,7 +582,7 @@ def test_nthreads_and_scheduler_info(client: Client, cluster: LocalCluster) -> N
     assert client.nthreads(workers=[first]) == {first: 1}
     info = client.scheduler_info()
     assert info["type"] == "Scheduler" and info["address"] == cluster.scheduler_address
-    assert info["id"].startswith("Scheduler-") and info["services"] == {}
+    assert info["id"].startswith("Scheduler-") and set(info["services"]) == {"dashboard"}
     assert info["n_workers"] == 2 and info["total_threads"] == 2
     assert set(info["workers"]) == set(nthreads)
     w = info["workers"][first]
