@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import time
@@ -149,13 +150,16 @@ def test_programs_with_a_token_file_refuse_a_wrong_token(tmp_path: Path) -> None
 
 def test_a_wildcard_bind_warns_and_is_never_advertised() -> None:
     # Only bound and printed here: nothing dials the host's own address.
-    sched, address = start_scheduler("--host", "0.0.0.0", stderr=subprocess.PIPE)
+    # The dashboard binds the same interface; its API routes, on, are warned about too.
+    env = {**os.environ, "DASK_SQUALL__SCHEDULER__DASHBOARD__API": "true"}
+    sched, address = start_scheduler("--host", "0.0.0.0", stderr=subprocess.PIPE, env=env)
     try:
         assert address.startswith("tcp://") and "0.0.0.0" not in address
     finally:
         sched.send_signal(signal.SIGTERM)
         _, err = sched.communicate(timeout=20)
     assert "without TLS or a token: anyone who can reach it" in err
+    assert "serving the API routes on http://" in err and "can retire workers" in err
 
 
 def test_a_worker_advertises_its_contact_address() -> None:

@@ -420,7 +420,7 @@ async def listen(
         raise CommError(f"cannot listen on {address}: {e.strerror or e}") from None
     sock = server.sockets[0].getsockname()
     bound = format_address(sock[0], sock[1], scheme_of(address))
-    if not _loopback(host) and tls is None and sec.token is None:
+    if not is_loopback(host) and tls is None and sec.token is None:
         logger.warning(
             "listening on %s without TLS or a token: anyone who can reach it can join "
             "and run code here (docs/security.md)",
@@ -431,7 +431,7 @@ async def listen(
     return Listener(server, format_address(contact, sock[1], scheme_of(address)))
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

@@ -158,12 +158,18 @@ class SchedulerServer:
     async def _serve_http(self, address: str | int, bind_host: str) -> None:
         """The dashboard and HTTP routes; a dashboard address without a host binds the
         interface the scheduler binds. Imported here: tornado is needed only then."""
-        from squall.http.scheduler_routes import STATIC, scheduler_routes
+        from squall.http.scheduler_routes import STATIC, api_enabled, scheduler_routes
         from squall.http.server import HttpServer, parse_http_address
 
         self.http = HttpServer(scheduler_routes(self), static_path=STATIC)
         await self.http.start(*parse_http_address(address, bind_host))
         logger.info("dashboard at %s", self.http.url("/status"))
+        if api_enabled() and not comm.is_loopback(self.http.host):
+            logger.warning(
+                "serving the API routes on %s without authentication: anyone who can "
+                "reach it can retire workers (docs/dashboard.md#routes)",
+                self.http.url("/api/v1"),
+            )
 
     async def close(self) -> None:
         if self.http is not None:
