@@ -39,12 +39,20 @@ def parse_http_address(address: str | int, default_host: str) -> tuple[str, int]
     return host, int(port)
 
 
+def _log_request(handler: tornado.web.RequestHandler) -> None:
+    """Requests at debug level: a page polling twice a second, or someone probing for
+    paths that do not exist, must not fill the process's log (errors are logged by the
+    handlers that raise them)."""
+    r = handler.request
+    logger.debug("HTTP %d %s %s", handler.get_status(), r.method, r.uri)
+
+
 class HttpServer:
     """``await start()`` binds ``host:port``; if that port is taken, a free one instead,
     with a warning, as Dask's dashboard does (several clusters on one machine)."""
 
     def __init__(self, routes: Sequence[Route], *, static_path: str | None = None) -> None:
-        settings: dict[str, Any] = {"compress_response": True}
+        settings: dict[str, Any] = {"compress_response": True, "log_function": _log_request}
         if static_path is not None:
             settings["static_path"] = static_path
             settings["static_url_prefix"] = "/statics/"
