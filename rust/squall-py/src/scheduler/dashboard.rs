@@ -6,7 +6,7 @@ use super::Scheduler;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use squall_core::{TaskState, Worker, WorkerLoad, WorkerStatus};
+use squall_core::{TaskState, WorkerLoad};
 
 /// `{state name: count}` over all 8 states of a counts array.
 fn states_dict<'py>(py: Python<'py>, counts: &[u64; 8]) -> PyResult<Bound<'py, PyDict>> {
@@ -173,46 +173,5 @@ impl Scheduler {
             out.append(self.worker_dict(py, w, self.inner.worker(w))?)?;
         }
         Ok(out)
-    }
-}
-
-impl Scheduler {
-    /// What `worker_info` tells of a worker.
-    pub(super) fn worker_dict<'py>(
-        &self,
-        py: Python<'py>,
-        w: squall_core::WorkerId,
-        ws: &Worker,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("address", &ws.address)?;
-        d.set_item("name", &ws.name)?;
-        d.set_item("host", &ws.host)?;
-        d.set_item("nthreads", ws.nthreads)?;
-        d.set_item("memory_limit", ws.memory_limit)?;
-        d.set_item(
-            "resources",
-            ws.resources
-                .iter()
-                .cloned()
-                .collect::<std::collections::HashMap<_, _>>(),
-        )?;
-        d.set_item("status", ws.status.name())?;
-        d.set_item("processing", ws.processing.len())?;
-        d.set_item("long_running", ws.long_running.len())?;
-        d.set_item("has_what", ws.has_what.len())?;
-        d.set_item("nbytes", ws.nbytes)?;
-        d.set_item("bandwidth", ws.bandwidth)?;
-        d.set_item("metrics", super::queries::memory_metrics(py, &ws.memory)?)?;
-        d.set_item("load", load_dict(py, &ws.load)?)?;
-        d.set_item(
-            "occupancy",
-            if ws.status == WorkerStatus::Closed {
-                0.0
-            } else {
-                self.inner.occupancy(w)
-            },
-        )?;
-        Ok(d)
     }
 }

@@ -6,8 +6,8 @@ use crate::errors::{UnknownTaskError, UnknownWorkerError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use squall_core::{TaskId, TaskState, WorkerId, WorkerMemory};
-use std::collections::BTreeMap;
+use squall_core::{TaskId, TaskState, Worker, WorkerId, WorkerMemory, WorkerStatus};
+use std::collections::{BTreeMap, HashMap};
 
 fn unknown_task(task: u32) -> PyErr {
     UnknownTaskError::new_err(format!("unknown task id {task}"))
@@ -183,12 +183,47 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// What `worker_info` tells of a worker.
+    pub(super) fn worker_dict<'py>(
+        &self,
+        py: Python<'py>,
+        w: WorkerId,
+        ws: &Worker,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("address", &ws.address)?;
+        d.set_item("name", &ws.name)?;
+        d.set_item("host", &ws.host)?;
+        d.set_item("nthreads", ws.nthreads)?;
+        d.set_item("memory_limit", ws.memory_limit)?;
+        d.set_item(
+            "resources",
+            ws.resources.iter().cloned().collect::<HashMap<_, _>>(),
+        )?;
+        d.set_item("status", ws.status.name())?;
+        d.set_item("processing", ws.processing.len())?;
+        d.set_item("long_running", ws.long_running.len())?;
+        d.set_item("has_what", ws.has_what.len())?;
+        d.set_item("nbytes", ws.nbytes)?;
+        d.set_item("bandwidth", ws.bandwidth)?;
+        d.set_item("metrics", memory_metrics(py, &ws.memory)?)?;
+        d.set_item("load", super::dashboard::load_dict(py, &ws.load)?)?;
+        d.set_item(
+            "occupancy",
+            if ws.status == WorkerStatus::Closed {
+                0.0
+            } else {
+                self.inner.occupancy(w)
+            },
+        )?;
+        Ok(d)
+    }
+}
+
 /// A worker's memory with distributed's metric names (`memory` is the process's RSS,
 /// `unmanaged` what it holds beyond its results), and the count of spilled values.
-pub(super) fn memory_metrics<'py>(
-    py: Python<'py>,
-    m: &WorkerMemory,
-) -> PyResult<Bound<'py, PyDict>> {
+fn memory_metrics<'py>(py: Python<'py>, m: &WorkerMemory) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("memory", m.process)?;
     d.set_item("managed_bytes", m.managed)?;
