@@ -127,6 +127,23 @@ def test_performance_report_is_one_self_contained_file(client: Client, tmp_path:
     assert page.count("<polyline") >= 2 * len(client.nthreads())  # memory over time
 
 
+def test_async_clients_and_a_saved_page(client: Client, tmp_path: Path) -> None:
+    page, report = tmp_path / "stream.html", tmp_path / "report.html"
+
+    async def main() -> list[dict[str, object]]:
+        async with Client(client.address, asynchronous=True) as c:
+            async with get_task_stream(c, plot="save", filename=str(page)) as ts:
+                await c.gather(c.map(inc, range(3), key=[f"async-{i}" for i in range(3)]))
+            async with performance_report(filename=str(report), client=c):
+                await c.submit(inc, 1, key="in-report")
+            assert {r["key"] for r in await c.get_task_stream(count=1)} == {"in-report"}
+            return ts.data
+
+    data = asyncio.run(main())
+    assert {r["key"] for r in data} == {"async-0", "async-1", "async-2"}
+    assert "async" in page.read_text() and "in-report" in report.read_text()
+
+
 def test_worker_load_figures() -> None:
     with (
         LocalCluster(processes=False, n_workers=1, threads_per_worker=2) as cluster,

@@ -135,6 +135,8 @@ pub struct Machine<V> {
     granted: FxHashSet<u64>,
     free_resources: Vec<(String, f64)>,
     to_fetch: Vec<KeyId>,
+    /// Keys being fetched (`Fetch::InFlight`), for the load counts.
+    in_flight: usize,
     pub finished: FinishedBatch,
     /// Keys of fetched copies to announce to the scheduler, and of announced copies
     /// dropped since (in this order: a copy may come and go between two reports).
@@ -172,6 +174,7 @@ impl<V> Machine<V> {
             granted: FxHashSet::default(),
             free_resources: resources,
             to_fetch: Vec::new(),
+            in_flight: 0,
             finished: FinishedBatch::default(),
             replicas_added: Vec::new(),
             replicas_dropped: Vec::new(),
@@ -316,6 +319,7 @@ impl<V> Machine<V> {
                 self.seceded.len()
             ));
         }
+        self.validate_counts()?;
         self.validate_memory()
     }
 
@@ -722,6 +726,7 @@ impl<V> Machine<V> {
                 }
             };
             self.keys.get_mut(k).fetch = Fetch::InFlight;
+            self.in_flight += 1;
             match plan.iter_mut().find(|(h, _)| *h == holder) {
                 Some((_, ks)) => ks.push(k),
                 None => plan.push((holder, vec![k])),
@@ -757,6 +762,7 @@ impl<V> Machine<V> {
         let slot = self.keys.get_mut(k);
         if slot.fetch == Fetch::InFlight {
             slot.fetch = Fetch::No;
+            self.in_flight -= 1;
         }
         let mut erred = Vec::new();
         match got {

@@ -988,6 +988,7 @@ fn a_spilled_value_is_held_as_its_handle_and_freed_with_the_key() {
         m.memory(),
         Memory {
             managed: 0,
+            in_memory: 0,
             spilled_memory: 8,
             spilled_disk: 5,
             spilled: 1

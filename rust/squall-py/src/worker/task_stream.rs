@@ -87,8 +87,8 @@ impl WorkerCore {
     }
 
     /// `(executing, ready, in_flight, in_memory)`: tasks running and ready to run,
-    /// keys being fetched and held (in memory or spilled). One pass over the tasks
-    /// and keys (heartbeats, not the task path).
+    /// keys being fetched and held (in memory or spilled). Counters, and one pass over
+    /// the ready heap (heartbeats, not the task path).
     fn counts(&self) -> (usize, usize, usize, usize) {
         let c = self.lock().m.counts();
         (c.executing, c.ready, c.in_flight, c.in_memory)

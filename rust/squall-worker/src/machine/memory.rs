@@ -6,11 +6,13 @@
 use super::Machine;
 use crate::keys::KeyId;
 
-/// Totals over the values held: in memory (`managed`, their `sizeof`) and spilled
-/// (`spilled_memory`, their `sizeof` before spilling; `spilled_disk`, bytes on disk).
+/// Totals over the values held: in memory (`managed`, their `sizeof`; `in_memory`,
+/// how many) and spilled (`spilled_memory`, their `sizeof` before spilling;
+/// `spilled_disk`, bytes on disk; `spilled`, how many).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Memory {
     pub managed: i64,
+    pub in_memory: usize,
     pub spilled_memory: i64,
     pub spilled_disk: i64,
     pub spilled: usize,
@@ -20,7 +22,10 @@ impl Memory {
     /// Adds (`sign` 1) or removes (-1) one held value of `nbytes`, spilled at `disk`.
     fn count(&mut self, nbytes: i64, spilled: Option<i64>, sign: i64) {
         match spilled {
-            None => self.managed += sign * nbytes,
+            None => {
+                self.managed += sign * nbytes;
+                self.in_memory = (self.in_memory as i64 + sign) as usize;
+            }
             Some(disk) => {
                 self.spilled_memory += sign * nbytes;
                 self.spilled_disk += sign * disk;
