@@ -5,6 +5,7 @@
 
 mod clients;
 mod dispatch;
+mod progress;
 mod queries;
 mod scaling;
 mod submit;
@@ -13,6 +14,7 @@ mod workers;
 use crate::config::config_from_py;
 use crate::convert::{key_from_py, key_to_py};
 use crate::errors::{guarded, InternalError};
+pub use progress::ProgressWatch;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use squall_core as core;
