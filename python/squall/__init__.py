@@ -20,6 +20,7 @@ from squall.client.futures import Future, fire_and_forget
 from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
+from squall.diagnostics import progress
 from squall.worker.context import get_client, get_worker, rejoin, secede
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "get_client",
     "get_worker",
     "order",
+    "progress",
     "rejoin",
     "secede",
     "sim",

@@ -46,6 +46,7 @@ REPLIES = frozenset(
         ops.SCHEDULER_INFO,
         ops.WORKER_KEYS,
         ops.STORY,
+        *ops.DIAGNOSTIC_REQUESTS,
         ops.SCATTERED,
         ops.RESTARTED,
         *ops.LIFECYCLE_REQUESTS,
