@@ -29,7 +29,7 @@ def get_versions(packages: Iterable[str] | None = None) -> dict[str, dict[str, A
     of ``packages``."""
     uname = platform.uname()
     host = {
-        "python": "%d.%d.%d.%s.%s" % sys.version_info,
+        "python": ".".join(map(str, sys.version_info)),
         "python-bits": struct.calcsize("P") * 8,
         "OS": uname.system,
         "OS-release": uname.release,

@@ -11,11 +11,11 @@ from typing import Any
 
 from dask.utils import key_split
 
+from squall import versions
 from squall._core import decode_keys, encode_keys
 from squall.client.connection import ClientConnection
 from squall.client.futures import futures_of
 from squall.client.workers import _select
-from squall import versions
 from squall.protocol import ops
 
 Key = Hashable

@@ -172,10 +172,9 @@ class ProgressWidget:
         extra = f", {p.erred} erred" if p.erred else ""
         self.status.value = f"<b>{what}:</b> {format_time(p.elapsed)}{extra}"
 
-    def _ipython_display_(self, **kwargs: Any) -> None:
-        from IPython.display import display
-
-        display(self.widget, **kwargs)
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """Shown in a notebook as its widget."""
+        return self.widget._repr_mimebundle_(**kwargs)
 
 
 def progress(
@@ -257,7 +256,7 @@ def _in_kernel() -> bool:
     shell = sys.modules.get("IPython")
     if shell is None:
         return False
-    ip = shell.get_ipython()  # type: ignore[attr-defined]
+    ip = shell.get_ipython()
     if ip is None or "IPKernelApp" not in getattr(ip, "config", {}):
         return False
     try:
