@@ -18,7 +18,8 @@ CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
-PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS
+DIAGNOSTICS = {"progress"}
+PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS | DIAGNOSTICS
 
 
 def test_public_names() -> None:
