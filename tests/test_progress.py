@@ -99,7 +99,7 @@ def test_complete_false_leaves_out_what_was_done_before(cluster: LocalCluster) -
 
 def test_progress_stops_when_the_client_closes(cluster: LocalCluster) -> None:
     client = Client(cluster)
-    slow = client.submit(time.sleep, 30, pure=False)
+    slow = client.submit(time.sleep, 2, pure=False)
     errors: list[BaseException] = []
 
     def follow() -> None:
@@ -124,3 +124,14 @@ def test_bar_text_and_options() -> None:
     assert bar.line(Progress()) == "[##########] | 100% Completed |  0.0s"
     with pytest.raises(ValueError, match="prefix"):
         squall.progress([], group_by="spans")
+
+
+def test_dask_progress_bar_prints_when_computing_through_squall(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dask.diagnostics import ProgressBar
+
+    with Client(cluster), ProgressBar(dt=0.02):
+        assert (da.ones(40, chunks=10) + 1).sum().compute() == 80
+    out = capsys.readouterr().out
+    assert "] | 100% Completed | " in draws(out)[-1] and out.endswith("\n")

@@ -17,17 +17,19 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.base import is_dask_collection
 
 from squall import config
 from squall._core import encode_keys
-from squall.client.client import Client
 from squall.client.default import default_client
 from squall.client.futures import Future, futures_of
 from squall.client.loop import timeout_seconds
 from squall.protocol import comm, ops
+
+if TYPE_CHECKING:
+    from squall.client.client import Client
 
 
 @dataclass
