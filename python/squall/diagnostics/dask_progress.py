@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from squall.client.futures import Future
 
 
-def active_progress_bars() -> list[ProgressBar]:
-    """The ProgressBars in use now (``with ProgressBar():`` or ``register()``)."""
-    found = {}
+def active_progress_bars() -> list[Any]:
+    """The ProgressBars in use now (``with ProgressBar():`` or ``register()``); Any:
+    dask's callbacks are untyped."""
+    found: dict[int, Any] = {}
     for callbacks in list(Callback.active):
         owner = getattr(callbacks[0], "__self__", None)
         if isinstance(owner, ProgressBar):
