@@ -27,9 +27,13 @@ from squall.protocol.peers import Peers
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
 
-#: A progress watch is looked at again at most once per this many times the duration
-#: of its last look: its updates take at most 1/20 of the scheduler's time, however
-#: many tasks it watches and however often its client polls (docs/runtime.md#progress).
+#: Unfinished tasks of a progress watch looked at per poll (a few milliseconds at most,
+#: docs/runtime.md#progress): a poll never holds the scheduler up for longer, however
+#: many tasks the watch has; the next poll goes on from there.
+UPDATE_BUDGET = 100_000
+#: A watch is looked at again at most once per this many times the duration of its
+#: last look: its polls take at most 1/20 of the scheduler's time however often its
+#: client polls.
 UPDATE_SPACING = 20.0
 
 
@@ -93,7 +97,7 @@ class ClientDiagnostics:
             watch = found
             start = time.perf_counter()
             if start >= watch.next_update:
-                self._server.core.progress_update(watch.core)
+                self._server.core.progress_update(watch.core, UPDATE_BUDGET)
                 watch.next_update = start + UPDATE_SPACING * (time.perf_counter() - start)
         if watch.core.remaining == 0:
             del watches[number]

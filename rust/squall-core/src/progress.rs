@@ -2,16 +2,15 @@
 //! (`squall.progress`, docs/runtime.md#progress).
 //!
 //! A watch walks the dependency graph once, when it is made, and keeps the tasks not
-//! finished yet. Each update looks only at those, dropping the ones that finished, so
-//! its cost is the number of tasks still to run; the scheduler's transitions carry no
-//! bookkeeping for it.
+//! finished yet. Each update looks at a bounded number of those, dropping the ones
+//! that finished, so no update costs more than its budget however many tasks are
+//! watched; the scheduler's transitions carry no bookkeeping for it.
 
 use crate::ids::TaskId;
 use crate::key::Key;
 use crate::state::Scheduler;
-use crate::task::TaskState;
-use rustc_hash::{FxHashMap, FxHashSet};
-use std::hash::BuildHasher;
+use crate::task::{Task, TaskState};
+use rustc_hash::FxHashMap;
 
 /// Per prefix: tasks counted, finished in memory, erred.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,8 +24,10 @@ pub struct PrefixProgress {
 /// A task not finished when last looked at.
 struct Pending {
     task: TaskId,
-    /// Its key's hash: a recycled slot holding another task is told apart by it.
-    key_hash: u64,
+    /// Where its key lives, and its group: a recycled slot holding another task is
+    /// told apart by them without reading the key (one memory access per task).
+    key_at: usize,
+    group: u32,
     prefix: u32,
     /// One of the keys asked for (not a dependency of them).
     asked: bool,
@@ -43,11 +44,36 @@ enum Seen {
 pub struct ProgressWatch {
     prefixes: Vec<PrefixProgress>,
     pending: Vec<Pending>,
+    /// Where the next update starts looking in `pending`.
+    cursor: usize,
     cancelled: u64,
 }
 
-fn key_hash(key: &Key) -> u64 {
-    rustc_hash::FxBuildHasher.hash_one(key.as_bytes())
+fn key_at(ts: &Task) -> usize {
+    ts.key.as_bytes().as_ptr() as usize
+}
+
+/// A set of task ids as bits.
+#[derive(Default)]
+struct TaskBits(Vec<u64>);
+
+impl TaskBits {
+    /// Adds `t`; false if it was there.
+    fn insert(&mut self, t: TaskId) -> bool {
+        let (word, bit) = (t.idx() / 64, 1u64 << (t.idx() % 64));
+        if word >= self.0.len() {
+            self.0.resize(word + 1, 0);
+        }
+        let new = self.0[word] & bit == 0;
+        self.0[word] |= bit;
+        new
+    }
+
+    fn contains(&self, t: TaskId) -> bool {
+        self.0
+            .get(t.idx() / 64)
+            .is_some_and(|w| w & (1u64 << (t.idx() % 64)) != 0)
+    }
 }
 
 impl ProgressWatch {
@@ -56,29 +82,36 @@ impl ProgressWatch {
     /// own dependencies walked; without, the walk stops at results in memory, as
     /// distributed's `complete=False` does.
     pub fn new(s: &Scheduler, keys: &[Key], complete: bool) -> Result<ProgressWatch, Vec<Key>> {
-        let unknown: Vec<Key> = keys
-            .iter()
-            .filter(|k| s.lookup(k).is_none())
-            .cloned()
-            .collect();
+        let mut asked = TaskBits::default();
+        let mut stack = Vec::with_capacity(keys.len());
+        let mut unknown = Vec::new();
+        for k in keys {
+            match s.lookup(k) {
+                Some(t) => {
+                    asked.insert(t);
+                    stack.push(t);
+                }
+                None => unknown.push(k.clone()),
+            }
+        }
         if !unknown.is_empty() {
             return Err(unknown);
         }
         let mut watch = ProgressWatch {
             prefixes: Vec::new(),
             pending: Vec::new(),
+            cursor: 0,
             cancelled: 0,
         };
         let mut prefix_index: FxHashMap<u32, u32> = FxHashMap::default();
-        let asked: FxHashSet<TaskId> = keys.iter().filter_map(|k| s.lookup(k)).collect();
-        let mut seen: FxHashSet<TaskId> = FxHashSet::default();
-        let mut stack: Vec<TaskId> = asked.iter().copied().collect();
+        let mut seen = TaskBits::default();
         while let Some(t) = stack.pop() {
             if !seen.insert(t) {
                 continue;
             }
             let ts = s.task(t);
-            if !complete && ts.state == TaskState::Memory && !asked.contains(&t) {
+            let is_asked = asked.contains(t);
+            if !complete && ts.state == TaskState::Memory && !is_asked {
                 continue;
             }
             let prefix = s.group(ts.group).prefix;
@@ -93,9 +126,10 @@ impl ProgressWatch {
             watch.prefixes[p as usize].total += 1;
             let entry = Pending {
                 task: t,
-                key_hash: key_hash(&ts.key),
+                key_at: key_at(ts),
+                group: ts.group.0,
                 prefix: p,
-                asked: asked.contains(&t),
+                asked: is_asked,
             };
             if watch.settle(s, &entry) {
                 watch.pending.push(entry);
@@ -110,7 +144,7 @@ impl ProgressWatch {
     fn seen(s: &Scheduler, p: &Pending) -> Seen {
         let state = s
             .get_task(p.task)
-            .filter(|ts| key_hash(&ts.key) == p.key_hash)
+            .filter(|ts| key_at(ts) == p.key_at && ts.group.0 == p.group)
             .map_or(TaskState::Forgotten, |ts| ts.state);
         match state {
             TaskState::Memory => Seen::Done,
@@ -136,11 +170,29 @@ impl ProgressWatch {
         false
     }
 
-    /// Looks again at the tasks not finished; returns how many still are.
-    pub fn update(&mut self, s: &Scheduler) -> usize {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.retain(|p| self.settle(s, p));
-        self.pending = pending;
+    /// Looks again at up to `budget` of the tasks not finished, going on from where
+    /// the last update stopped (every one is looked at in turn); returns how many are
+    /// still not finished.
+    pub fn update(&mut self, s: &Scheduler, budget: usize) -> usize {
+        let mut i = self.cursor;
+        for _ in 0..budget.min(self.pending.len()) {
+            if self.pending.is_empty() {
+                break;
+            }
+            if i >= self.pending.len() {
+                i = 0;
+            }
+            let p = &self.pending[i];
+            let still = Self::seen(s, p);
+            if matches!(still, Seen::Pending) {
+                i += 1;
+                continue;
+            }
+            // Finished: the last one takes its place, and is looked at next.
+            let p = self.pending.swap_remove(i);
+            self.settle(s, &p);
+        }
+        self.cursor = i;
         self.pending.len()
     }
 

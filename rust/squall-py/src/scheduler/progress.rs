@@ -64,14 +64,16 @@ impl Scheduler {
         }
     }
 
-    /// Looks again at the watch's unfinished tasks; returns how many still are.
+    /// Looks again at up to `budget` of the watch's unfinished tasks, going on from
+    /// where the last update stopped; returns how many are still not finished.
     fn progress_update(
         &self,
         py: Python<'_>,
         mut watch: PyRefMut<'_, ProgressWatch>,
+        budget: usize,
     ) -> PyResult<usize> {
         let s = &self.inner;
         let w = &mut watch.inner;
-        guarded(py, move || Ok(w.update(s)))
+        guarded(py, move || Ok(w.update(s, budget)))
     }
 }
