@@ -375,7 +375,7 @@ class Client(DataMovement, Diagnostics):
         if not sync:
             return packed
         try:
-            with user_frames(), dask_progress_bars(self, futures.values()):
+            with user_frames(), dask_progress_bars(self, futures.values(), asynchronous):
                 return self.gather(packed, asynchronous=asynchronous)
         finally:
             for f in futures.values():

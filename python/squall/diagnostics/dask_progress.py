@@ -35,11 +35,14 @@ def active_progress_bars() -> list[Any]:
 
 
 @contextlib.contextmanager
-def dask_progress_bars(client: Client, futures: Iterable[Future]) -> Iterator[None]:
+def dask_progress_bars(
+    client: Client, futures: Iterable[Future], asynchronous: bool | None = None
+) -> Iterator[None]:
     """While the block waits for ``futures``, the active ProgressBars draw their tasks'
-    progress; they finish with the block (as erred if it raised)."""
+    progress; they finish with the block (as erred if it raised). Not for a block that
+    only makes an awaitable (``asynchronous``)."""
     bars = active_progress_bars()
-    if not bars or client.asynchronous or client._loop is None:
+    if not bars or asynchronous or client.asynchronous or client._loop is None:
         yield
         return
     keys = list(dict.fromkeys(f.key for f in futures))

@@ -211,6 +211,9 @@ def progress(
         async def run() -> Progress:
             try:
                 return await follow(client, keys, complete, seconds, widget.draw)
+            except Exception as e:
+                widget.status.value = f"<b>Stopped:</b> {html.escape(repr(e))}"
+                raise
             finally:
                 widget.futures = []
 
