@@ -15,7 +15,7 @@ from squall.deploy.local import _run, scheduler_info
 CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
 IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
 CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
-DIAGNOSTICS = {"get_task_stream", "performance_report"}
+DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}

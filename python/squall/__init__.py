@@ -22,6 +22,7 @@ from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
+from squall.diagnostics import progress
 from squall.worker.context import get_client, get_worker, rejoin, secede
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "get_worker",
     "order",
     "performance_report",
+    "progress",
     "rejoin",
     "secede",
     "sim",

@@ -57,6 +57,7 @@ from squall.dask.graphs import (
     pack_data,
     persist_expr,
 )
+from squall.diagnostics.dask_progress import dask_progress_bars
 from squall.gc_pause import gc_paused
 from squall.protocol import ops, update_graph
 from squall.protocol.specs import call_prefix, make_spec
@@ -396,7 +397,7 @@ class Client(DataMovement, Diagnostics, TaskStreamMethods):
         if not sync:
             return packed
         try:
-            with user_frames():
+            with user_frames(), dask_progress_bars(self, futures.values(), asynchronous):
                 return self.gather(packed, asynchronous=asynchronous)
         finally:
             for f in futures.values():

@@ -47,6 +47,7 @@ REPLIES = frozenset(
         ops.WORKER_KEYS,
         ops.STORY,
         ops.TASK_STREAM,
+        *ops.DIAGNOSTIC_REQUESTS,
         ops.SCATTERED,
         ops.RESTARTED,
         *ops.LIFECYCLE_REQUESTS,

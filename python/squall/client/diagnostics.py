@@ -1,20 +1,25 @@
 """What the cluster holds and did, as distributed's client reports it: ``has_what``,
-``processing``, ``nbytes``, ``story``."""
+``processing``, ``nbytes``, ``story``, the logs and the versions."""
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from dask.utils import key_split
 
+from squall import versions
 from squall._core import decode_keys, encode_keys
 from squall.client.connection import ClientConnection
 from squall.client.futures import futures_of
+from squall.client.workers import _select
 from squall.protocol import ops
 
 Key = Hashable
+logger = logging.getLogger("squall.client")
 
 
 class Diagnostics(ClientConnection):
@@ -66,6 +71,70 @@ class Diagnostics(ClientConnection):
 
         return self.sync(run, **kwargs)
 
+    def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
+        """The scheduler's newest ``n`` log lines (all it keeps if None, up to
+        ``squall.admin.log-length``), oldest first, as ``(level, line)``."""
+
+        async def run() -> list[tuple[str, str]]:
+            h, _ = await self._request({"op": ops.GET_LOGS, "which": "scheduler", "n": n})
+            return [(str(level), str(line)) for level, line in h["logs"]]
+
+        return self.sync(run, **kwargs)
+
+    def get_worker_logs(
+        self, n: int | None = None, nanny: bool = False, workers: Any = None, **kwargs: Any
+    ) -> Any:
+        """``{worker address: [(level, line), …]}``: each worker's (or with ``nanny``,
+        its nanny's) newest ``n`` log lines, oldest first. The scheduler asks them; a
+        worker that does not answer within ``squall.comm.timeouts.connect`` gets one
+        ``("ERROR", why)`` line instead."""
+
+        async def run() -> dict[str, list[tuple[str, str]]]:
+            wanted = None if workers is None else await self._worker_addresses(workers)
+            header = {"op": ops.GET_LOGS, "which": "workers", "n": n, "nanny": nanny}
+            h, _ = await self._request({**header, "workers": wanted})
+            out = {
+                a: [(str(level), str(line)) for level, line in logs]
+                for a, logs in h["workers"].items()
+            }
+            for address, why in h["errors"].items():
+                out[address] = [("ERROR", f"no logs from {address}: {why}")]
+            return out
+
+        return self.sync(run, **kwargs)
+
+    def get_versions(
+        self, check: bool = False, packages: Sequence[str] | None = None, **kwargs: Any
+    ) -> Any:
+        """``{"scheduler": …, "workers": {address: …}, "client": …}``, each
+        ``{"host": {...}, "packages": {name: version}}`` (``packages`` adds names).
+        With ``check``, ``ValueError`` names the required packages whose versions
+        differ (a table of client, scheduler and workers' versions); optional packages
+        that differ are warned about (``VersionMismatchWarning``)."""
+
+        async def run() -> dict[str, Any]:
+            names = list(packages or [])
+            h, _ = await self._request({"op": ops.VERSIONS, "packages": names})
+            for address, why in h["errors"].items():
+                logger.warning("no versions from worker %s: %s", address, why)
+            mine = self._versions(names)
+            found = {"scheduler": h["scheduler"], "workers": h["workers"], "client": mine}
+            if check:
+                _check_versions(found)
+            return found
+
+        return self.sync(run, **kwargs)
+
+    def _versions(self, packages: list[str]) -> dict[str, Any]:
+        """This client's versions (a method, so that tests can pretend others)."""
+        return versions.get_versions(packages)
+
+    async def _worker_addresses(self, workers: Any) -> list[str]:
+        """The addresses of the running workers named by ``workers`` (addresses, names
+        or hosts), as ``Client.run`` selects them."""
+        h, _ = await self._request({"op": ops.SCHEDULER_INFO})
+        return [w["address"] for w in _select(h["workers"], workers)]
+
     async def _keys_by_worker(self, which: str, workers: Any) -> dict[str, tuple[Key, ...]]:
         held = await self._sized_keys(which, workers)
         return {address: tuple(k for k, _ in keys) for address, keys in held.items()}
@@ -82,3 +151,21 @@ class Diagnostics(ClientConnection):
             out[address] = list(zip(keys[i : i + n], sizes[i : i + n], strict=True))
             i += n
         return out
+
+
+def _check_versions(found: dict[str, Any]) -> None:
+    """Raise (required packages) or warn (optional ones) if versions differ."""
+    rows = versions.mismatches(found["client"], found["scheduler"], found["workers"])
+    required = [r for r in rows if r[0] in versions.REQUIRED]
+    if required:
+        names = ", ".join(r[0] for r in required)
+        raise ValueError(
+            f"Mismatched versions of required packages ({names}) between the client, "
+            f"the scheduler and the workers:\n\n{versions.mismatch_table(rows)}"
+        )
+    if rows:
+        warnings.warn(
+            f"Mismatched versions found:\n\n{versions.mismatch_table(rows)}",
+            versions.VersionMismatchWarning,
+            stacklevel=3,
+        )

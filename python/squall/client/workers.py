@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import numbers
-import pickle
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -16,7 +15,6 @@ import cloudpickle  # type: ignore[import-untyped]
 from squall.client.connection import ClientConnection
 from squall.client.loop import timeout_seconds
 from squall.protocol import comm, ops
-from squall.protocol.remote_errors import unpack_error
 
 logger = logging.getLogger("squall.client")
 
@@ -99,11 +97,7 @@ class ClusterOps(ClientConnection):
         blob = cloudpickle.dumps((function, args, kwargs))
 
         async def one(address: str) -> Any:
-            h, payload = await self._peers.request(address, {"op": ops.RUN, "wait": wait}, blob)
-            if h.get("status") == "OK":
-                return pickle.loads(payload)
-            exc, tb = unpack_error(h, payload, f"run on {address}")
-            raise exc.with_traceback(tb)
+            return await self._peers.run(address, blob, wait=wait)
 
         async def run_all() -> dict[str, Any] | None:
             info = await self._identity()

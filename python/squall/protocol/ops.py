@@ -70,6 +70,11 @@ LIFECYCLE_REQUESTS: Final = frozenset(
     {RETIRE_WORKERS, RESTART_WORKERS, WAIT_FOR_WORKERS, ADAPTIVE_TARGET, SHUTDOWN}
 )
 HEARTBEAT_CLIENT: Final = "heartbeat-client"  # a keep-alive, and its answer
+# Client diagnostics (docs/runtime.md#diagnostics): each the request and its answer.
+PROGRESS: Final = "progress"
+GET_LOGS: Final = "get-logs"
+VERSIONS: Final = "versions"
+DIAGNOSTIC_REQUESTS: Final = frozenset({PROGRESS, GET_LOGS, VERSIONS})
 
 # Scheduler -> client.
 KEY_IN_MEMORY: Final = "key-in-memory"

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import pickle
 from collections.abc import Hashable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from squall._core import encode_keys
 from squall.protocol import comm, ops
+from squall.protocol.remote_errors import unpack_error
 from squall.security import Security
 
 #: ``get-data`` sizes: the holder lacks the key; its value cannot be pickled.
@@ -116,6 +118,16 @@ class Peers:
             int(i): (str(text), bytes(blob)) for i, (text, blob) in h.get("failed", {}).items()
         }
         return DataReply([int(s) for s in sizes], payload, failed)
+
+    async def run(self, address: str, blob: bytes, *, wait: bool = True) -> Any:
+        """``run``: call a function on a worker's (or nanny's) event loop. ``blob`` is
+        ``cloudpickle.dumps((function, args, kwargs))``; returns its result, or raises
+        its exception."""
+        h, payload = await self.request(address, {"op": ops.RUN, "wait": wait}, blob)
+        if h.get("status") == "OK":
+            return pickle.loads(payload)
+        exc, tb = unpack_error(h, payload, f"run on {address}")
+        raise exc.with_traceback(tb)
 
     async def drop(self, address: str) -> None:
         """Close the connection to ``address``, if any."""

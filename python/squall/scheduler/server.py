@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from squall import config
+from squall import config, log_ring
 from squall._core import Scheduler, SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm, liveness, ops
+from squall.scheduler.client_diagnostics import ClientDiagnostics
 from squall.scheduler.failure_log import FailureLog
 from squall.scheduler.health import Health
 from squall.scheduler.lifecycle import Lifecycle
@@ -126,11 +127,14 @@ class SchedulerServer:
     clients_removed: int = field(init=False, default=0)
     #: What ran where and when, from the workers' heartbeats (docs/runtime.md#task-stream).
     task_stream: TaskStream = field(init=False)
+    #: Progress watches, and the logs and versions of the scheduler and workers.
+    diagnostics: ClientDiagnostics = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
         self.lifecycle = Lifecycle(self)
         self.health = Health(lambda: int(self.core.counters()["tasks_computed"]))
+        self.diagnostics = ClientDiagnostics(self)
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self._nanny_report_timeout = config.seconds("scheduler.nanny-report-timeout")
@@ -141,6 +145,7 @@ class SchedulerServer:
 
     async def start(self) -> None:
         bind_host = comm.parse_address(self.address)[0]
+        log_ring.install()
         self._listener = await comm.listen(
             self.address,
             self._serve,
@@ -186,6 +191,7 @@ class SchedulerServer:
             await peer.conn.close()
         if self._listener is not None:
             await self._listener.close()
+        await self.diagnostics.close()
 
     async def _tick_forever(self) -> None:
         while True:
@@ -530,6 +536,7 @@ class SchedulerServer:
             await self._read_until_closed(c, f"client {name}", handle)
         finally:
             self.clients_removed += 1
+            self.diagnostics.client_left(cid)
             await self._drop_peer(self.clients, cid, self.core.remove_client)
 
     def _client_message(
@@ -572,6 +579,8 @@ class SchedulerServer:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return None
+            if op in ops.DIAGNOSTIC_REQUESTS:
+                return self.diagnostics.request(cid, h, payload)
             if op in ops.LIFECYCLE_REQUESTS:
                 self.lifecycle.request(cid, h)
                 return None

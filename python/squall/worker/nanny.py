@@ -21,7 +21,7 @@ import dask.config
 import psutil  # type: ignore[import-untyped]
 from dask.utils import format_bytes
 
-from squall import config
+from squall import config, log_ring
 from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
 from squall.protocol import comm, liveness, ops
@@ -96,6 +96,7 @@ class Nanny:
 
     async def run(self) -> int:
         """Supervise until done; the exit code of the ``squall worker`` program."""
+        log_ring.install()
         self._listener = await comm.listen(
             self.address, self._serve_peer, roles=frozenset({"peer"})
         )

@@ -81,7 +81,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import psutil  # type: ignore[import-untyped]
 from dask.sizeof import sizeof
 
-from squall import config
+from squall import config, log_ring
 from squall._core import WorkerCore, decode_keys, encode_keys
 from squall.protocol import comm, liveness, ops
 from squall.protocol.peers import MISSING, UNPICKLABLE, Peers
@@ -281,6 +281,7 @@ class Worker:
     # ----- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> Worker:
+        log_ring.install()
         self._loop = asyncio.get_running_loop()
         self._listener = await comm.listen(
             self.address, self._serve_peer, roles=frozenset({"peer"}), security=self.security

@@ -18,6 +18,7 @@ mod links;
 #[cfg(feature = "microbench")]
 pub mod microbench;
 mod occupancy;
+mod progress;
 mod queue;
 mod recs;
 mod state;
@@ -41,6 +42,7 @@ pub use ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
 pub use idset::{IdSet, IdSetIter};
 pub use key::{Key, KeyValue};
 pub use links::{Holders, Links, Wanters};
+pub use progress::{PrefixProgress, ProgressWatch};
 pub use squall_priority::Priority;
 pub use state::{Client, Scheduler};
 pub use stealing::{Stealing, WorkerTaskState};

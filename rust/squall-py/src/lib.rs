@@ -35,7 +35,7 @@ mod _core {
     #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]
-    use super::scheduler::Scheduler;
+    use super::scheduler::{ProgressWatch, Scheduler};
     #[pymodule_export]
     use super::sim::simulate;
     #[pymodule_export]

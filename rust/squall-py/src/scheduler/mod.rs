@@ -6,6 +6,7 @@
 mod clients;
 mod dashboard;
 mod dispatch;
+mod progress;
 mod queries;
 mod scaling;
 mod submit;
@@ -14,6 +15,7 @@ mod workers;
 use crate::config::config_from_py;
 use crate::convert::{key_from_py, key_to_py};
 use crate::errors::{guarded, InternalError};
+pub use progress::ProgressWatch;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use squall_core as core;
