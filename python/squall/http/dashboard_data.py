@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dask.utils import key_split
+
 from squall.scheduler.snapshot import dashboard_snapshot
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
 
 #: At most this many task-stream records per answer: the newest, when more came since
-#: the page last asked (a page that fell behind skips ahead instead of lagging).
+#: the page last asked (a page that fell behind skips ahead instead of lagging; a
+#: worker's heartbeat brings at most squall.diagnostics.task-stream.samples).
 STREAM_LIMIT = 5000
 
 
@@ -26,23 +29,14 @@ def dashboard_data(server: SchedulerServer, cursor: int) -> dict[str, Any]:
         w["dashboard"] = None if port is None else f"http://{w['host']}:{port}/metrics"
     if cursor >= 0:
         stream = server.task_stream
-        cursor = max(cursor, stream.cursor - STREAM_LIMIT)
-        cursor, records = stream.since(cursor, STREAM_LIMIT)
+        cursor, rows = stream.rows_since(cursor, STREAM_LIMIT)
         fraction = stream.sampled_fraction()
         data["stream"] = {
             "cursor": cursor,
             "sampled": 1 / fraction if fraction > 0 else 1,
             "records": [
-                [
-                    r["worker"],
-                    r["thread"],
-                    r["startstops"][0]["start"],
-                    r["startstops"][0]["stop"],
-                    r["prefix"],
-                    str(r["key"]),
-                    r["status"],
-                ]
-                for r in records
+                [worker, thread, start, stop, key_split(key), str(key), "OK" if ok else "error"]
+                for key, worker, thread, ok, start, stop in rows
             ],
         }
     return data
