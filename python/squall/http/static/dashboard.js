@@ -154,10 +154,11 @@ function renderMemory(d) {
            `<div class="name figure" style="text-align:left">processing</div>` +
            bar([[w.processing || 0, "var(--processing)", `processing: ${w.processing || 0}`]],
                most) +
-           `<div class="figure">${fmtCount(w.processing || 0)}</div>`;
+           `<div class="figure">${fmtCount(w.processing || 0)} · ` +
+           `${fmtFigure("seconds", w.occupancy || 0)} of work</div>`;
   }).join("") + "</div>" + legend([["managed", "var(--memory)"],
     ["unmanaged", "var(--unmanaged)"], ["spilled", "var(--spilled)"],
-    ["tasks processing", "var(--processing)"]]);
+    ["tasks processing (and their expected seconds of work)", "var(--processing)"]]);
 }
 
 function addStream(d) {
