@@ -72,7 +72,7 @@ def scheduler_routes(server: SchedulerServer) -> list[Route]:
         ("/json/counts.json", JsonHandler, {"get": lambda a: snapshot.counts_json(server)}),
         ("/dashboard/data.json", JsonHandler, {"get": data}),
         *(
-            (f"/{page}", PageHandler, {"path": os.path.join(STATIC, f"{page}.html")})
+            (f"/{page}", PageHandler, {"path": os.path.join(STATIC, "dashboard.html")})
             for page in ("status", "workers", "system")
         ),
     ]

@@ -395,7 +395,34 @@ async function poll(page) {
   }
 }
 
-function start(page) {
+// The pages: one HTML file, the path says which (docs/dashboard.md#pages).
+const PAGES = {
+  status: {title: "status", figures: false, main: `
+    <section class="wide"><h2>Tasks</h2><div class="counts" id="counts"></div></section>
+    <section class="wide">
+      <h2>Task stream <span class="note" id="stream-note"></span></h2>
+      <canvas id="task-stream" height="40"></canvas>
+    </section>
+    <section><h2>Progress by task prefix</h2><div id="progress"></div></section>
+    <section><h2>Memory and work per worker</h2><div id="memory"></div></section>`},
+  workers: {title: "workers", figures: false, main: `
+    <section class="wide"><h2>Workers</h2><div id="workers-table"></div></section>`},
+  system: {title: "scheduler health", figures: true, main: ""},  // renderHealth fills it
+};
+
+function start() {
+  const path = location.pathname.replace(/^\/+|\/+$/g, "");
+  const page = path in PAGES ? path : "status";
+  const main = document.getElementById("main");
+  main.innerHTML = PAGES[page].main;
+  if (PAGES[page].figures) {
+    main.classList.add("figures");
+    main.id = "health";
+  }
+  document.title = `squall · ${PAGES[page].title}`;
+  for (const a of document.querySelectorAll("header nav a")) {
+    a.classList.toggle("current", a.getAttribute("href") === "/" + page);
+  }
   poll(page);
   setInterval(tickLive, 250);
   if (page === "status") {
