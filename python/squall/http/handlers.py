@@ -3,6 +3,8 @@ function of the process, so the routes are a table (docs/dashboard.md)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -38,11 +40,11 @@ class JsonHandler(tornado.web.RequestHandler):
         self._get = get
         self._post = post
 
-    def get(self) -> None:
+    async def get(self) -> None:
         if self._get is None:
             raise tornado.web.HTTPError(405)
         get, args = self._get, {k: self.get_argument(k) for k in self.request.arguments}
-        self._answer(lambda: get(args))
+        await self._answer(lambda: get(args))
 
     async def post(self) -> None:
         if self._post is None:
@@ -51,22 +53,18 @@ class JsonHandler(tornado.web.RequestHandler):
             body = json.loads(self.request.body or b"{}")
         except ValueError as e:
             return self._fail(400, f"the body is not JSON: {e}")
-        try:
-            result = await self._post(body)
-        except ValueError as e:
-            return self._fail(400, str(e))
-        except Exception as e:
-            logger.exception("HTTP POST %s failed", self.request.path)
-            return self._fail(500, f"{type(e).__name__}: {e}")
-        self._write_json(result)
+        await self._answer(functools.partial(self._post, body))
 
-    def _answer(self, compute: Callable[[], Any]) -> None:
+    async def _answer(self, compute: Callable[[], Any]) -> None:
+        """``compute()`` (awaited if it gives an awaitable) as JSON, or the error."""
         try:
             result = compute()
+            if inspect.isawaitable(result):
+                result = await result
         except ValueError as e:
             return self._fail(400, str(e))
         except Exception as e:
-            logger.exception("HTTP GET %s failed", self.request.path)
+            logger.exception("HTTP %s %s failed", self.request.method, self.request.path)
             return self._fail(500, f"{type(e).__name__}: {e}")
         self._write_json(result)
 

@@ -76,18 +76,24 @@ def _free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class Shape:
+    """The cluster a workload runs on: worker processes, threads each, nannies, TLS."""
+
+    workers: int
+    threads: int
+    nanny: bool
+    tls: bool
+
+
 @contextmanager
 def cluster(
-    system: str,
-    workers: int,
-    threads: int,
-    nanny: bool = False,
-    tls: bool = False,
-    dashboard: bool = False,
+    system: str, shape: Shape, dashboard: bool = False
 ) -> Iterator[tuple[Any, psutil.Process]]:
-    """A client and the scheduler's process, for ``system`` with no workers if 0; each
-    worker under a nanny if ``nanny``; squall's over mutual TLS if ``tls``. distributed's
-    scheduler serves its dashboard only if ``dashboard`` (squall's always does)."""
+    """A client and the scheduler's process, for ``system`` on ``shape`` (no workers if
+    0; squall's over mutual TLS with ``tls``). distributed's scheduler serves its
+    dashboard only if ``dashboard`` (squall's always does)."""
+    workers, threads, nanny, tls = shape.workers, shape.threads, shape.nanny, shape.tls
     if system == "squall":
         from squall.client.client import Client
         from squall.deploy.local import LocalCluster
@@ -223,33 +229,15 @@ def _median_row(name: str, system: str, runs: list[Run]) -> Row:
     return Row(name, system, n, dt, rate, cpu_us)
 
 
-def throughput(
-    system: str,
-    name: str,
-    size: int,
-    repeat: int,
-    workers: int,
-    threads: int,
-    nanny: bool,
-    tls: bool,
-) -> Row:
+def throughput(system: str, name: str, size: int, repeat: int, shape: Shape) -> Row:
     fn = WORKLOADS[name][0]
-    with cluster(system, workers, threads, nanny, tls) as (client, sched):
+    with cluster(system, shape) as (client, sched):
         fn(client, max(size // 100, 10))  # warm up: imports, connections, durations
         runs = [_timed(fn, client, size, sched) for _ in range(repeat)]
     return _median_row(name, system, runs)
 
 
-def with_dashboard(
-    system: str,
-    name: str,
-    size: int,
-    repeat: int,
-    workers: int,
-    threads: int,
-    nanny: bool,
-    tls: bool,
-) -> list[Row]:
+def with_dashboard(system: str, name: str, size: int, repeat: int, shape: Shape) -> list[Row]:
     """``name`` on one cluster, alternating runs without and with the scheduler's status
     page open in headless Chromium. For squall, also how live its page stayed: update
     latency and the longest gap between updates (distributed's Bokeh page is measured
@@ -262,7 +250,7 @@ def with_dashboard(
     latencies: list[float] = []
     gap = 0.0
     with (
-        cluster(system, workers, threads, nanny, tls, dashboard=True) as (client, sched),
+        cluster(system, shape, dashboard=True) as (client, sched),
         chromium() as b,
     ):
         fn(client, max(size // 100, 10))
@@ -292,7 +280,7 @@ def with_dashboard(
 
 def hold_memory(system: str, n: int, tls: bool) -> Row:
     """Scheduler RSS per task with ``n`` waiting tasks and no workers."""
-    with cluster(system, 0, 1, tls=tls) as (client, sched):
+    with cluster(system, Shape(0, 1, False, tls)) as (client, sched):
         time.sleep(0.5)
         rss0 = sched.memory_info().rss
         t0 = time.perf_counter()
@@ -307,7 +295,7 @@ def hold_memory(system: str, n: int, tls: bool) -> Row:
 def accept_latency(system: str, leaves: int, nanny: bool, tls: bool) -> Row:
     """Seconds from a delayed graph leaving the client until the scheduler holds it."""
     total, n = _tree(leaves)
-    with cluster(system, 1, 1, nanny, tls) as (client, _):
+    with cluster(system, Shape(1, 1, nanny, tls)) as (client, _):
         t0 = time.perf_counter()
         future = client.compute(total)
         sent = time.perf_counter()
@@ -348,20 +336,18 @@ def main(
     if full:
         sizes = {**sizes, "squall": Sizes(**{**asdict(sizes["squall"]), "map": 1_000_000})}
     rows: list[Row] = []
+    shape = Shape(workers, threads, nanny, tls)
     if dashboard:  # with and without the status page open; ratio: open / closed
         for name in workloads:
             for s in systems:
                 size = getattr(sizes[s], WORKLOADS[name][1])
-                pair = with_dashboard(s, name, size, repeat, workers, threads, nanny, tls)
+                pair = with_dashboard(s, name, size, repeat, shape)
                 rows.extend(pair)
                 _show(pair, as_json)
         return rows
     for name in workloads:
         attr = WORKLOADS[name][1]
-        got = {
-            s: throughput(s, name, getattr(sizes[s], attr), repeat, workers, threads, nanny, tls)
-            for s in systems
-        }
+        got = {s: throughput(s, name, getattr(sizes[s], attr), repeat, shape) for s in systems}
         if "dask" in got and "squall" in got:
             got["squall"].ratio = got["squall"].tasks_per_s / got["dask"].tasks_per_s
         rows.extend(got.values())
