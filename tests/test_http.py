@@ -53,7 +53,8 @@ def test_health_link_and_repr_of_a_live_cluster(
     assert get(base + "/health") == (200, b"ok")
     assert client.dashboard_link == cluster.dashboard_link == base + "/status"
     assert re.fullmatch(
-        rf"<Client: '{cluster.scheduler_address}' processes=3 threads=3, memory=[\d.]+ GiB>",
+        rf"<Client: '{cluster.scheduler_address}' processes=3 threads=3, "
+        rf"memory=[\d.]+ GiB, dashboard={base}/status>",
         repr(client),
     )
     html = client._repr_html_()

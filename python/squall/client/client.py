@@ -151,7 +151,9 @@ class Client(DataMovement, Diagnostics, TaskStreamMethods):
             return None
 
     def __repr__(self) -> str:
-        return display.text_repr(self.address, self.status, self._identity_for_display())
+        return display.text_repr(
+            self.address, self.status, self.dashboard_link, self._identity_for_display()
+        )
 
     def _repr_html_(self) -> str:
         return display.html_repr(

@@ -39,14 +39,16 @@ def cluster_summary(identity: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def text_repr(address: str, status: str, identity: dict[str, Any] | None) -> str:
-    """Dask's: ``<Client: 'tcp://…' processes=2 threads=4, memory=8.00 GiB>``."""
+def text_repr(address: str, status: str, link: str | None, identity: dict[str, Any] | None) -> str:
+    """Dask's, with the dashboard: ``<Client: 'tcp://…' processes=2 threads=4,
+    memory=8.00 GiB, dashboard=http://…/status>``."""
     s = cluster_summary(identity)
+    shown = f"dashboard={link}" if link is not None else "no dashboard"
     if not s or status != "running":
-        return f"<Client: {address!r} status={status}>"
+        return f"<Client: {address!r} status={status}, {shown}>"
     return (
         f"<Client: {address!r} processes={s['workers']} threads={s['threads']}, "
-        f"memory={s['memory']}>"
+        f"memory={s['memory']}, {shown}>"
     )
 
 
