@@ -79,11 +79,6 @@ def test_metrics_and_json_routes(
     assert families["dask_scheduler_clients"].samples[0].value >= 1
     workers = {s.labels["state"]: s.value for s in families["dask_scheduler_workers"].samples}
     assert sum(workers.values()) == 3
-    for w in client.scheduler_info()["workers"].values():
-        status, body = get(f"http://{w['host']}:{w['services']['dashboard']}/metrics")
-        assert status == 200
-        names = {f.name for f in text_string_to_metric_families(body.decode())}
-        assert {"dask_worker_tasks", "dask_worker_threads", "dask_worker_memory_bytes"} <= names
 
     identity = json.loads(get(base + "/json/identity.json")[1])
     assert identity["type"] == "Scheduler" and identity["n_workers"] == 3
@@ -106,6 +101,29 @@ def test_metrics_and_json_routes(
     )
     assert "stream" not in json.loads(get(base + "/dashboard/data.json")[1])
     assert get(base + "/dashboard/data.json?cursor=x")[0] == 400
+
+    # A result moves from one worker to another: both count the transfer.
+    a, b = sorted(client.scheduler_info()["workers"])[:2]
+    big = client.submit(bytes, 1_000_000, workers=[a], pure=False)
+    assert client.submit(len, big, workers=[b], pure=False).result(timeout=30) == 1_000_000
+
+    def scrape(w: dict[str, Any]) -> dict[str, float]:
+        status, body = get(f"http://{w['host']}:{w['services']['dashboard']}/metrics")
+        assert status == 200
+        found = list(text_string_to_metric_families(body.decode()))
+        names = {f.name for f in found}
+        assert {"dask_worker_tasks", "dask_worker_threads", "dask_worker_memory_bytes"} <= names
+        return {s.name: s.value for f in found for s in f.samples}
+
+    workers = client.scheduler_info()["workers"].values()
+    # Each worker's latency is its last heartbeat's round trip, once one was answered.
+    eventually(lambda: all(scrape(w)["dask_worker_latency_seconds"] > 0 for w in workers))
+    scraped = [scrape(w) for w in workers]
+    assert all(s["dask_worker_latency_seconds"] < 5 for s in scraped)
+    sent = sum(s["dask_worker_transfer_outgoing_bytes_total"] for s in scraped)
+    received = sum(s["squall_worker_transfer_incoming_bytes_total"] for s in scraped)
+    assert sent >= 1_000_000 and received >= 1_000_000
+    del big
     del futures
 
 

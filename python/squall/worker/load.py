@@ -5,6 +5,9 @@ stream the compiled task loop kept meanwhile."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
@@ -38,6 +41,46 @@ class LoadMeter:
             "in_flight": in_flight,
             "in_memory": in_memory,
         }
+
+
+@dataclass
+class Transfers:
+    """Data transfers with other workers, as ``/metrics`` shows them: open now and
+    made since start, each way (counted per request, not per key)."""
+
+    incoming_open: int = 0
+    incoming_total: int = 0
+    incoming_bytes_total: int = 0
+    outgoing_open: int = 0
+    outgoing_open_bytes: int = 0
+    outgoing_total: int = 0
+    outgoing_bytes_total: int = 0
+
+    @contextmanager
+    def incoming(self) -> Iterator[None]:
+        """Around a ``get-data`` request to a peer (its size is known only after)."""
+        self.incoming_open += 1
+        self.incoming_total += 1
+        try:
+            yield
+        finally:
+            self.incoming_open -= 1
+
+    def received(self, nbytes: int) -> None:
+        self.incoming_bytes_total += nbytes
+
+    @contextmanager
+    def outgoing(self, nbytes: int) -> Iterator[None]:
+        """Around sending ``nbytes`` to a peer (counted even if the send fails)."""
+        self.outgoing_open += 1
+        self.outgoing_open_bytes += nbytes
+        self.outgoing_total += 1
+        self.outgoing_bytes_total += nbytes
+        try:
+            yield
+        finally:
+            self.outgoing_open -= 1
+            self.outgoing_open_bytes -= nbytes
 
 
 def _net_bytes() -> tuple[int, int]:

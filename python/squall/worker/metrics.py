@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from squall.worker.load import Transfers
 
 if TYPE_CHECKING:
     from squall.worker.worker import Worker
@@ -41,6 +43,13 @@ class WorkerCollector:
         yield tasks
 
         yield GaugeMetricFamily("dask_worker_threads", "Task threads", value=w.nthreads)
+        yield GaugeMetricFamily(
+            "dask_worker_latency",
+            "Round trip of the last heartbeat to the scheduler",
+            value=w.latency,
+            unit="seconds",
+        )
+        yield from _transfers(w.transfers)
 
         process = mem["process"]
         managed = min(process, mem["managed"])
@@ -75,6 +84,47 @@ class WorkerCollector:
                 "Transfer bandwidth this worker measured (bytes per second)",
                 value=w.bandwidth,
             )
+
+
+def _transfers(t: Transfers) -> Iterator[Metric]:
+    """Data transfers with peers, with distributed's names (squall's for incoming bytes,
+    which distributed counts only while open)."""
+    yield GaugeMetricFamily(
+        "dask_worker_transfer_incoming_count",
+        "Data requests to other workers open now",
+        value=t.incoming_open,
+    )
+    yield CounterMetricFamily(
+        "dask_worker_transfer_incoming_count",
+        "Data requests to other workers since the worker started",
+        value=t.incoming_total,
+    )
+    yield CounterMetricFamily(
+        "squall_worker_transfer_incoming",
+        "Bytes received from other workers since the worker started",
+        value=t.incoming_bytes_total,
+        unit="bytes",
+    )
+    yield GaugeMetricFamily(
+        "dask_worker_transfer_outgoing_count",
+        "Data replies to other workers being sent now",
+        value=t.outgoing_open,
+    )
+    yield GaugeMetricFamily(
+        "dask_worker_transfer_outgoing_bytes",
+        "Bytes of the data replies being sent now",
+        value=t.outgoing_open_bytes,
+    )
+    yield CounterMetricFamily(
+        "dask_worker_transfer_outgoing_count",
+        "Data replies to other workers since the worker started",
+        value=t.outgoing_total,
+    )
+    yield CounterMetricFamily(
+        "dask_worker_transfer_outgoing_bytes",
+        "Bytes sent to other workers since the worker started, failed sends included",
+        value=t.outgoing_bytes_total,
+    )
 
 
 def exposition(worker: Worker) -> bytes:

@@ -89,7 +89,7 @@ from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context
-from squall.worker.load import LoadMeter, add_task_stream
+from squall.worker.load import LoadMeter, Transfers, add_task_stream
 from squall.worker.memory import (
     MemoryMonitor,
     local_directory,
@@ -213,6 +213,11 @@ class Worker:
             config.integer("diagnostics.task-stream.samples"),
         )
         self._load = LoadMeter(self._process)
+        #: Data transfers with peers, for /metrics.
+        self.transfers = Transfers()
+        #: Seconds from a heartbeat to the scheduler's answer, the last one measured.
+        self.latency = 0.0
+        self._heartbeat_sent = 0.0
         if executing_record is not None:  # the nanny's (docs/runtime.md#supervision-the-nanny)
             self._core.record_executing(executing_record)
 
@@ -453,6 +458,7 @@ class Worker:
             "memory": self.memory_metrics(),
             "load": self._load.figures(self._core),
         }
+        self._heartbeat_sent = time.monotonic()
         self._send(header, add_task_stream(header, self._core))
 
     # ----- losing the scheduler -------------------------------------------------------
@@ -573,8 +579,9 @@ class Worker:
             self._peers.forget(h.get("address"))
         elif op == ops.HEARTBEAT_INTERVAL:
             # The scheduler's answer to each heartbeat: it paces them by cluster size,
-            # and the next sleep follows it.
+            # and the next sleep follows it; the round trip is the connection's latency.
             self._heartbeat_interval = float(h["interval"])
+            self.latency = time.monotonic() - self._heartbeat_sent
         else:
             logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
 
@@ -697,7 +704,9 @@ class Worker:
         the request failed (logged, and the connection dropped)."""
         try:
             start = time.monotonic()
-            reply = await self._peers.get_data(holder, keys)
+            with self.transfers.incoming():
+                reply = await self._peers.get_data(holder, keys)
+            self.transfers.received(len(reply.payload))
             self._measured(len(reply.payload), time.monotonic() - start)
         except (comm.CommError, asyncio.TimeoutError, OSError) as e:
             logger.info(
@@ -813,7 +822,8 @@ class Worker:
         reply = {"op": ops.DATA, "id": h.get("id"), "sizes": sizes}
         if failed:
             reply["failed"] = {str(i): list(err) for i, err in failed.items()}
-        await c.write(reply, data)
+        with self.transfers.outgoing(len(data)):
+            await c.write(reply, data)
 
     def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
         """Stage scattered values; the reply gives their sizes (``sizeof``)."""
