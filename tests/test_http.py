@@ -8,18 +8,22 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import dask.config
 import pytest
 from conftest import eventually, start_scheduler, start_worker
 from prometheus_client.parser import text_string_to_metric_families
 
 import squall
+from squall.security import Security
 
 
 def get(url: str, body: Any = None) -> tuple[int, bytes]:
@@ -214,3 +218,30 @@ def test_dashboard_address_forms() -> None:
     assert parse_http_address("9000", "h") == ("h", 9000)
     with pytest.raises(ValueError, match="invalid dashboard address"):
         parse_http_address(":http", "h")
+
+
+def test_the_dashboard_over_https(tmp_path: Path) -> None:
+    temporary = Security.temporary()  # a self-signed certificate, in memory
+    cert, key = str(temporary.tls_scheduler_cert), str(temporary.tls_scheduler_key)
+    (tmp_path / "cert.pem").write_text(cert)
+    (tmp_path / "key.pem").write_text(key)
+    tls = {
+        "squall.scheduler.dashboard.tls.cert": str(tmp_path / "cert.pem"),
+        "squall.scheduler.dashboard.tls.key": str(tmp_path / "key.pem"),
+    }
+    with (
+        dask.config.set(tls),
+        squall.LocalCluster(n_workers=0, processes=False) as cluster,
+        squall.Client(cluster) as client,
+    ):
+        link = client.dashboard_link
+        assert link is not None and link.startswith("https://")
+        assert cluster.dashboard_link == link
+        trusted = ssl.create_default_context(cadata=cert)
+        trusted.check_hostname = False  # a self-signed certificate, reached by IP
+        health = link.replace("/status", "/health")
+        with urllib.request.urlopen(health, context=trusted, timeout=10) as r:
+            assert r.read() == b"ok"
+        # Without trusting its certificate, a client refuses it: it is TLS indeed.
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            urllib.request.urlopen(health, timeout=10)

@@ -138,7 +138,7 @@ class Client(DataMovement, Diagnostics, TaskStreamMethods):
     @property
     def dashboard_link(self) -> str | None:
         """The scheduler's dashboard, as a person reaches it (None if it serves none)."""
-        return display.dashboard_link(self.address, self.dashboard_port)
+        return display.dashboard_link(self.address, self.dashboard_port, self.dashboard_scheme)
 
     def _identity_for_display(self) -> dict[str, Any] | None:
         """The cluster's shape for a repr: asked now on a running synchronous client

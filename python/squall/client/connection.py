@@ -114,6 +114,7 @@ class ClientConnection:
         self._comm: comm.Comm | None = None
         #: The port of the scheduler's dashboard (None: it serves none), told on connecting.
         self.dashboard_port: int | None = None
+        self.dashboard_scheme = "http"
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
         self._watchdog: liveness.Watchdog | None = None
@@ -179,6 +180,7 @@ class ClientConnection:
         self._comm = c
         port = header.get("dashboard")
         self.dashboard_port = port if isinstance(port, int) else None
+        self.dashboard_scheme = "https" if header.get("dashboard_scheme") == "https" else "http"
         self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())

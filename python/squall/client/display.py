@@ -16,7 +16,7 @@ from squall.protocol import comm
 DEFAULT_LINK = "{scheme}://{host}:{port}/status"
 
 
-def dashboard_link(scheduler_address: str, port: int | None) -> str | None:
+def dashboard_link(scheduler_address: str, port: int | None, scheme: str = "http") -> str | None:
     """The dashboard's address as a person reaches it: the scheduler's host and the
     dashboard's port, through Dask's ``distributed.dashboard.link`` template (which may
     name environment variables, e.g. for a Jupyter proxy). None: no dashboard."""
@@ -25,7 +25,7 @@ def dashboard_link(scheduler_address: str, port: int | None) -> str | None:
     host = comm.parse_address(scheduler_address)[0]
     host = f"[{host}]" if ":" in host else host
     template = dask.config.get("distributed.dashboard.link", default=DEFAULT_LINK)
-    return str(template).format(**{**os.environ, "scheme": "http", "host": host, "port": port})
+    return str(template).format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 
 def cluster_summary(identity: dict[str, Any] | None) -> dict[str, Any]:

@@ -189,8 +189,9 @@ class LocalCluster:
     @property
     def dashboard_link(self) -> str | None:
         """The scheduler's dashboard, as a person reaches it (None: it serves none)."""
-        port = self.scheduler_info()["services"].get("dashboard")
-        return display.dashboard_link(self.scheduler_address, port)
+        info = self.scheduler_info()
+        port, scheme = info["services"].get("dashboard"), info.get("dashboard_scheme")
+        return display.dashboard_link(self.scheduler_address, port, scheme or "http")
 
     def scheduler_info(self) -> dict[str, Any]:
         return _run(scheduler_info(self.scheduler_address, self.security))

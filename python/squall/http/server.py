@@ -10,17 +10,42 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
+import dask.config
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
+
+from squall import config
 
 logger = logging.getLogger("squall.http")
 
 #: (path pattern, handler class, handler arguments), as tornado takes them.
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
+
+
+def dashboard_tls() -> ssl.SSLContext | None:
+    """HTTPS for the scheduler's dashboard: ``squall.scheduler.dashboard.tls.cert`` and
+    ``.key`` (Dask's ``distributed.scheduler.dashboard.tls.*`` where squall's are
+    unset), PEM files. The server shows its certificate and asks none of browsers."""
+    cert = config.get("scheduler.dashboard.tls.cert") or dask.config.get(
+        "distributed.scheduler.dashboard.tls.cert", default=None
+    )
+    key = config.get("scheduler.dashboard.tls.key") or dask.config.get(
+        "distributed.scheduler.dashboard.tls.key", default=None
+    )
+    if not cert:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key or None)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the dashboard's certificate {cert!r}: {e}") from None
+    return ctx
 
 
 def parse_http_address(address: str | int, default_host: str) -> tuple[str, int]:
@@ -60,8 +85,10 @@ class HttpServer:
         self._server: tornado.httpserver.HTTPServer | None = None
         self.host = ""
         self.port = 0
+        self.scheme = "http"
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Serve on ``host:port``, over HTTPS with ``tls``."""
         try:
             sockets = tornado.netutil.bind_sockets(port, host)
         except OSError as e:
@@ -73,7 +100,8 @@ class HttpServer:
                 port,
                 sockets[0].getsockname()[1],
             )
-        self._server = tornado.httpserver.HTTPServer(self._app, xheaders=False)
+        self._server = tornado.httpserver.HTTPServer(self._app, xheaders=False, ssl_options=tls)
+        self.scheme = "http" if tls is None else "https"
         self._server.add_sockets(sockets)
         self.host = host
         self.port = sockets[0].getsockname()[1]
@@ -82,7 +110,7 @@ class HttpServer:
         """The address to reach it at (the wildcard names no host: this host's name)."""
         host = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}{path}"
+        return f"{self.scheme}://{host}:{self.port}{path}"
 
     async def close(self) -> None:
         if self._server is not None:

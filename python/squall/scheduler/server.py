@@ -164,10 +164,10 @@ class SchedulerServer:
         """The dashboard and HTTP routes; a dashboard address without a host binds the
         interface the scheduler binds. Imported here: tornado is needed only then."""
         from squall.http.scheduler_routes import STATIC, api_enabled, scheduler_routes
-        from squall.http.server import HttpServer, parse_http_address
+        from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 
         self.http = HttpServer(scheduler_routes(self), static_path=STATIC)
-        await self.http.start(*parse_http_address(address, bind_host))
+        await self.http.start(*parse_http_address(address, bind_host), tls=dashboard_tls())
         logger.info("dashboard at %s", self.http.url("/status"))
         if api_enabled() and not comm.is_loopback(self.http.host):
             logger.warning(
@@ -521,8 +521,7 @@ class SchedulerServer:
         cid = self.core.client(name)
         stream = comm.BatchedSend(c, self._batch_interval)
         self.clients[cid] = Peer(c, stream, name)
-        dashboard = None if self.http is None else self.http.port
-        await c.write({"op": ops.REGISTERED, "client_id": cid, "dashboard": dashboard})
+        await c.write({"op": ops.REGISTERED, "client_id": cid, **self._dashboard_fields()})
         stream.start()
         logger.info("client %s connected from %s", name, c.peer)
         self.clients_added += 1
@@ -652,6 +651,7 @@ class SchedulerServer:
             "address": self.address,
             "started": self.started,
             "services": {} if self.http is None else {"dashboard": self.http.port},
+            "dashboard_scheme": None if self.http is None else self.http.scheme,
             "total_threads": self.core.total_nthreads,
             "n_tasks": self.core.n_tasks,
             "total_memory": self.core.total_memory,
@@ -680,6 +680,12 @@ class SchedulerServer:
         """Each key's retained transitions (the core keeps a log per key)."""
         stories = [[list(e) for e in self.core.story(k)] for k in keys]
         return {"op": ops.STORY, "id": h.get("id"), "stories": stories}, b""
+
+    def _dashboard_fields(self) -> dict[str, Any]:
+        """Where a client finds the dashboard: its port and scheme (None: none)."""
+        if self.http is None:
+            return {"dashboard": None, "dashboard_scheme": None}
+        return {"dashboard": self.http.port, "dashboard_scheme": self.http.scheme}
 
     def _services(self, w: int) -> dict[str, int]:
         """A worker's HTTP port, as distributed lists it (``{"dashboard": port}``)."""
