@@ -78,6 +78,10 @@ def test_status_workers_and_system_pages_during_a_computation(
                 ".progress-row", "els => els.map(e => e.dataset.prefix)"
             )
             assert {"slow_inc", "slow_double"} <= set(rows)
+            groups = page.eval_on_selector_all(
+                ".group-row", "els => els.map(e => e.dataset.group)"
+            )
+            assert {"slow_inc", "slow_double"} <= {g.split("-")[0] for g in groups}
             # A row per thread: 2 workers of 2 threads.
             assert int(page.get_attribute("#task-stream", "data-rows") or 0) == 4
             assert page.inner_text("#live") == "live"

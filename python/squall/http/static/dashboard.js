@@ -127,6 +127,33 @@ function renderProgress(d) {
     ["waiting", "var(--waiting)"]]);
 }
 
+// Task groups (a collection's layer, a map call), active ones first, as the scheduler
+// sends them; each bar over the tasks the group ever had.
+const GROUPS_SHOWN = 15;
+
+function renderGroups(d) {
+  const el = document.getElementById("groups");
+  if (!el) return;
+  const groups = (d.groups || []).slice(0, GROUPS_SHOWN);
+  if (!groups.length) {
+    el.innerHTML = '<div class="empty">no task groups</div>';
+    return;
+  }
+  el.innerHTML = '<div class="bars">' + groups.map(g => {
+    const st = g.states || {};
+    const done = (st.memory || 0) + (st.released || 0) + (st.forgotten || 0);
+    const parts = STATES.map(k => [st[k] || 0, STATE_COLOR[k], `${k}: ${st[k] || 0}`]);
+    const deps = (g.dependencies || []).join(", ");
+    return `<div class="name group-row" data-group="${esc(g.name)}" title="${esc(g.name)}` +
+           `${deps ? `\ndepends on ${esc(deps)}` : ""}">` +
+           `<i style="display:inline-block;width:8px;height:8px;border-radius:2px;` +
+           `background:${prefixColor(g.prefix)};margin-right:6px"></i>${esc(g.name)}</div>` +
+           bar(parts, Math.max(g.len || 0, 1)) +
+           `<div class="figure">${fmtCount(done)} / ${fmtCount(g.len || 0)}</div>`;
+  }).join("") + "</div>" + ((d.groups || []).length > GROUPS_SHOWN
+    ? `<div class="legend">${d.groups.length - GROUPS_SHOWN} more groups not shown</div>` : "");
+}
+
 function memoryParts(w) {
   const m = w.memory || {};
   return [[m.managed || 0, "var(--memory)", `managed: ${fmtBytes(m.managed || 0)}`],
@@ -377,7 +404,7 @@ async function poll(page) {
       state.updates++;
       renderHeader(d);
       if (page === "status") {
-        renderCounts(d); renderProgress(d); renderMemory(d); addStream(d);
+        renderCounts(d); renderProgress(d); renderGroups(d); renderMemory(d); addStream(d);
       } else if (page === "workers") {
         renderWorkers(d);
       } else {
@@ -404,7 +431,8 @@ const PAGES = {
       <canvas id="task-stream" height="40"></canvas>
     </section>
     <section><h2>Progress by task prefix</h2><div id="progress"></div></section>
-    <section><h2>Memory and work per worker</h2><div id="memory"></div></section>`},
+    <section><h2>Memory and work per worker</h2><div id="memory"></div></section>
+    <section class="wide"><h2>Task groups</h2><div id="groups"></div></section>`},
   workers: {title: "workers", figures: false, main: `
     <section class="wide"><h2>Workers</h2><div id="workers-table"></div></section>`},
   system: {title: "scheduler health", figures: true, main: ""},  // renderHealth fills it
