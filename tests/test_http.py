@@ -211,7 +211,7 @@ def test_dashboard_address_flags_and_a_taken_port() -> None:
 def test_dashboard_address_forms() -> None:
     from squall.http.server import parse_http_address
 
-    assert parse_http_address(":8787", "10.1.2.3") == ("10.1.2.3", 8787)
+    assert parse_http_address(":8787", "127.0.0.5") == ("127.0.0.5", 8787)
     assert parse_http_address("0.0.0.0:0", "127.0.0.1") == ("0.0.0.0", 0)
     assert parse_http_address(8790, "127.0.0.1") == ("127.0.0.1", 8790)
     assert parse_http_address("http://[::1]:81", "127.0.0.1") == ("::1", 81)

@@ -99,6 +99,18 @@ function renderCounts(d) {
     `<div data-count="${esc(k)}"><b>${fmtCount(v)}</b>${esc(k)}</div>`).join("");
 }
 
+// One row of tasks by state (`cls`, `attrs`: the label's class and attributes): a label
+// with its prefix's colour, the bar over `total`, and
+// done / total (counts: {state: n}; released and forgotten tasks are done).
+function stateRow(cls, attrs, label, prefix, counts, total, extra = "") {
+  const done = (counts.memory || 0) + (counts.released || 0) + (counts.forgotten || 0);
+  const parts = STATES.map(k => [counts[k] || 0, STATE_COLOR[k], `${k}: ${counts[k] || 0}`]);
+  return `<div class="name ${cls}" ${attrs}><i style="display:inline-block;width:8px;height:8px;` +
+         `border-radius:2px;background:${prefixColor(prefix)};margin-right:6px"></i>` +
+         `${esc(label)}</div>` + bar(parts, Math.max(total, 1)) +
+         `<div class="figure">${fmtCount(done)} / ${fmtCount(total)}${extra}</div>`;
+}
+
 function renderProgress(d) {
   const el = document.getElementById("progress");
   if (!el) return;
@@ -112,15 +124,9 @@ function renderProgress(d) {
   }
   el.innerHTML = '<div class="bars">' + prefixes.slice(0, 40).map(p => {
     const total = STATES.reduce((s, k) => s + (p[k] || 0), 0);
-    const done = (p.memory || 0) + (p.released || 0) + (p.forgotten || 0);
-    const parts = STATES.map(k => [p[k] || 0, STATE_COLOR[k], `${k}: ${p[k] || 0}`]);
-    return `<div class="name progress-row" data-prefix="${esc(p.name)}">` +
-           `<i style="display:inline-block;width:8px;height:8px;border-radius:2px;` +
-           `background:${prefixColor(p.name)};margin-right:6px"></i>${esc(p.name)}</div>` +
-           bar(parts, total) +
-           `<div class="figure">${fmtCount(done)} / ${fmtCount(total)}` +
-           `${p.erred ? ` · <span style="color:var(--erred)">${fmtCount(p.erred)} erred</span>` : ""}` +
-           "</div>";
+    const erred = p.erred
+      ? ` · <span style="color:var(--erred)">${fmtCount(p.erred)} erred</span>` : "";
+    return stateRow("progress-row", `data-prefix="${esc(p.name)}"`, p.name, p.name, p, total, erred);
   }).join("") + "</div>" + legend([["in memory", "var(--memory)"],
     ["released / forgotten", "var(--released)"], ["erred", "var(--erred)"],
     ["processing", "var(--processing)"], ["queued / no worker", "var(--queued)"],
@@ -140,16 +146,10 @@ function renderGroups(d) {
     return;
   }
   el.innerHTML = '<div class="bars">' + groups.map(g => {
-    const st = g.states || {};
-    const done = (st.memory || 0) + (st.released || 0) + (st.forgotten || 0);
-    const parts = STATES.map(k => [st[k] || 0, STATE_COLOR[k], `${k}: ${st[k] || 0}`]);
     const deps = (g.dependencies || []).join(", ");
-    return `<div class="name group-row" data-group="${esc(g.name)}" title="${esc(g.name)}` +
-           `${deps ? `\ndepends on ${esc(deps)}` : ""}">` +
-           `<i style="display:inline-block;width:8px;height:8px;border-radius:2px;` +
-           `background:${prefixColor(g.prefix)};margin-right:6px"></i>${esc(g.name)}</div>` +
-           bar(parts, Math.max(g.len || 0, 1)) +
-           `<div class="figure">${fmtCount(done)} / ${fmtCount(g.len || 0)}</div>`;
+    const title = esc(g.name) + (deps ? `\ndepends on ${esc(deps)}` : "");
+    const attrs = `data-group="${esc(g.name)}" title="${title}"`;
+    return stateRow("group-row", attrs, g.name, g.prefix, g.states || {}, g.len || 0);
   }).join("") + "</div>" + ((d.groups || []).length > GROUPS_SHOWN
     ? `<div class="legend">${d.groups.length - GROUPS_SHOWN} more groups not shown</div>` : "");
 }
@@ -211,11 +211,16 @@ function addStream(d) {
   }
 }
 
+// Pixels per worker-thread row of the task stream: the rows share about 260 px.
+function streamRowHeight() {
+  return Math.max(6, Math.min(22, Math.floor(260 / Math.max(state.rows.size, 1))));
+}
+
 function drawStream() {
   const canvas = document.getElementById("task-stream");
   if (!canvas) return;
   const rows = Math.max(state.rows.size, 1);
-  const rowH = Math.max(6, Math.min(22, Math.floor(260 / rows)));
+  const rowH = streamRowHeight();
   const axisH = 18;
   const cssW = canvas.clientWidth, cssH = rows * rowH + axisH;
   const ratio = window.devicePixelRatio || 1;
@@ -259,8 +264,7 @@ function streamTooltip() {
   if (!canvas || !tip) return;
   canvas.addEventListener("mousemove", ev => {
     const box = canvas.getBoundingClientRect();
-    const rows = Math.max(state.rows.size, 1);
-    const rowH = Math.max(6, Math.min(22, Math.floor(260 / rows)));
+    const rowH = streamRowHeight();
     const t0 = Date.now() / 1000 + state.skew - STREAM_WINDOW_S;
     const t = t0 + (ev.clientX - box.left) / box.width * STREAM_WINDOW_S;
     const row = Math.floor((ev.clientY - box.top) / rowH);
