@@ -247,6 +247,8 @@ def test_a_paused_worker_starts_no_task_until_memory_falls() -> None:
         hog = c.submit(hold_memory, 0.87, cluster.memory_limit, 3.0)
         eventually(lambda: workers(c)[0]["status"] == "paused", timeout=15)
         other = c.submit(started)  # a free thread, but the worker is paused
+        # As distributed's, run and the queries still reach a paused worker.
+        assert list(c.run(os.getpid)) == list(c.nthreads()) == list(c.scheduler_info()["workers"])
         assert done.result(timeout=10) == 42  # paused, it still serves get-data
         freed = hog.result(timeout=30)
         assert other.result(timeout=30) >= freed

@@ -130,8 +130,8 @@ class Diagnostics(ClientConnection):
         return versions.get_versions(packages)
 
     async def _worker_addresses(self, workers: Any) -> list[str]:
-        """The addresses of the running workers named by ``workers`` (addresses, names
-        or hosts), as ``Client.run`` selects them."""
+        """The addresses of the workers named by ``workers`` (addresses, names or
+        hosts), as ``Client.run`` selects them."""
         h, _ = await self._request({"op": ops.SCHEDULER_INFO})
         return [w["address"] for w in _select(h["workers"], workers)]
 

@@ -33,7 +33,7 @@ class ClusterOps(ClientConnection):
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             info = await self._identity()
-            found = [w["address"] for w in _select(info["workers"], workers)]
+            found = [w["address"] for w in _select(info["workers"], workers, running=True)]
             if found:
                 return sorted(found)
             if deadline is not None and loop.time() > deadline:
@@ -237,12 +237,18 @@ class ClusterOps(ClientConnection):
         return self.close()
 
 
-def _select(infos: list[dict[str, Any]], workers: Any) -> list[dict[str, Any]]:
-    """The running workers named by ``workers``: addresses (``host:port`` too, or
-    ``(host, port)``), names or hosts; None means all."""
-    running = [w for w in infos if w.get("status") == "running"]
+def _select(
+    infos: list[dict[str, Any]], workers: Any, *, running: bool = False
+) -> list[dict[str, Any]]:
+    """The workers named by ``workers``: addresses (``host:port`` too, or ``(host,
+    port)``), names or hosts; None means all. As distributed, ``run`` and the queries
+    reach paused and retiring workers too; with ``running`` (where data is placed, as
+    ``scatter``) only running ones."""
+    live = [
+        w for w in infos if w["status"] == "running" or (not running and w["status"] != "closed")
+    ]
     if workers is None:
-        return running
+        return live
     if isinstance(workers, str | numbers.Number) or (
         isinstance(workers, tuple) and len(workers) == 2 and isinstance(workers[1], int)
     ):
@@ -252,7 +258,7 @@ def _select(infos: list[dict[str, Any]], workers: Any) -> list[dict[str, Any]]:
         if isinstance(w, tuple):
             w = comm.format_address(str(w[0]), int(w[1]))
         wanted.update((w, f"tcp://{w}") if isinstance(w, str) and "://" not in w else (w,))
-    return [w for w in running if wanted & {w["address"], w.get("name"), w.get("host")}]
+    return [w for w in live if wanted & {w["address"], w.get("name"), w.get("host")}]
 
 
 def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
