@@ -231,7 +231,7 @@ def test_the_dashboard_over_https(tmp_path: Path) -> None:
     }
     with (
         dask.config.set(tls),
-        squall.LocalCluster(n_workers=0, processes=False) as cluster,
+        squall.LocalCluster(n_workers=1, processes=False) as cluster,
         squall.Client(cluster) as client,
     ):
         link = client.dashboard_link
@@ -242,6 +242,15 @@ def test_the_dashboard_over_https(tmp_path: Path) -> None:
         health = link.replace("/status", "/health")
         with urllib.request.urlopen(health, context=trusted, timeout=10) as r:
             assert r.read() == b"ok"
+        # The worker serves its routes with the same certificate, and the workers page
+        # links to them over HTTPS.
+        with urllib.request.urlopen(
+            link.replace("/status", "/dashboard/data.json"), context=trusted, timeout=10
+        ) as r:
+            (worker,) = json.load(r)["workers"]
+        assert worker["dashboard"].startswith("https://")
+        with urllib.request.urlopen(worker["dashboard"], context=trusted, timeout=10) as r:
+            assert "dask_worker_tasks" in r.read().decode()
         # Without trusting its certificate, a client refuses it: it is TLS indeed.
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             urllib.request.urlopen(health, timeout=10)

@@ -23,10 +23,10 @@ def dashboard_data(server: SchedulerServer, cursor: int) -> dict[str, Any]:
     """The snapshot, each worker's ``/metrics`` link, and with ``cursor`` ≥ 0 the task
     stream after it as ``[worker, thread, start, stop, prefix, key, status]`` rows."""
     data = dashboard_snapshot(server)
-    ports = {p.address: p.dashboard for p in server.workers.values()}
+    served = {p.address: (p.dashboard_scheme, p.dashboard) for p in server.workers.values()}
     for w in data["workers"]:
-        port = ports.get(w["address"])
-        w["dashboard"] = None if port is None else f"http://{w['host']}:{port}/metrics"
+        scheme, port = served.get(w["address"], ("http", None))
+        w["dashboard"] = None if port is None else f"{scheme}://{w['host']}:{port}/metrics"
     if cursor >= 0:
         stream = server.task_stream
         cursor, rows = stream.rows_since(cursor, STREAM_LIMIT)

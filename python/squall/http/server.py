@@ -28,9 +28,10 @@ Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
 
 def dashboard_tls() -> ssl.SSLContext | None:
-    """HTTPS for the scheduler's dashboard: ``squall.scheduler.dashboard.tls.cert`` and
-    ``.key`` (Dask's ``distributed.scheduler.dashboard.tls.*`` where squall's are
-    unset), PEM files. The server shows its certificate and asks none of browsers."""
+    """HTTPS for the scheduler's dashboard and, as Dask, the workers' routes too:
+    ``squall.scheduler.dashboard.tls.cert`` and ``.key`` (Dask's
+    ``distributed.scheduler.dashboard.tls.*`` where squall's are unset), PEM files. The
+    server shows its certificate and asks none of browsers."""
     cert = config.get("scheduler.dashboard.tls.cert") or dask.config.get(
         "distributed.scheduler.dashboard.tls.cert", default=None
     )

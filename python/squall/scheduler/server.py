@@ -55,8 +55,10 @@ class Peer:
     pid: int | None = None
     #: Its nanny's ``worker-died`` came while it was still registered (workers only).
     died: bool = False
-    #: The port of its HTTP routes (workers only; None: it serves none).
+    #: The port of its HTTP routes (workers only; None: it serves none) and their
+    #: scheme, "http" or "https".
     dashboard: int | None = None
+    dashboard_scheme: str = "http"
 
     def send(self, header: comm.Header, payload: bytes | memoryview = b"") -> None:
         """Queue a message. One to a peer whose connection already closed is dropped:
@@ -279,6 +281,7 @@ class SchedulerServer:
             nanny=info.get("nanny"),
             pid=info.get("pid"),
             dashboard=_port_or_none(info.get("dashboard")),
+            dashboard_scheme="https" if info.get("dashboard_scheme") == "https" else "http",
         )
         await c.write({"op": ops.REGISTERED, "worker_id": w})
         stream.start()

@@ -315,12 +315,14 @@ class Worker:
 
     async def _serve_http(self, address: str | int) -> None:
         """``/health`` and ``/metrics`` on the interface the worker binds unless the
-        address names another. Imported here: tornado is needed only then."""
-        from squall.http.server import HttpServer, parse_http_address
+        address names another, over HTTPS with the scheduler's dashboard certificate
+        (as Dask's workers). Imported here: tornado is needed only then."""
+        from squall.http.server import HttpServer, dashboard_tls, parse_http_address
         from squall.http.worker_routes import worker_routes
 
         self.http = HttpServer(worker_routes(self))
-        await self.http.start(*parse_http_address(address, comm.parse_address(self.address)[0]))
+        host, port = parse_http_address(address, comm.parse_address(self.address)[0])
+        await self.http.start(host, port, tls=dashboard_tls())
 
     async def _register(self) -> None:
         """One attempt to register (docs/protocol.md#handshake); raises CommError."""
@@ -333,6 +335,7 @@ class Worker:
             "nanny": self.nanny,
             "pid": os.getpid(),
             "dashboard": None if self.http is None else self.http.port,
+            "dashboard_scheme": None if self.http is None else self.http.scheme,
         }
         c, reply = await liveness.register(self.scheduler_address, "worker", info, self.security)
         assert self._loop is not None
