@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,6 +19,7 @@ import dask
 import psutil
 import pytest
 from conftest import cli_scheduler, eventually
+from prometheus_client.parser import text_string_to_metric_families
 
 from squall import Client, wait
 from squall.config import ConfigError
@@ -174,6 +176,19 @@ def spill_and_read_back(n: int, nbytes: int, limit: str) -> None:
         )
 
 
+def worker_metrics(c: Client, address: str) -> dict[tuple[str, str], float]:
+    """A worker's ``/metrics`` over HTTP: {(sample name, its activity label): value}."""
+    port = c.scheduler_info()["workers"][address]["services"]["dashboard"]
+    host = address.removeprefix("tcp://").rsplit(":", 1)[0]
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        (s.name, s.labels.get("activity", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
 def workers(c: Client) -> list[dict[str, Any]]:
     return list(c.scheduler_info()["workers"].values())
 
@@ -209,6 +224,14 @@ def test_get_data_serves_spilled_keys_as_stored() -> None:
         assert c.submit(first, f).result(timeout=30) == i  # a dependent loads it
         # Read back for get-data, they stay spilled (no copy kept in memory).
         assert on_disk <= set(spilled_keys_of(c, address))
+        # The worker's /metrics counts those writes and reads, as distributed's.
+        m = worker_metrics(c, address)
+        assert m["dask_worker_spill_count_total", "disk-write"] >= len(on_disk)
+        assert m["dask_worker_spill_count_total", "disk-read"] >= len(spilled) + 1
+        for activity in ("disk-write", "disk-read"):
+            count = m["dask_worker_spill_count_total", activity]
+            assert m["dask_worker_spill_bytes_total", activity] >= count * 20 * MB
+            assert m["dask_worker_spill_time_seconds_total", activity] > 0
         del futures, spilled, f
         eventually(lambda: not spilled_keys_of(c, address))  # freed: files deleted
         scratch = c.run(lambda dask_worker: dask_worker.memory.store.directory)[address]

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from squall.worker.load import Transfers
+from squall.worker.spill import ACTIVITIES
 
 if TYPE_CHECKING:
     from squall.worker.worker import Worker
@@ -78,12 +79,34 @@ class WorkerCollector:
         yield GaugeMetricFamily(
             "squall_worker_spilled_values", "Results spilled now", value=mem["spilled_count"]
         )
+        if w.memory is not None:
+            yield from _spill_activity(w.memory.spill_activity())
         if w.bandwidth is not None:
             yield GaugeMetricFamily(
                 "squall_worker_bandwidth",
                 "Transfer bandwidth this worker measured (bytes per second)",
                 value=w.bandwidth,
             )
+
+
+def _spill_activity(totals: dict[tuple[str, str], float]) -> Iterator[Metric]:
+    """Reads and writes of spilled results, as distributed's spill counters (labels
+    ``disk-read`` and ``disk-write``; distributed's ``memory-read`` is not counted:
+    tasks read their inputs in compiled code)."""
+    about = {
+        "count": ("dask_worker_spill_count", "Spilled results written to or read from disk", ""),
+        "bytes": ("dask_worker_spill_bytes", "Bytes of spilled results written or read", ""),
+        "seconds": (
+            "dask_worker_spill_time",
+            "Time spent writing (pickling included) and reading (unpickling included)",
+            "seconds",
+        ),
+    }
+    for unit, (name, text, suffix) in about.items():
+        family = CounterMetricFamily(name, text, labels=["activity"], unit=suffix)
+        for activity in ACTIVITIES:
+            family.add_metric([activity], totals[activity, unit])
+        yield family
 
 
 def _transfers(t: Transfers) -> Iterator[Metric]:

@@ -20,6 +20,9 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -57,28 +60,60 @@ def dump_parts(value: Any) -> list[bytes | bytearray | memoryview]:
     return sink.parts
 
 
+#: The activities ``SpillStore.activity`` counts, with distributed's labels, and units.
+ACTIVITIES = ("disk-read", "disk-write")
+UNITS = ("count", "bytes", "seconds")
+
+
 class SpillStore:
-    """Spilled values in a fresh directory under ``parent``, removed by ``close``."""
+    """Spilled values in a fresh directory under ``parent``, removed by ``close``.
+    ``activity`` totals the reads and writes since the worker started, as
+    ``{(activity, unit): total}`` with units ``count``, ``bytes`` and ``seconds``
+    (writing includes pickling, reading a value includes unpickling)."""
 
     def __init__(self, parent: str) -> None:
         self.directory = tempfile.mkdtemp(prefix="squall-worker-", dir=parent)
         self._file = zict.File(self.directory)
         self._names = itertools.count()
         self._closed = False
+        self.activity = {(a, unit): 0.0 for a in ACTIVITIES for unit in UNITS}
+        self._activity_lock = threading.Lock()  # tasks' threads load values
+
+    @contextlib.contextmanager
+    def _metered(self, activity: str) -> Iterator[list[int]]:
+        """Times the block; the block appends the bytes it moved to the list."""
+        moved: list[int] = []
+        start = time.perf_counter()
+        yield moved
+        seconds = time.perf_counter() - start
+        with self._activity_lock:
+            self.activity[activity, "count"] += 1
+            self.activity[activity, "bytes"] += sum(moved)
+            self.activity[activity, "seconds"] += seconds
 
     def write(self, value: Any) -> Spilled:
         """Writes ``value`` out (blocking IO: call it off the event loop)."""
         name = str(next(self._names))
-        parts = dump_parts(value)
-        self._file[name] = parts
-        return Spilled(self, name, sum(len(p) for p in parts))
+        with self._metered("disk-write") as moved:
+            parts = dump_parts(value)
+            self._file[name] = parts
+            moved.append(sum(len(p) for p in parts))
+        return Spilled(self, name, moved[0])
 
     def load(self, name: str) -> Any:
-        with open(os.path.join(self.directory, self._file.filenames[name]), "rb") as f:
-            return pickle.load(f)
+        with (
+            self._metered("disk-read") as moved,
+            open(os.path.join(self.directory, self._file.filenames[name]), "rb") as f,
+        ):
+            value = pickle.load(f)
+            moved.append(f.tell())
+        return value
 
     def raw(self, name: str) -> bytearray | memoryview:
-        return self._file[name]
+        with self._metered("disk-read") as moved:
+            blob: bytearray | memoryview = self._file[name]
+            moved.append(len(blob))
+        return blob
 
     def discard(self, name: str) -> None:
         if not self._closed:
