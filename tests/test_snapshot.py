@@ -30,6 +30,7 @@ def test_counters_prefixes_groups_and_workers_in_one_call_each(sched: squall.Sch
     c = sched.client("c")
     w = sched.add_worker("tcp://127.0.0.1:1", 2, now=0.0)
     sched.submit(c, ["a-1", "a-2", "b-1"], [[], [], [0, 1]], now=0.0, wanted=[2])
+    assert sched.n_tasks_with_waiters() == 2  # b-1 waits on a-1 and a-2
     now = 0.0
     for _ in range(2):
         now += 0.1
@@ -103,6 +104,7 @@ def test_the_snapshot_of_an_embedded_cluster() -> None:
     assert snap["health"]["messages"] > 0
     assert counts["memory"] == 100 and counts["erred"] == 1 and counts["cores"] == 4
     assert counts["tasks"] == 101 and counts["workers"] == 2 and counts["hosts"] == 1
+    assert counts["waiting_data"] == 0
     assert identity["type"] == "Scheduler" and identity["n_workers"] == 2
     assert set(identity["workers"]) == {r["address"] for r in rows}
 

@@ -108,8 +108,8 @@ def dashboard_snapshot(server: SchedulerServer) -> dict[str, Any]:
 
 def counts_json(server: SchedulerServer) -> dict[str, Any]:
     """``/json/counts.json`` with distributed's field names. ``waiting`` counts tasks in
-    the waiting state; distributed's ``waiting_data`` (tasks some waiter needs) would
-    take a pass over the tasks and is left out."""
+    the waiting state; ``waiting_data`` (tasks some unfinished task needs) takes a pass
+    over the tasks in the core, as distributed's does."""
     core = server.core
     counters = core.counters()
     counts, states = counters["states"], counters["workers"]
@@ -128,6 +128,7 @@ def counts_json(server: SchedulerServer) -> dict[str, Any]:
         "tasks": core.n_tasks,
         "unrunnable": counts["no-worker"],
         "waiting": counts["waiting"],
+        "waiting_data": core.n_tasks_with_waiters(),
         "workers": len(workers),
         "desired_workers": core.adaptive_target(config.seconds("adaptive.target-duration")),
     }

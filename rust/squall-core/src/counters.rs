@@ -76,6 +76,15 @@ impl Scheduler {
         t
     }
 
+    /// Tasks some unfinished task still waits on (distributed's `waiting_data` of
+    /// `/json/counts.json`). A pass over the tasks: for that route only, never the
+    /// dashboard's polling.
+    pub fn n_tasks_with_waiters(&self) -> usize {
+        self.task_ids()
+            .filter(|&t| !self.task(t).waiters.is_empty())
+            .count()
+    }
+
     /// O(workers): paused ones are counted, the other figures are set sizes.
     pub fn worker_states(&self) -> WorkerStates {
         let paused = self

@@ -20,11 +20,17 @@ fn totals_follow_a_computation() {
     )
     .unwrap();
     assert_eq!(h.s.count_in(S::Released) + h.s.count_in(S::Waiting), 1);
+    assert_eq!(
+        h.s.n_tasks_with_waiters(),
+        2,
+        "x-1 and x-2: y-1 waits on them"
+    );
     h.finish_sized("x-1", 100);
     h.finish_sized("x-2", 50);
     h.fail("bad-1");
     h.run_all();
     // x-1, x-2 released once y-1, their only dependent, has its result.
+    assert_eq!(h.s.n_tasks_with_waiters(), 0);
     assert_eq!(h.s.count_in(S::Memory), 1);
     assert_eq!(h.s.count_in(S::Released), 2);
     assert_eq!(h.s.count_in(S::Erred), 1);

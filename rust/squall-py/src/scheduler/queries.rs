@@ -156,6 +156,11 @@ impl Scheduler {
         self.inner.n_tasks()
     }
 
+    /// Tasks some unfinished task waits on (a pass over the tasks).
+    fn n_tasks_with_waiters(&self) -> usize {
+        self.inner.n_tasks_with_waiters()
+    }
+
     #[getter]
     fn n_queued(&self) -> usize {
         self.inner.n_queued()
