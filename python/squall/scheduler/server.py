@@ -42,6 +42,12 @@ def default_address() -> str:
 # Commands sent one message each; the per-task ones go packed (encode_notices).
 _RARE_OPS = frozenset({ops.STEAL_REQUEST, ops.REMOVE_WORKER, ops.CLOSE_WORKER, ops.TASK_ERRED})
 
+#: A connection's reader gives the event loop a turn after handling its messages for
+#: this long: frames already buffered are read without one, so a client streaming a
+#: million-task map would otherwise hold the loop (the dashboard, other peers) for
+#: the whole intake (docs/runtime.md#why-the-protocol-looks-this-way).
+YIELD_AFTER = 0.02
+
 
 @dataclass
 class Peer:
@@ -237,12 +243,18 @@ class SchedulerServer:
         each batch, until the connection ends (or stays silent past the idle timeout)."""
         try:
             async with contextlib.aclosing(liveness.read_batches(c, who)) as batches:
+                held = 0.0
                 async for messages in batches:
                     start = time.perf_counter()
                     for header, payload in messages:
                         handle(header, payload)
                     self._dispatch()
-                    self.health.batch(len(messages), time.perf_counter() - start)
+                    took = time.perf_counter() - start
+                    self.health.batch(len(messages), took)
+                    held += took
+                    if held > YIELD_AFTER:
+                        held = 0.0
+                        await asyncio.sleep(0)
         except comm.CommError as e:
             logger.info("%s left: %s", who, e)
 
