@@ -29,7 +29,7 @@ from dask.utils import format_bytes, parse_bytes, parse_timedelta
 
 from squall import config
 from squall._core import WorkerCore
-from squall.worker.spill import ACTIVITIES, UNITS, SpillStore
+from squall.worker.spill import SpillStore, no_activity
 
 logger = logging.getLogger("squall.worker")
 
@@ -183,9 +183,7 @@ class MemoryMonitor:
 
     def spill_activity(self) -> dict[tuple[str, str], float]:
         """The spill store's reads and writes so far (zeros before the first spill)."""
-        if self.store is None:
-            return {(a, unit): 0.0 for a in ACTIVITIES for unit in UNITS}
-        return dict(self.store.activity)
+        return no_activity() if self.store is None else dict(self.store.activity)
 
     def _bytes(self, fraction: float | None) -> float | None:
         return None if fraction is None else fraction * self.limit

@@ -65,6 +65,11 @@ ACTIVITIES = ("disk-read", "disk-write")
 UNITS = ("count", "bytes", "seconds")
 
 
+def no_activity() -> dict[tuple[str, str], float]:
+    """Spill activity totals before any: every (activity, unit) at 0."""
+    return {(a, unit): 0.0 for a in ACTIVITIES for unit in UNITS}
+
+
 class SpillStore:
     """Spilled values in a fresh directory under ``parent``, removed by ``close``.
     ``activity`` totals the reads and writes since the worker started, as
@@ -76,7 +81,7 @@ class SpillStore:
         self._file = zict.File(self.directory)
         self._names = itertools.count()
         self._closed = False
-        self.activity = {(a, unit): 0.0 for a in ACTIVITIES for unit in UNITS}
+        self.activity = no_activity()
         self._activity_lock = threading.Lock()  # tasks' threads load values
 
     @contextlib.contextmanager
