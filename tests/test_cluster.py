@@ -55,6 +55,13 @@ def test_client_starts_and_stops_its_own_local_cluster() -> None:
     assert all(p.poll() is not None for p in procs)
 
 
+def test_a_worker_that_cannot_start_fails_the_cluster_at_once() -> None:
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"worker process \d+ exited with code 2"):
+        LocalCluster(n_workers=1, resources={"GPU": "many"}, timeout=30)  # type: ignore[dict-item]
+    assert time.monotonic() - start < 10, "not after the 30 s timeout"
+
+
 def test_map_gather_and_dependencies_across_workers() -> None:
     with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
         futures = c.map(inc, range(500))

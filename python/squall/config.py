@@ -87,12 +87,17 @@ def _level(level: Any, where: str) -> str:
     return level.upper()
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str, printed: str | None = None) -> None:
     """The programs' logging: ``level`` (``--log-level`` or ``squall.logging.level``)
-    for everything, ``LOG_FORMAT`` on stderr, and per logger the levels given beside
-    ``level`` under ``squall.logging`` (``{"squall.comm": "debug"}``), as Dask's
+    for everything, ``LOG_FORMAT`` on stderr (only ``printed`` and above there, if
+    given: what a LocalCluster's processes print, while they keep ``level``'s lines
+    for ``get_*_logs``), and per logger the levels given beside ``level`` under
+    ``squall.logging`` (``{"squall.comm": "debug"}``), as Dask's
     ``distributed.logging`` takes them."""
     logging.basicConfig(level=level, format=LOG_FORMAT)
+    if printed is not None:
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(printed)
     for name, value in dict(get("logging")).items():
         if name != "level":
             logging.getLogger(str(name)).setLevel(_level(value, f"squall.logging.{name}"))

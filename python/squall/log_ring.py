@@ -45,6 +45,7 @@ def install() -> None:
 
 
 def tail(n: int | None = None) -> list[tuple[str, str]]:
-    """The newest ``n`` lines (all kept if None), oldest first."""
-    lines = [] if _ring is None else list(_ring.lines)
-    return lines if n is None else lines[len(lines) - min(n, len(lines)) :]
+    """The newest ``n`` lines (all kept if None), newest first, as distributed's
+    ``get_logs`` gives them."""
+    lines = [] if _ring is None else list(reversed(_ring.lines))
+    return lines if n is None else lines[:n]

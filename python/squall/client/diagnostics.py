@@ -73,7 +73,7 @@ class Diagnostics(ClientConnection):
 
     def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
         """The scheduler's newest ``n`` log lines (all it keeps if None, up to
-        ``squall.admin.log-length``), oldest first, as ``(level, line)``."""
+        ``squall.admin.log-length``), newest first (as distributed's), as ``(level, line)``."""
 
         async def run() -> list[tuple[str, str]]:
             h, _ = await self._request({"op": ops.GET_LOGS, "which": "scheduler", "n": n})
@@ -85,7 +85,7 @@ class Diagnostics(ClientConnection):
         self, n: int | None = None, nanny: bool = False, workers: Any = None, **kwargs: Any
     ) -> Any:
         """``{worker address: [(level, line), …]}``: each worker's (or with ``nanny``,
-        its nanny's) newest ``n`` log lines, oldest first. The scheduler asks them; a
+        its nanny's) newest ``n`` log lines, newest first. The scheduler asks them; a
         worker that does not answer within ``squall.comm.timeouts.connect`` gets one
         ``("ERROR", why)`` line instead."""
 

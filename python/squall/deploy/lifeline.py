@@ -17,6 +17,8 @@ import signal
 import threading
 import time
 
+from squall import config
+
 # (read end, write end) of this process's lifeline pipe, made on first use. Both ends
 # are non-inheritable: children get the read end only as their stdin, and the write end
 # stays open in this process until it exits.
@@ -75,10 +77,23 @@ def watch_stdin() -> None:
 
 def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """The arguments of ``squall scheduler`` or ``squall worker``, after the flags both
-    take (``--log-level``, ``--watch-stdin``) are added; stdin is watched if asked."""
+    take (``--log-level``, ``--print-level``, ``--watch-stdin``) are added; stdin is
+    watched if asked."""
     p.add_argument("--log-level", help="default: squall.logging.level")
+    p.add_argument(
+        "--print-level",
+        help="print only lines of this level or above on stderr; the process still keeps "
+        "those of --log-level for get_scheduler_logs/get_worker_logs (default: --log-level)",
+    )
     p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
     args = p.parse_args(argv)
     if args.watch_stdin:
         watch_stdin()
     return args
+
+
+def log_levels(args: argparse.Namespace) -> tuple[str, str | None]:
+    """``--log-level`` (else ``squall.logging.level``) and ``--print-level`` (None if
+    unset), checked (``ConfigError``), for :func:`squall.config.setup_logging`."""
+    printed = None if args.print_level is None else config.log_level(args.print_level)
+    return config.log_level(args.log_level), printed

@@ -8,6 +8,7 @@ Processes by default, which do not outlive the process that started them
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -30,6 +31,9 @@ from squall.security import Security
 from squall.worker.memory import parse_memory_limit
 
 T = TypeVar("T")
+
+#: How often (seconds) ``wait_for_workers`` looks for worker processes that exited.
+PROCESS_CHECK_INTERVAL = 0.1
 
 
 class LocalCluster:
@@ -55,7 +59,11 @@ class LocalCluster:
 
     ``memory_limit`` is each worker's ("auto" by default, as Dask's: the system memory *
     threads per worker / cores; docs/runtime.md#memory), spilling under
-    ``local_directory``."""
+    ``local_directory``.
+
+    Its processes print only warnings and errors (``silence_logs``, as Dask's: a level,
+    or None to print all they log) and keep their ``squall.logging.level`` lines (INFO
+    by default) for ``Client.get_scheduler_logs`` and ``get_worker_logs``."""
 
     def __init__(
         self,
@@ -65,7 +73,7 @@ class LocalCluster:
         host: str = "127.0.0.1",
         scheduler_port: int = 0,
         timeout: float = 30.0,
-        log_level: str = "WARNING",
+        silence_logs: int | str | bool | None = logging.WARNING,
         scheduler_kwargs: dict[str, Any] | None = None,
         resources: dict[str, float] | None = None,
         nanny: bool = True,
@@ -100,24 +108,26 @@ class LocalCluster:
             self._env.update(self.security.to_env(Path(self._secrets.name)))
         #: The scheduler's dashboard address ("config": squall.scheduler.dashboard.address).
         self._dashboard_address = dashboard_address
-        self._scaling = Scaling(self, log_level)
+        #: Flags of its processes: what they print (their log keeps squall.logging.level).
+        self._log_flags = print_level_flags(silence_logs)
+        self._scaling = Scaling(self)
         try:
             if processes:
-                self._start(host, scheduler_port, timeout, log_level)
+                self._start(host, scheduler_port, timeout)
             else:
                 self._start_embedded(host, scheduler_port, timeout, scheduler_kwargs)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, host: str, port: int, timeout: float, log_level: str) -> None:
+    def _start(self, host: str, port: int, timeout: float) -> None:
         cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", str(port)]
         if self._dashboard_address is None:
             cmd.append("--no-dashboard")
         elif self._dashboard_address != "config":
             cmd += ["--dashboard-address", str(self._dashboard_address)]
         self._scheduler = subprocess.Popen(
-            [*cmd, "--log-level", log_level, "--watch-stdin"],
+            [*cmd, *self._log_flags, "--watch-stdin"],
             stdin=lifeline(),
             stdout=subprocess.PIPE,
             text=True,
@@ -130,7 +140,7 @@ class LocalCluster:
             raise RuntimeError(f"the scheduler did not start: {line!r}")
         self.scheduler_address = line[len(prefix) :].strip()
         for i in range(self.n_workers):
-            self._add_worker(f"local-{i}", log_level)
+            self._add_worker(f"local-{i}")
         self.wait_for_workers(self.n_workers, timeout)
 
     def _start_embedded(
@@ -145,13 +155,13 @@ class LocalCluster:
         self._host = host
         self.scheduler_address = self._embedded.address
         for i in range(self.n_workers):
-            self._add_worker(f"local-{i}", "")
+            self._add_worker(f"local-{i}")
         self.wait_for_workers(self.n_workers, timeout)
 
-    def _add_worker(self, name: str, log_level: str) -> None:
+    def _add_worker(self, name: str) -> None:
         """Start one more worker: a process, or a worker of the embedded cluster."""
         if self._embedded is None:
-            self._procs.append(self._spawn_worker(name, log_level))
+            self._procs.append(self._spawn_worker(name))
             return
         self._embedded.add_worker(
             nthreads=self.threads_per_worker,
@@ -162,15 +172,10 @@ class LocalCluster:
             local_directory=self.local_directory,
         )
 
-    def _spawn_worker(self, name: str, log_level: str) -> subprocess.Popen[str]:
+    def _spawn_worker(self, name: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "squall.worker", self.scheduler_address]
         cmd += ["--nthreads", str(self.threads_per_worker), "--name", name]
-        cmd += [
-            "--log-level",
-            log_level,
-            "--watch-stdin",
-            "--nanny" if self.nanny else "--no-nanny",
-        ]
+        cmd += [*self._log_flags, "--watch-stdin", "--nanny" if self.nanny else "--no-nanny"]
         if self.resources:
             cmd += ["--resources", " ".join(f"{k}={v}" for k, v in self.resources.items())]
         cmd += ["--memory-limit", str(self.memory_limit)]
@@ -197,11 +202,29 @@ class LocalCluster:
         return _run(scheduler_info(self.scheduler_address, self.security))
 
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.scheduler_info()["workers"]) < n:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only some of {n} workers joined within {timeout}s")
-            time.sleep(0.05)
+        """Wait until ``n`` workers run: one request the scheduler answers when they do
+        (a poll would count as a client connecting and leaving each time).
+        ``TimeoutError`` after ``timeout``; ``RuntimeError`` at once if one of this
+        cluster's worker processes exits meanwhile."""
+        _run(self._wait_for_workers(n, timeout))
+
+    async def _wait_for_workers(self, n: int, timeout: float) -> None:
+        header = {"op": ops.WAIT_FOR_WORKERS, "n_workers": n, "timeout": timeout}
+        running = [p for p in self._procs if p.poll() is None]
+        answer = asyncio.ensure_future(ask(self.scheduler_address, header, self.security))
+        try:
+            while not answer.done():
+                await asyncio.wait({answer}, timeout=PROCESS_CHECK_INTERVAL)
+                exited = [p for p in running if p.poll() is not None]
+                if exited and not answer.done():
+                    raise RuntimeError(
+                        f"worker process {exited[0].pid} exited with code"
+                        f" {exited[0].returncode} before {n} workers joined"
+                    )
+        finally:
+            answer.cancel()
+        if answer.result()["error"]:
+            raise TimeoutError(answer.result()["error"])
 
     def scale(self, n: int) -> None:
         """Have ``n`` workers: start the missing ones at once (``wait_for_workers``
@@ -266,6 +289,16 @@ class LocalCluster:
 async def scheduler_info(address: str, security: Security | None = None) -> dict[str, Any]:
     """Ask a scheduler for its workers: {"workers": [{address, name, nthreads, ...}]}."""
     return dict(await ask(address, {"op": ops.SCHEDULER_INFO}, security))
+
+
+def print_level_flags(silence_logs: int | str | bool | None) -> list[str]:
+    """The flags that make a process print only ``silence_logs`` and above (Dask's
+    ``LocalCluster(silence_logs=)``: a level, its name, or False/None to print what
+    the process logs)."""
+    if silence_logs is None or silence_logs is False:
+        return []
+    name = logging.getLevelName(silence_logs) if isinstance(silence_logs, int) else silence_logs
+    return ["--print-level", config.log_level(str(name))]
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

@@ -27,7 +27,10 @@ async def ask(address: str, header: comm.Header, security: Security | None = Non
     """One request to a scheduler on a connection of its own; its answer (the message
     of the request's op, or ``request-failed`` as a ``RuntimeError``)."""
     c = await comm.connect(
-        address, role="client", info={"client": f"{header['op']}-request"}, security=security
+        address,
+        role="client",
+        info={"client": f"{header['op']}-request", "one_request": True},
+        security=security,
     )
     try:
         await c.read()  # registered
@@ -54,9 +57,8 @@ class Scaling:
     adaptive loop, if any. Workers are known by name: worker processes, or the
     workers of an embedded cluster."""
 
-    def __init__(self, cluster: LocalCluster, log_level: str) -> None:
+    def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.log_level = log_level
         self.lock = threading.Lock()
         self.adaptive: Adaptive | None = None
 
@@ -85,7 +87,7 @@ class Scaling:
             while f"local-{i}" in used:
                 i += 1
             used.add(f"local-{i}")
-            self.cluster._add_worker(f"local-{i}", self.log_level)
+            self.cluster._add_worker(f"local-{i}")
 
     def _shrink(self, alive: list[str], count: int) -> None:
         """Stop ``count`` workers: those still starting first, then those the

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from squall import config, security
-from squall.deploy.lifeline import parse_process_args
+from squall.deploy.lifeline import log_levels, parse_process_args
 from squall.http import options as http_options
 from squall.protocol import comm
 from squall.scheduler.server import SchedulerServer
@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_process_args(p, argv)
     try:
         security.apply_cli_options(args, "scheduler")
-        level = config.log_level(args.log_level)
+        levels = log_levels(args)
         host = str(config.get("scheduler.host")) if args.host is None else args.host
         if args.interface is not None:
             host = comm.interface_ip(args.interface)
         port = config.port("scheduler.port") if args.port is None else args.port
         address = comm.format_address(host, port)
         comm.parse_address(address)
-        config.setup_logging(level)
+        config.setup_logging(*levels)
         asyncio.run(
             run_scheduler(address, http_options.address_from(args, "scheduler.dashboard.address"))
         )

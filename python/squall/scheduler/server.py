@@ -237,10 +237,15 @@ class SchedulerServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _read_until_closed(
-        self, c: comm.Comm, who: str, handle: Callable[[comm.Header, memoryview], None]
+        self,
+        c: comm.Comm,
+        who: str,
+        handle: Callable[[comm.Header, memoryview], None],
+        log_level: int = logging.INFO,
     ) -> None:
         """Hand each message of ``c`` to ``handle``, and the core's commands out after
-        each batch, until the connection ends (or stays silent past the idle timeout)."""
+        each batch, until the connection ends (or stays silent past the idle timeout),
+        which is logged at ``log_level``."""
         try:
             async with contextlib.aclosing(liveness.read_batches(c, who)) as batches:
                 held = 0.0
@@ -256,7 +261,7 @@ class SchedulerServer:
                         held = 0.0
                         await asyncio.sleep(0)
         except comm.CommError as e:
-            logger.info("%s left: %s", who, e)
+            logger.log(log_level, "%s left: %s", who, e)
 
     async def _serve(self, c: comm.Comm) -> None:
         if c.peer_info["role"] == "worker":
@@ -533,13 +538,17 @@ class SchedulerServer:
 
     async def _serve_client(self, c: comm.Comm) -> None:
         name = str(c.peer_info.get("client", c.peer))
+        # A connection made for one request (a LocalCluster's, a tool's) is no user's
+        # client: logged for debugging only, and not counted in the client metrics.
+        one_request = bool(c.peer_info.get("one_request"))
+        log_level = logging.DEBUG if one_request else logging.INFO
         cid = self.core.client(name)
         stream = comm.BatchedSend(c, self._batch_interval)
         self.clients[cid] = Peer(c, stream, name)
         await c.write({"op": ops.REGISTERED, "client_id": cid, **self._dashboard_fields()})
         stream.start()
-        logger.info("client %s connected from %s", name, c.peer)
-        self.clients_added += 1
+        logger.log(log_level, "client %s connected from %s", name, c.peer)
+        self.clients_added += not one_request
 
         def handle(header: comm.Header, payload: memoryview) -> None:
             reply = self._client_message(cid, header, payload)
@@ -547,9 +556,9 @@ class SchedulerServer:
                 stream.send(*reply)
 
         try:
-            await self._read_until_closed(c, f"client {name}", handle)
+            await self._read_until_closed(c, f"client {name}", handle, log_level)
         finally:
-            self.clients_removed += 1
+            self.clients_removed += not one_request
             self.diagnostics.client_left(cid)
             await self._drop_peer(self.clients, cid, self.core.remove_client)
 

@@ -22,7 +22,7 @@ from typing import Any
 from dask.utils import parse_timedelta
 
 from squall import config, security
-from squall.deploy.lifeline import parse_process_args
+from squall.deploy.lifeline import log_levels, parse_process_args
 from squall.deploy.shape import default_shape
 from squall.http import options as http_options
 from squall.protocol import comm, liveness
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_process_args(p, argv)
     try:
         security.apply_cli_options(args, "worker")
-        level = config.log_level(args.log_level)
+        levels = log_levels(args)
     except (config.ConfigError, OSError) as e:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
             p.error("--listen with a fixed port needs --nworkers 1")
         return _run_workers(args)
-    config.setup_logging(level)
+    config.setup_logging(*levels)
     try:
         memory_limit = worker_memory_limit(args)
     except (config.ConfigError, ValueError) as e:
@@ -290,6 +290,7 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
         ("--interface", args.interface),
         ("--contact-address", args.contact_address),
         ("--log-level", args.log_level),
+        ("--print-level", args.print_level),
         ("--name", name),
         ("--death-timeout", args.death_timeout),
         ("--dashboard-address", args.dashboard_address),

@@ -173,6 +173,7 @@ class Nanny:
                 stdin=lifeline(),
                 env=_worker_environment(),
             )
+            logger.info("nanny %s: started worker process %d", self.address, self._process.pid)
             if self._closing.is_set():  # closed while it started
                 await self._stop_worker()
             watch = self._watch_memory(self._process)
