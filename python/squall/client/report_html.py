@@ -163,6 +163,7 @@ def memory_svg(samples: Sequence[MemorySample], between: tuple[float, float]) ->
         )
     out += _time_axis(height + 4, span)
     out.append("</svg>")
+    out.append('<p class="note">Solid: the process\'s memory; dashed: results it held.</p>')
     return "".join(out)
 
 
@@ -173,7 +174,7 @@ def _time_axis(y: float, span: float) -> list[str]:
         anchor = "end" if i == 5 else "middle" if i else "start"
         ticks.append(
             f'<text x="{x:.1f}" y="{y + 12}" text-anchor="{anchor}">'
-            f"{format_time(span * i / 5)}</text>"
+            f"{format_time(span * i / 5) if i else '0 s'}</text>"
         )
     return ticks
 
