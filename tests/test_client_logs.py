@@ -45,7 +45,7 @@ def test_logs_hold_the_lines_a_failing_task_caused(cluster: LocalCluster) -> Non
         assert len(failed) == 1 and failed[0] in line
         level, message = workers[failed[0]][0]
         assert level == "WARNING" and "ZeroDivisionError" in message
-        only = client.get_worker_logs(n=1, workers=failed)
+        only = client.get_worker_logs(1, failed)  # distributed's order: n, workers, nanny
         assert only == {failed[0]: [workers[failed[0]][0]]}
         nannies = client.get_worker_logs(nanny=True)
         assert set(nannies) == set(workers)

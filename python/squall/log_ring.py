@@ -45,7 +45,7 @@ def install() -> None:
 
 
 def tail(n: int | None = None) -> list[tuple[str, str]]:
-    """The newest ``n`` lines (all kept if None), newest first, as distributed's
+    """The newest ``n`` lines (all kept if None or 0), newest first, as distributed's
     ``get_logs`` gives them."""
     lines = [] if _ring is None else list(reversed(_ring.lines))
-    return lines if n is None else lines[:n]
+    return lines[:n] if n else lines

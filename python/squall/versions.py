@@ -13,23 +13,25 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: Packages that must be the same everywhere: task specs, results and messages are
-#: pickled or packed by them on one machine and read on another.
+#: Packages that should be the same everywhere: task specs, results and messages are
+#: pickled or packed by them on one machine and read on another (listed first when
+#: versions differ).
 REQUIRED = ("python", "squall", "dask", "cloudpickle", "msgpack", "toolz")
-#: Reported, and a mismatch only warned about: they matter to some results only.
+#: Reported too: they matter to some results only.
 OPTIONAL = ("numpy", "pandas", "pyarrow", "tornado", "lz4")
 
 
 class VersionMismatchWarning(Warning):
-    """Optional packages differ between the client, the scheduler and the workers."""
+    """Package versions differ between the client, the scheduler and the workers."""
 
 
 def get_versions(packages: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
     """This process's host and the versions of the required and optional packages, and
     of ``packages``."""
     uname = platform.uname()
+    python = ".".join(map(str, sys.version_info))
     host = {
-        "python": ".".join(map(str, sys.version_info)),
+        "python": python,
         "python-bits": struct.calcsize("P") * 8,
         "OS": uname.system,
         "OS-release": uname.release,
@@ -40,7 +42,7 @@ def get_versions(packages: Iterable[str] | None = None) -> dict[str, dict[str, A
         "LANG": os.environ.get("LANG", "None"),
     }
     names = dict.fromkeys([*REQUIRED[1:], *OPTIONAL, *(packages or [])])
-    versions: dict[str, str | None] = {"python": ".".join(map(str, sys.version_info[:3]))}
+    versions: dict[str, str | None] = {"python": python}
     versions |= {name: _version(name) for name in names}
     return {"host": host, "packages": versions}
 

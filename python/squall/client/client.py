@@ -43,7 +43,6 @@ from dask.utils import funcname
 
 from squall._core import encode_keys
 from squall.client import display
-from squall.client.data import DataMovement
 from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, Key, dep_key, futures_of
 from squall.client.loop import timeout_seconds
@@ -100,7 +99,7 @@ class CallOptions(NamedTuple):
         }
 
 
-class Client(DataMovement, Diagnostics, TaskStreamMethods):
+class Client(Diagnostics, TaskStreamMethods):
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.deploy.local.LocalCluster`

@@ -141,22 +141,6 @@ class DataMovement(ClusterOps):
         if st is not None:
             st.set_error(exc, None)
 
-    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
-        """``{key: [worker address, …]}`` for the given futures (default: all)."""
-
-        async def run() -> dict[Key, list[str]]:
-            if futures is None:
-                with self._refcount_lock:
-                    keys = list(self.futures)
-            else:
-                keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
-            if not keys:
-                return {}
-            answer = await self._who_has(keys)
-            return dict(zip(answer.keys, answer.holders, strict=False))
-
-        return self.sync(run, **kwargs)
-
     def scatter(
         self,
         data: Any,

@@ -6,31 +6,50 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dask.utils import key_split
 
 from squall import versions
 from squall._core import decode_keys, encode_keys
-from squall.client.connection import ClientConnection
-from squall.client.futures import futures_of
+from squall.client.data import DataMovement
+from squall.client.futures import Key, futures_of
 from squall.client.workers import _select
 from squall.protocol import ops
 
-Key = Hashable
 logger = logging.getLogger("squall.client")
 
 
-class Diagnostics(ClientConnection):
+class Diagnostics(DataMovement):
     """The methods of :class:`~squall.client.client.Client` that inspect the cluster."""
 
+    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+        """``{key: [worker address, …]}`` for the given futures; by default for every
+        result held on the cluster, any client's, as distributed's."""
+
+        async def run() -> dict[Key, list[str]]:
+            if futures is None:
+                holders: defaultdict[Key, list[str]] = defaultdict(list)
+                for address, held in (await self._sized_keys("has_what", None)).items():
+                    for key, _ in held:
+                        holders[key].append(address)
+                return dict(holders)
+            keys: list[Key] = list(dict.fromkeys(f.key for f in futures_of(futures)))
+            if not keys:
+                return {}
+            answer = await self._who_has(keys)
+            return dict(zip(answer.keys, answer.holders, strict=False))
+
+        return self.sync(run, **kwargs)
+
     def has_what(self, workers: Any = None, **kwargs: Any) -> Any:
-        """``{worker address: (keys it holds, …)}`` (of ``workers``, default all)."""
+        """``{worker address: (keys it holds, …)}`` of ``workers`` (addresses or names;
+        default all); an unknown worker holds ``()``."""
         return self.sync(self._keys_by_worker, "has_what", workers, **kwargs)
 
     def processing(self, workers: Any = None, **kwargs: Any) -> Any:
-        """``{worker address: (keys it runs or has queued, …)}``."""
+        """``{worker address: (keys it runs or has queued, …)}``, as ``has_what``."""
         return self.sync(self._keys_by_worker, "processing", workers, **kwargs)
 
     def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
@@ -53,26 +72,36 @@ class Diagnostics(ClientConnection):
 
         return self.sync(run, **kwargs)
 
-    def story(self, *keys_or_futures: Any, **kwargs: Any) -> Any:
+    def story(self, *keys_or_futures: Any, on_error: str = "raise", **kwargs: Any) -> Any:
         """The scheduler's retained transitions of these keys (or futures' keys), oldest
-        first: ``[(key, start state, finish state, stimulus id, time), …]``."""
+        first, as distributed's rows: ``("scheduler", key, start state, finish state,
+        {}, stimulus id, epoch seconds)``. The core keeps no recommendations (``{}``)
+        and workers keep no stories, so only the scheduler's rows come; a stimulus id
+        is not looked up. ``on_error="ignore"``: no rows instead of an error."""
+        if on_error not in ("raise", "ignore"):
+            raise ValueError(f"on_error must be 'raise' or 'ignore', not {on_error!r}")
 
-        async def run() -> list[tuple[Any, str, str, int, float]]:
+        async def run() -> list[tuple[Any, ...]]:
             keys = [f.key for f in futures_of(list(keys_or_futures))] + [
                 k for k in keys_or_futures if not hasattr(k, "key")
             ]
-            h, _ = await self._request({"op": ops.STORY}, encode_keys(keys))
-            events = [
-                (key, str(start), str(finish), int(stimulus), float(time))
+            try:
+                h, _ = await self._request({"op": ops.STORY}, encode_keys(keys))
+            except Exception:
+                if on_error == "raise":
+                    raise
+                return []
+            events: list[tuple[Any, ...]] = [
+                ("scheduler", key, str(start), str(finish), {}, f"stimulus-{stimulus}", at)
                 for key, story in zip(keys, h["stories"], strict=True)
-                for start, finish, stimulus, time in story
+                for start, finish, stimulus, at in story
             ]
-            return sorted(events, key=lambda e: e[4])
+            return sorted(events, key=lambda e: float(e[6]))
 
         return self.sync(run, **kwargs)
 
     def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
-        """The scheduler's newest ``n`` log lines (all it keeps if None, up to
+        """The scheduler's newest ``n`` log lines (all it keeps if None or 0, up to
         ``squall.admin.log-length``), newest first (as distributed's), as ``(level, line)``."""
 
         async def run() -> list[tuple[str, str]]:
@@ -82,7 +111,7 @@ class Diagnostics(ClientConnection):
         return self.sync(run, **kwargs)
 
     def get_worker_logs(
-        self, n: int | None = None, nanny: bool = False, workers: Any = None, **kwargs: Any
+        self, n: int | None = None, workers: Any = None, nanny: bool = False, **kwargs: Any
     ) -> Any:
         """``{worker address: [(level, line), …]}``: each worker's (or with ``nanny``,
         its nanny's) newest ``n`` log lines, newest first. The scheduler asks them; a
@@ -108,9 +137,9 @@ class Diagnostics(ClientConnection):
     ) -> Any:
         """``{"scheduler": …, "workers": {address: …}, "client": …}``, each
         ``{"host": {...}, "packages": {name: version}}`` (``packages`` adds names).
-        With ``check``, ``ValueError`` names the required packages whose versions
-        differ (a table of client, scheduler and workers' versions); optional packages
-        that differ are warned about (``VersionMismatchWarning``)."""
+        With ``check``, versions that differ between the client, the scheduler and the
+        workers are warned about with a table (``VersionMismatchWarning``; required
+        packages first), as distributed warns."""
 
         async def run() -> dict[str, Any]:
             names = list(packages or [])
@@ -136,12 +165,21 @@ class Diagnostics(ClientConnection):
         return [w["address"] for w in _select(h["workers"], workers)]
 
     async def _keys_by_worker(self, which: str, workers: Any) -> dict[str, tuple[Key, ...]]:
+        if workers is not None:
+            if isinstance(workers, str):
+                workers = [workers]
+            # Names become addresses, as distributed's scheduler resolves its aliases.
+            h, _ = await self._request({"op": ops.SCHEDULER_INFO})
+            address_of = {w["name"]: w["address"] for w in h["workers"]}
+            address_of |= {w["address"]: w["address"] for w in h["workers"]}
+            workers = [address_of.get(w, w) for w in workers]
         held = await self._sized_keys(which, workers)
-        return {address: tuple(k for k, _ in keys) for address, keys in held.items()}
+        out = {address: tuple(k for k, _ in keys) for address, keys in held.items()}
+        return out | {w: () for w in workers or () if w not in out}
 
-    async def _sized_keys(self, which: str, workers: Any) -> dict[str, list[tuple[Key, int]]]:
-        if isinstance(workers, str):
-            workers = [workers]
+    async def _sized_keys(
+        self, which: str, workers: list[str] | None
+    ) -> dict[str, list[tuple[Key, int]]]:
         header = {"op": ops.WORKER_KEYS, "which": which, "workers": workers}
         h, payload = await self._request(header)
         keys, sizes = decode_keys(bytes(payload)), h["nbytes"]
@@ -154,16 +192,10 @@ class Diagnostics(ClientConnection):
 
 
 def _check_versions(found: dict[str, Any]) -> None:
-    """Raise (required packages) or warn (optional ones) if versions differ."""
+    """Warn if versions differ, the required packages' rows first."""
     rows = versions.mismatches(found["client"], found["scheduler"], found["workers"])
-    required = [r for r in rows if r[0] in versions.REQUIRED]
-    if required:
-        names = ", ".join(r[0] for r in required)
-        raise ValueError(
-            f"Mismatched versions of required packages ({names}) between the client, "
-            f"the scheduler and the workers:\n\n{versions.mismatch_table(rows)}"
-        )
     if rows:
+        rows.sort(key=lambda r: r[0] not in versions.REQUIRED)
         warnings.warn(
             f"Mismatched versions found:\n\n{versions.mismatch_table(rows)}",
             versions.VersionMismatchWarning,

@@ -701,8 +701,12 @@ class SchedulerServer:
         return reply, encode_keys(keys)
 
     def _story(self, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
-        """Each key's retained transitions (the core keeps a log per key)."""
-        stories = [[list(e) for e in self.core.story(k)] for k in keys]
+        """Each key's retained transitions (the core keeps a log per key), their times
+        in epoch seconds (the core's are seconds since the scheduler started)."""
+        stories = [
+            [[start, finish, stimulus, self.started + at] for start, finish, stimulus, at in story]
+            for story in map(self.core.story, keys)
+        ]
         return {"op": ops.STORY, "id": h.get("id"), "stories": stories}, b""
 
     def _dashboard_fields(self) -> dict[str, Any]:
