@@ -5,7 +5,9 @@ sent in heartbeats, kept by the scheduler, read with ``get_task_stream`` and
 from __future__ import annotations
 
 import asyncio
+import gzip
 import itertools
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -112,6 +114,15 @@ def test_many_tiny_tasks_are_sampled_within_the_bound(client: Client) -> None:
     heartbeats = 2 * (elapsed / 0.5 + 3)
     assert 0 < len(ended.records) <= 200 * heartbeats < n / 2
     assert {r["prefix"] for r in ended.records} == {"inc"}
+    # The context manager says when its records are a sample.
+    with (
+        pytest.warns(UserWarning, match=r"records stand for the 20000 tasks") as caught,
+        get_task_stream(client) as ts,
+    ):
+        client.gather(client.map(inc, range(20_000), pure=False))
+    assert ts.tasks == 20_000 and len(ts.data) < 20_000
+    assert str(len(ts.data)) in str(caught[0].message)
+    assert ts.figure is None
 
 
 def test_performance_report_is_one_self_contained_file(client: Client, tmp_path: Path) -> None:
@@ -123,8 +134,16 @@ def test_performance_report_is_one_self_contained_file(client: Client, tmp_path:
     assert page.startswith("<!DOCTYPE html>")
     assert "load-part" in page and "finish" in page  # the stream and the prefix table
     assert "16 task records" in page
-    assert "<script" not in page and "src=" not in page and "href=" not in page
+    markup = re.sub(r"<pre>.*?</pre>", "", page, flags=re.S)  # the calling code aside
+    assert "<script" not in markup and "src=" not in markup and "href=" not in markup
     assert page.count("<polyline") >= 2 * len(client.nthreads())  # memory over time
+    # The calling code, as distributed's: the source of the function that opened it.
+    assert "def test_performance_report_is_one_self_contained_file" in page
+    # Where fsspec writes, compressed by the extension, distributed's arguments taken.
+    gz = tmp_path / "report.html.gz"
+    with performance_report(str(gz), 1, mode="inline", storage_options={}):
+        client.submit(inc, 1, key="gzipped").result()
+    assert "gzipped" in gzip.decompress(gz.read_bytes()).decode()
 
 
 def test_async_clients_and_a_saved_page(client: Client, tmp_path: Path) -> None:
@@ -142,6 +161,7 @@ def test_async_clients_and_a_saved_page(client: Client, tmp_path: Path) -> None:
     data = asyncio.run(main())
     assert {r["key"] for r in data} == {"async-0", "async-1", "async-2"}
     assert "async" in page.read_text() and "in-report" in report.read_text()
+    assert "async def main()" in report.read_text(), "the calling coroutine's code"
 
 
 def test_worker_load_figures() -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-import pathlib
+import sys
 import time
 from typing import Any
+
+import fsspec  # type: ignore[import-untyped]
 
 from squall.client.default import default_client
 from squall.client.report_html import MemorySample, report_page
@@ -17,22 +20,34 @@ logger = logging.getLogger("squall.client")
 
 
 class performance_report:  # distributed's name
-    """Writes ``filename``: the task stream of the block, a summary per task prefix and
-    the workers' memory over time (read from the scheduler every ``interval`` seconds)::
+    """Writes ``filename``: the calling code, the task stream of the block, a summary
+    per task prefix and the workers' memory over time (read from the scheduler every
+    ``interval`` seconds)::
 
         with performance_report(filename="report.html"):
             x.compute()
 
-    ``client`` defaults to the default client; ``async with`` works on an asynchronous
-    client. The page has no script and fetches nothing."""
+    As distributed's: ``stacklevel`` picks the frame whose source is shown (1: the one
+    that opened the block); ``filename`` may be any URL ``fsspec`` writes, given
+    ``storage_options``, compressed by its extension (``.gz``). ``mode`` (Bokeh's
+    resources) is accepted and has no effect: the page has no script and fetches
+    nothing. ``client`` defaults to the default client; ``async with`` works on an
+    asynchronous client."""
 
     def __init__(
         self,
         filename: str = "dask-report.html",
+        stacklevel: int = 1,
+        mode: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        *,
         client: Any = None,
         interval: float = 0.5,
     ) -> None:
         self.filename = filename
+        self.mode = mode
+        self.storage_options = storage_options or {}
+        self._stacklevel = max(stacklevel, 1)  # 0 or less would show squall's own code
         self._client = client
         self._interval = interval
         self._memory: list[MemorySample] = []
@@ -45,7 +60,8 @@ class performance_report:  # distributed's name
         return client.sync(self.__aenter__, asynchronous=False)  # type: ignore[no-any-return]
 
     def __exit__(self, *exc: object) -> None:
-        self._client.sync(self.__aexit__, asynchronous=False)
+        code = _calling_code(self._stacklevel)
+        self._client.sync(self.__aexit__, *exc, code=code, asynchronous=False)
 
     async def __aenter__(self) -> performance_report:
         if self._client is None:
@@ -57,7 +73,9 @@ class performance_report:  # distributed's name
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: object, code: str | None = None) -> None:
+        if code is None:  # awaited by the block's own coroutine: its frame is the caller's
+            code = _calling_code(self._stacklevel)
         if self._sampler is not None:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -67,8 +85,11 @@ class performance_report:  # distributed's name
         ended = await self._client._task_stream({"cursor": self._cursor})
         ran = ended.tasks - self._tasks
         sampled = len(ended.records) / ran if ran else 1.0
-        page = report_page(ended.records, self._memory, self._start, stop, sampled)
-        pathlib.Path(self.filename).write_text(page)
+        page = report_page(ended.records, self._memory, self._start, stop, sampled, code)
+        with fsspec.open(
+            self.filename, mode="w", compression="infer", **self.storage_options
+        ) as f:
+            f.write(page)
 
     async def _sample_forever(self) -> None:
         while True:
@@ -88,3 +109,12 @@ class performance_report:  # distributed's name
             for w in info["workers"]
         }
         self._memory.append((time.time(), memory))
+
+
+def _calling_code(stacklevel: int) -> str:
+    """The source of the frame ``stacklevel`` above this function's caller
+    (``__exit__`` or ``__aexit__``; 1: the block's), as distributed's report shows it."""
+    try:
+        return inspect.getsource(sys._getframe(stacklevel + 1))
+    except (OSError, TypeError, ValueError):  # no source (a REPL), or no such frame
+        return "<Code not available>"

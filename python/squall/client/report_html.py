@@ -30,6 +30,7 @@ table { border-collapse: collapse; } td, th { padding: 2px 10px; text-align: rig
 th { border-bottom: 1px solid #888; } td:first-child, th:first-child { text-align: left; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .note { color: #666; }
+pre { background: #f4f4f4; padding: 0.8em; overflow-x: auto; font-size: 12px; }
 """
 
 
@@ -49,9 +50,11 @@ def report_page(
     start: float,
     stop: float,
     sampled: float = 1.0,
+    code: str = "",
 ) -> str:
     """The performance report of a block that ran from ``start`` to ``stop``: its task
-    stream, a summary per task prefix and the workers' memory over time."""
+    stream, a summary per task prefix, the workers' memory over time and ``code``, the
+    source that ran it."""
     ran = f"{format_time(stop - start)} from {_clock(start)}"
     parts = [
         "<h1>Performance report</h1>",
@@ -73,6 +76,8 @@ def report_page(
         "<h2>Worker memory</h2>",
         memory_svg(memory, (t0, t1)),
     ]
+    if code:
+        parts += ["<h2>Calling code</h2>", f"<pre>{html.escape(code)}</pre>"]
     return _page("Performance report", parts)
 
 

@@ -12,6 +12,7 @@ records are an even sample of the tasks.
 from __future__ import annotations
 
 import pathlib
+import warnings
 from typing import Any, NamedTuple
 
 from dask.utils import key_split
@@ -51,12 +52,14 @@ class TaskStreamMethods(ClientConnection):
         count: int | None = None,
         plot: bool | str = False,
         filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
         **kwargs: Any,
     ) -> Any:
         """The records of the tasks that ended between ``start`` and ``stop`` (epoch
         seconds, or durations before now like ``"10s"``), ``count`` of them at most,
         as distributed's. ``plot="save"`` also writes them to ``filename`` as a
-        self-contained HTML page and returns ``(records, filename)``."""
+        self-contained HTML page and returns ``(records, filename)``;
+        ``bokeh_resources`` has no effect (the page has no script)."""
         _check_plot(plot)
         query = {"start": start, "stop": stop, "count": count}
 
@@ -94,8 +97,12 @@ class get_task_stream:  # distributed's name
         ts.data  # the records of the tasks that ended in the block
 
     ``client`` defaults to the default client; ``plot="save"`` also writes the records
-    to ``filename`` as a self-contained HTML page. Works with ``async with`` on an
-    asynchronous client."""
+    to ``filename`` as a self-contained HTML page (``figure`` stays None: squall makes
+    no Bokeh figure). Works with ``async with`` on an asynchronous client.
+
+    When workers ran more tasks per heartbeat than
+    ``squall.diagnostics.task-stream.samples``, the records are an even sample of the
+    block's tasks: a ``UserWarning`` says so, and ``tasks`` holds how many ran."""
 
     def __init__(
         self,
@@ -105,10 +112,13 @@ class get_task_stream:  # distributed's name
     ) -> None:
         _check_plot(plot)
         self.data: list[Record] = []
+        #: How many tasks ended in the block (``len(data)`` unless sampled).
+        self.tasks = 0
+        self.figure = None
         self.client = client if client is not None else default_client()
         self._plot = plot
         self._filename = filename
-        self._cursor = 0
+        self._cursor = self._ran_before = 0
 
     def __enter__(self) -> get_task_stream:
         return self.client.sync(self.__aenter__, asynchronous=False)  # type: ignore[no-any-return]
@@ -118,13 +128,22 @@ class get_task_stream:  # distributed's name
 
     async def __aenter__(self) -> get_task_stream:
         # After a flush, so that tasks which ended before the block are not in it.
-        self._cursor = (await self.client._task_stream({"count": 0})).cursor
+        begun = await self.client._task_stream({"count": 0})
+        self._cursor, self._ran_before = begun.cursor, begun.tasks
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        records = (await self.client._task_stream({"cursor": self._cursor})).records
-        self.data.extend(records)
-        _saved(records, self._plot, self._filename)
+        ended = await self.client._task_stream({"cursor": self._cursor})
+        self.data.extend(ended.records)
+        self.tasks += ended.tasks - self._ran_before
+        if len(ended.records) < ended.tasks - self._ran_before:
+            warnings.warn(
+                f"get_task_stream: {len(ended.records)} records stand for the "
+                f"{ended.tasks - self._ran_before} tasks of the block (workers report at "
+                "most squall.diagnostics.task-stream.samples tasks per heartbeat)",
+                stacklevel=2,
+            )
+        _saved(ended.records, self._plot, self._filename)
 
 
 def _check_plot(plot: bool | str) -> None:
