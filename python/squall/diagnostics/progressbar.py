@@ -15,6 +15,7 @@ import concurrent.futures
 import html
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -184,26 +185,28 @@ def progress(
     notebook: bool | None = None,
     multi: bool = True,
     complete: bool = True,
-    group_by: str = "prefix",
+    group_by: Any = "prefix",
     interval: str | float = "100ms",
     **kwargs: Any,
 ) -> Any:
-    """Follow futures or dask collections (not persisted yet: persisted first) and all
-    the tasks they depend on. In a terminal, block and draw a text bar until they are
-    finished (in memory or erred); in a notebook (``notebook``; default: when running
-    in a Jupyter kernel with ipywidgets), return a widget that fills in meanwhile,
-    one bar per task prefix if ``multi``. ``complete``: also count dependencies that
-    were done before. Dask's ``group_by="prefix"`` is the only grouping; of the text
-    bar's options, ``width`` is taken and the others ignored, as distributed does.
-    With an asynchronous client, returns an awaitable."""
-    if group_by != "prefix":
-        raise ValueError(f"squall.progress groups by task prefix only, not {group_by!r}")
+    """Follow futures, or persisted dask collections, and all the tasks they depend
+    on. In a terminal, block and draw a text bar until they are finished (in memory
+    or erred); in a notebook (``notebook``; default: when running in a Jupyter kernel
+    with ipywidgets), return a widget that fills in meanwhile, one bar per task prefix
+    if ``multi``. ``complete``: also count dependencies that were done before. As
+    distributed's, a collection that was not persisted holds no futures and has
+    nothing to follow (a warning says so). The bars are per task prefix whatever
+    ``group_by`` asks (distributed's text bar ignores it too; a notebook's multi bar
+    warns); of the text bar's options, ``width`` is taken and the others ignored, as
+    distributed does. With an asynchronous client, returns an awaitable."""
     client = _client_of(futures)
-    found = _futures(client, futures)
+    found = _futures(futures)
     keys = list(dict.fromkeys(f.key for f in found))
     seconds = timeout_seconds(interval) or 0.1
     if notebook is None:
         notebook = _in_kernel()
+    if notebook and multi and group_by != "prefix":
+        warnings.warn(f"squall.progress groups by task prefix, not {group_by!r}", stacklevel=2)
     if notebook:
         widget = ProgressWidget(multi)
         widget.futures = found
@@ -239,13 +242,17 @@ def _client_of(items: tuple[Any, ...]) -> Client:
     return default_client()
 
 
-def _futures(client: Client, items: tuple[Any, ...]) -> list[Future]:
-    """The futures of ``items``; collections without futures are persisted first."""
+def _futures(items: tuple[Any, ...]) -> list[Future]:
+    """The futures of ``items``; a collection without any is warned about."""
     out = []
     for item in items:
         found = futures_of(item)
         if not found and is_dask_collection(item):
-            found = futures_of(client.persist(item))
+            warnings.warn(
+                f"progress: this {type(item).__name__} holds no futures, so there is "
+                "nothing to follow; persist it first (x = client.persist(x); progress(x))",
+                stacklevel=3,
+            )
         out += found
     return out
 
