@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import squall
 from squall.security import Security
+from squall.worker.memory import system_memory
 
 
 def get(url: str, body: Any = None) -> tuple[int, bytes]:
@@ -63,6 +64,12 @@ def test_health_link_and_repr_of_a_live_cluster(
     )
     html = client._repr_html_()
     assert f'<a href="{base}/status"' in html and "<th" in html
+    # As Dask's LocalCluster, "auto" shares the machine's memory among the workers.
+    limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
+    assert limits == [system_memory() // 3] * 3
+    other = squall.Client(cluster)
+    other.close()
+    assert repr(other) == "<Client: No scheduler connected>"
     # Every worker serves /health on the port it registered.
     for w in client.scheduler_info()["workers"].values():
         host = w["host"]

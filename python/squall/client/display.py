@@ -41,7 +41,10 @@ def cluster_summary(identity: dict[str, Any] | None) -> dict[str, Any]:
 
 def text_repr(address: str, status: str, link: str | None, identity: dict[str, Any] | None) -> str:
     """Dask's, with the dashboard: ``<Client: 'tcp://…' processes=2 threads=4,
-    memory=8.00 GiB, dashboard=http://…/status>``."""
+    memory=8.00 GiB, dashboard=http://…/status>``; once closed, Dask's ``<Client: No
+    scheduler connected>``."""
+    if status == "closed":
+        return "<Client: No scheduler connected>"
     s = cluster_summary(identity)
     shown = f"dashboard={link}" if link is not None else "no dashboard"
     if not s or status != "running":

@@ -57,8 +57,8 @@ class LocalCluster:
     the quick embedded mode for tests and notebooks. Restarted workers are replaced by
     new ones in the process; a task that crashes the worker crashes the caller too.
 
-    ``memory_limit`` is each worker's ("auto" by default, as Dask's: the system memory *
-    threads per worker / cores; docs/runtime.md#memory), spilling under
+    ``memory_limit`` is each worker's ("auto" by default: as Dask's LocalCluster, the
+    system memory / ``n_workers``; docs/runtime.md#memory), spilling under
     ``local_directory``.
 
     Its processes print only warnings and errors (``silence_logs``, as Dask's: a level,
@@ -91,8 +91,9 @@ class LocalCluster:
         self.resources = dict(resources or {})
         self.processes = processes
         self.nanny = nanny and processes
-        #: Each worker's, in bytes (0: none), as ``parse_memory_limit`` reads it.
-        self.memory_limit = parse_memory_limit(memory_limit, self.threads_per_worker)
+        #: Each worker's, in bytes (0: none), as ``parse_memory_limit`` reads it; "auto"
+        #: shares the machine among the workers asked for, as Dask's LocalCluster.
+        self.memory_limit = parse_memory_limit(memory_limit, 1, cores=max(1, self.n_workers))
         self.local_directory = local_directory
         self._procs: list[subprocess.Popen[str]] = []
         self._scheduler: subprocess.Popen[str] | None = None
