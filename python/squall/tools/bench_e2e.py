@@ -217,7 +217,28 @@ WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
 Run = tuple[float, float, float, int]  # tasks/s, seconds, scheduler CPU µs/task, tasks
 
 
+#: Before each timed run the machine must have been this idle (busy CPU seconds per
+#: second, all cores) over ``SETTLE_STEP`` seconds, waiting at most ``SETTLE_MAX``
+#: seconds: a run that starts while the previous one's million results are still being
+#: released measured 10-15% slower than one that starts after a pause, which biased
+#: whichever came first.
+SETTLE_IDLE, SETTLE_STEP, SETTLE_MAX = 0.15, 0.25, 10.0
+
+
+def _settle() -> None:
+    deadline = time.monotonic() + SETTLE_MAX
+    while time.monotonic() < deadline:
+        before = psutil.cpu_times()
+        time.sleep(SETTLE_STEP)
+        after = psutil.cpu_times()
+        busy = sum(after) - sum(before) - (after.idle - before.idle)
+        busy -= getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0)
+        if busy < SETTLE_IDLE * SETTLE_STEP:
+            return
+
+
 def _timed(fn: Callable[[Any, int], int], client: Any, size: int, sched: psutil.Process) -> Run:
+    _settle()
     cpu0, t0 = _cpu(sched), time.perf_counter()
     n = fn(client, size)
     dt, cpu = time.perf_counter() - t0, _cpu(sched) - cpu0
@@ -239,7 +260,8 @@ def throughput(system: str, name: str, size: int, repeat: int, shape: Shape) -> 
 
 def with_dashboard(system: str, name: str, size: int, repeat: int, shape: Shape) -> list[Row]:
     """``name`` on one cluster, alternating runs without and with the scheduler's status
-    page open in headless Chromium. For squall, also how live its page stayed: update
+    page open in headless Chromium (closed-open, then open-closed, …: a drift over
+    the runs favours neither). For squall, also how live its page stayed: update
     latency and the longest gap between updates (distributed's Bokeh page is measured
     only by what it costs)."""
     from squall.tools.browser import chromium, open_page
@@ -254,8 +276,9 @@ def with_dashboard(system: str, name: str, size: int, repeat: int, shape: Shape)
         chromium() as b,
     ):
         fn(client, max(size // 100, 10))
-        for _ in range(repeat):
-            closed.append(_timed(fn, client, size, sched))
+
+        def run_open() -> None:
+            nonlocal gap
             if system == "squall":
                 page = open_page(b, client.dashboard_link, updates=2)
             else:  # a Bokeh page: give it time to load and connect its websocket
@@ -265,9 +288,16 @@ def with_dashboard(system: str, name: str, size: int, repeat: int, shape: Shape)
             opened.append(_timed(fn, client, size, sched))
             if system == "squall":
                 stats = page.evaluate("squallDashboard.stats()")
-                latencies += stats["latencies_ms"][1:]  # the first includes loading
+                latencies.extend(stats["latencies_ms"][1:])  # the first includes loading
                 gap = max(gap, float(stats["longest_gap_ms"]))
             page.close()
+
+        for i in range(repeat):
+            if i % 2:
+                run_open()
+            closed.append(_timed(fn, client, size, sched))
+            if not i % 2:
+                run_open()
     label = f"{name}, page open"
     if latencies:
         latencies.sort()

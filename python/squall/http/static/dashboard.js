@@ -239,11 +239,21 @@ function drawStream() {
   let first = 0;
   while (first < state.rects.length && state.rects[first][2] < t0) first++;
   if (first) state.rects.splice(0, first);
+  // A row's tasks come in the order they ran, so whole device pixels are filled left
+  // to right and a task falling within pixels already filled is not drawn again: at a
+  // million tasks the frame costs what the canvas's width does, not what the records do.
   let drawn = 0;
+  const filled = new Map();  // row -> device pixel where its drawing reached
+  let color = "";
   for (const [row, start, stop, prefix, , status] of state.rects) {
-    const y = state.rows.get(row) * rowH;
-    ctx.fillStyle = status === "OK" ? prefixColor(prefix) : "#000";
-    ctx.fillRect(x(start), y + 1, Math.max(x(stop) - x(start), 1), rowH - 2);
+    const left = Math.floor(x(start) * ratio);
+    const right = Math.max(Math.ceil(x(stop) * ratio), left + 1);
+    const from = Math.max(left, filled.get(row) ?? -Infinity);
+    if (right <= from) continue;
+    filled.set(row, right);
+    const c = status === "OK" ? prefixColor(prefix) : "#000";
+    if (c !== color) ctx.fillStyle = color = c;
+    ctx.fillRect(from / ratio, state.rows.get(row) * rowH + 1, (right - from) / ratio, rowH - 2);
     drawn++;
   }
   ctx.fillStyle = "#6e7781";
