@@ -14,6 +14,7 @@ import time
 import traceback
 
 import cloudpickle
+import dask
 import psutil
 import pytest
 from conftest import cli_scheduler
@@ -22,6 +23,7 @@ import squall
 from squall import Client
 from squall.deploy.local import LocalCluster
 from squall.deploy.shape import default_shape
+from squall.protocol.comm import CommError
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -60,6 +62,22 @@ def test_a_worker_that_cannot_start_fails_the_cluster_at_once() -> None:
     with pytest.raises(RuntimeError, match=r"worker process \d+ exited with code 2"):
         LocalCluster(n_workers=1, resources={"GPU": "many"}, timeout=30)  # type: ignore[dict-item]
     assert time.monotonic() - start < 10, "not after the 30 s timeout"
+
+
+def test_waiting_for_workers_of_a_stopped_scheduler_is_bounded() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster:
+        assert cluster.scheduler_process is not None
+        cluster.scheduler_process.send_signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with (
+                dask.config.set({"squall.comm.timeouts.connect": "1s"}),
+                pytest.raises((TimeoutError, CommError), match=r"127\.0\.0\.1"),
+            ):
+                cluster.wait_for_workers(2, timeout=1)
+            assert time.monotonic() - start < 5
+        finally:
+            cluster.scheduler_process.send_signal(signal.SIGCONT)
 
 
 def test_map_gather_and_dependencies_across_workers() -> None:

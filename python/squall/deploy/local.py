@@ -213,8 +213,17 @@ class LocalCluster:
         header = {"op": ops.WAIT_FOR_WORKERS, "n_workers": n, "timeout": timeout}
         running = [p for p in self._procs if p.poll() is None]
         answer = asyncio.ensure_future(ask(self.scheduler_address, header, self.security))
+        # The scheduler answers by ``timeout``; one that does not (stopped, hung) fails
+        # the wait a connect timeout later rather than never.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout + config.seconds("comm.timeouts.connect")
         try:
             while not answer.done():
+                if loop.time() > deadline:
+                    raise TimeoutError(
+                        f"the scheduler at {self.scheduler_address} did not answer "
+                        f"within {timeout}s while waiting for {n} workers"
+                    )
                 await asyncio.wait({answer}, timeout=PROCESS_CHECK_INTERVAL)
                 exited = [p for p in running if p.poll() is not None]
                 if exited and not answer.done():
