@@ -69,6 +69,11 @@ def test_the_stream_holds_what_ran_where_and_when(client: Client) -> None:
         assert r["prefix"] == ("boom" if r["key"] == "boom-1" else "nap")
     assert by_key["boom-1"]["status"] == "error"
     assert {r["status"] for k, r in by_key.items() if k != "boom-1"} == {"OK"}
+    # The result's size and type, as distributed's records give them.
+    assert {(r["typename"], r["nbytes"] > 0) for k, r in by_key.items() if k != "boom-1"} == {
+        ("int", True)
+    }
+    assert (by_key["boom-1"]["nbytes"], by_key["boom-1"]["typename"]) == (0, "")
     for worker in workers:
         threads = {r["thread"] for r in ts.data if r["worker"] == worker}
         assert threads <= {0, 1}, threads  # two task threads each, numbered from 0
@@ -187,14 +192,15 @@ def test_worker_load_figures() -> None:
 def test_the_ring_keeps_the_newest_and_counts_what_it_stands_for() -> None:
     now = [100.0]
     ts = TaskStream(capacity=4, clock=lambda: now[0])
-    ts.add("tcp://a:1", [(("x", i), i, i + 0.5, 0, True) for i in range(3)], 3)
+    ts.add("tcp://a:1", [(("x", i), i, i + 0.5, 0, True, 28, "int") for i in range(3)], 3)
     assert ts.cursor == 3 and ts.sampled_fraction() == 1.0
-    ts.add("tcp://b:1", [("y", 10.0, 11.0, 1, False)], 10)
+    ts.add("tcp://b:1", [("y", 10.0, 11.0, 1, False, 0, "")], 10)
     assert ts.tasks == 13 and ts.sampled_fraction() == 4 / 13
     cursor, records = ts.since(0)
     assert cursor == 4 and [r["key"] for r in records] == [("x", 0), ("x", 1), ("x", 2), "y"]
     assert records[-1]["status"] == "error" and records[-1]["prefix"] == "y"
-    ts.add("tcp://a:1", [("z", 20.0, 21.0, 0, True)], 1)
+    assert (records[0]["nbytes"], records[0]["typename"]) == (28, "int")
+    ts.add("tcp://a:1", [("z", 20.0, 21.0, 0, True, 8, "float")], 1)
     assert [r["key"] for r in ts.since(0)[1]] == [("x", 1), ("x", 2), "y", "z"]  # ring of 4
     assert ts.since(4) == (5, ts.window(start=15))
     assert [r["key"] for r in ts.since(2, limit=1)[1]] == ["z"]
@@ -209,7 +215,7 @@ def test_the_ring_keeps_the_newest_and_counts_what_it_stands_for() -> None:
 def test_a_heartbeat_whose_keys_and_samples_disagree_is_malformed() -> None:
     ts = TaskStream(capacity=10)
     with pytest.raises(ValueError, match="2 keys for 1 samples"):
-        header = {"stream": [[1.0, 2.0, 0, True]], "stream_tasks": 1}
+        header = {"stream": [[1.0, 2.0, 0, True, 8, "float"]], "stream_tasks": 1}
         ts.add_heartbeat("tcp://a:1", header, encode_keys(["a", "b"]))
     ts.add_heartbeat("tcp://a:1", {}, b"")
     assert ts.cursor == 0

@@ -2,7 +2,8 @@
 and the ``get_task_stream`` context manager (docs/runtime.md#task-stream).
 
 Records are distributed's: ``{"key", "prefix", "worker", "thread", "status": "OK" |
-"error", "startstops": [{"action": "compute", "start", "stop"}]}``, epoch seconds.
+"error", "nbytes", "typename" (of the result; 0 and "" for a failure), "startstops":
+[{"action": "compute", "start", "stop"}]}``, epoch seconds.
 Workers send them with their heartbeats, so each request first waits for one heartbeat
 from every worker (``flush``): the tasks whose results the client has seen are in.
 Above ``squall.diagnostics.task-stream.samples`` tasks per worker and heartbeat, the
@@ -82,9 +83,13 @@ class TaskStreamMethods(ClientConnection):
                 "worker": workers[w],
                 "thread": thread,
                 "status": "OK" if ok else "error",
+                "nbytes": nbytes,
+                "typename": typename,
                 "startstops": [{"action": "compute", "start": start, "stop": stop}],
             }
-            for key, (w, thread, ok, start, stop) in zip(keys, h["records"], strict=True)
+            for key, (w, thread, ok, start, stop, nbytes, typename) in zip(
+                keys, h["records"], strict=True
+            )
         ]
         return StreamSlice(int(h["cursor"]), int(h["tasks"]), records)
 

@@ -36,7 +36,7 @@ def dashboard_data(server: SchedulerServer, cursor: int) -> dict[str, Any]:
             "sampled": 1 / fraction if fraction > 0 else 1,
             "records": [
                 [worker, thread, start, stop, key_split(key), str(key), "OK" if ok else "error"]
-                for key, worker, thread, ok, start, stop in rows
+                for key, worker, thread, ok, start, stop, _, _ in rows
             ],
         }
     return data

@@ -25,13 +25,14 @@ from squall.protocol import comm, ops
 
 Key = Hashable
 #: One task's record: ``{"key", "prefix", "worker", "thread", "status": "OK" | "error",
-#: "startstops": [{"action": "compute", "start", "stop"}]}`` (epoch seconds).
+#: "nbytes", "typename", "startstops": [{"action": "compute", "start", "stop"}]}``
+#: (epoch seconds; a failed task's result has 0 bytes and type name "").
 Record = dict[str, Any]
-#: A worker's sample of one task: (key, start, stop, thread, ok).
-Entry = tuple[Key, float, float, int, bool]
-#: As kept: (key, worker, thread, ok, start, stop); records are made when asked for,
-#: so that heartbeats cost a tuple per sample.
-Row = tuple[Key, str, int, bool, float, float]
+#: A worker's sample of one task: (key, start, stop, thread, ok, nbytes, typename).
+Entry = tuple[Key, float, float, int, bool, int, str]
+#: As kept: (key, worker, thread, ok, start, stop, nbytes, typename); records are made
+#: when asked for, so that heartbeats cost a tuple per sample.
+Row = tuple[Key, str, int, bool, float, float, int, str]
 
 #: How far back ``sampled_fraction`` looks, in seconds.
 RATE_WINDOW = 10.0
@@ -64,7 +65,10 @@ class TaskStream:
         """A heartbeat from ``worker`` with its sampled tasks, which stand for
         ``represented`` tasks (0 and no entries: a heartbeat with no task run)."""
         now = self._clock()
-        rows = [(key, worker, thread, ok, start, stop) for key, start, stop, thread, ok in entries]
+        rows = [
+            (key, worker, thread, ok, start, stop, nbytes, typename)
+            for key, start, stop, thread, ok, nbytes, typename in entries
+        ]
         self._rows.extend(rows)
         n = len(rows)
         self._added += n
@@ -91,8 +95,8 @@ class TaskStream:
         if len(keys) != len(times):
             raise ValueError(f"stream: {len(keys)} keys for {len(times)} samples")
         entries = [
-            (key, float(start), float(stop), int(thread), bool(ok))
-            for key, (start, stop, thread, ok) in zip(keys, times, strict=True)
+            (key, float(start), float(stop), int(thread), bool(ok), int(nbytes), str(typename))
+            for key, (start, stop, thread, ok, nbytes, typename) in zip(keys, times, strict=True)
         ]
         self.add(worker, entries, int(h["stream_tasks"]))
 
@@ -178,13 +182,15 @@ class TaskStream:
 
 def record(row: Row) -> Record:
     """A row in distributed's task-stream shape, with the key's prefix."""
-    key, worker, thread, ok, start, stop = row
+    key, worker, thread, ok, start, stop, nbytes, typename = row
     return {
         "key": key,
         "prefix": key_split(key),
         "worker": worker,
         "thread": thread,
         "status": "OK" if ok else "error",
+        "nbytes": nbytes,
+        "typename": typename,
         "startstops": [{"action": "compute", "start": start, "stop": stop}],
     }
 
@@ -223,8 +229,8 @@ async def _answer(
         cursor = stream.cursor
     index: dict[str, int] = {}
     records = [
-        (index.setdefault(worker, len(index)), thread, ok, start, stop)
-        for _, worker, thread, ok, start, stop in rows
+        (index.setdefault(worker, len(index)), thread, ok, start, stop, nbytes, typename)
+        for _, worker, thread, ok, start, stop, nbytes, typename in rows
     ]
     header = {
         "op": ops.TASK_STREAM,

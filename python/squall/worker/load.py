@@ -91,7 +91,8 @@ def _net_bytes() -> tuple[int, int]:
 
 def add_task_stream(header: dict[str, Any], core: WorkerCore) -> bytes:
     """Adds the tasks sampled since the last heartbeat to ``header`` (``stream``:
-    ``[[start, stop, thread, ok], ...]``, epoch seconds; ``stream_tasks``: how many
+    ``[[start, stop, thread, ok, nbytes, typename], ...]``, epoch seconds, the result's
+    size and type name, 0 and "" for a failure; ``stream_tasks``: how many
     tasks ran, which the samples stand for) and returns their keys, the message's
     payload (``encode_keys`` form). Nothing is added when no task ran."""
     keys, samples, ran = core.take_task_stream()

@@ -13,14 +13,18 @@ use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A task that ran: its key (encoded), when (seconds since the core's epoch), on
-/// which task thread, and whether it succeeded.
+/// which task thread, and, if it succeeded, its result's size and type name.
 pub(super) struct TaskSample {
     key: Box<[u8]>,
     start: f64,
     stop: f64,
     thread: u32,
-    ok: bool,
+    result: Option<(i64, Box<str>)>,
 }
+
+/// What a heartbeat says of a sampled task: start, stop (epoch seconds), thread,
+/// succeeded, result bytes and type name (0 and "" for a failure).
+type SampleTimes = (f64, f64, u32, bool, i64, String);
 
 thread_local! {
     /// A small number naming this task thread in the stream, given by its worker's
@@ -40,23 +44,29 @@ impl WorkerCore {
         })
     }
 
-    /// Keeps the task `run` just ran, which `g.stream.wants()` picked.
+    /// Keeps the task `run` just ran, which `g.stream.wants()` picked, with its
+    /// result's size and type name if it succeeded (a Python call for sampled tasks
+    /// only).
     pub(super) fn keep_sample(
         &self,
         g: &mut Inner,
         key: KeyId,
         start: Instant,
         seconds: f64,
-        ok: bool,
+        result: Option<(&Bound<'_, PyAny>, i64)>,
     ) {
         let start = start.duration_since(self.epoch).as_secs_f64();
         let key = g.m.keys.get(key).bytes.clone();
+        let result = result.map(|(value, nbytes)| {
+            let name = value.get_type().name().map(|n| n.to_string());
+            (nbytes, name.unwrap_or_default().into_boxed_str())
+        });
         g.stream.keep(TaskSample {
             key,
             start,
             stop: start + seconds,
             thread: self.thread_index(),
-            ok,
+            result,
         });
     }
 }
@@ -64,13 +74,13 @@ impl WorkerCore {
 #[pymethods]
 impl WorkerCore {
     /// The tasks sampled since the last call: their keys (`encode_keys` form),
-    /// `[(start, stop, thread, ok)]` in the same order (epoch seconds), and how many
-    /// tasks ran meanwhile (all of them while fewer than the sampler's capacity).
-    #[allow(clippy::type_complexity)]
+    /// `[(start, stop, thread, ok, nbytes, typename)]` in the same order (epoch
+    /// seconds; 0 and "" for a failed task), and how many tasks ran meanwhile (all of
+    /// them while fewer than the sampler's capacity).
     fn take_task_stream<'py>(
         &self,
         py: Python<'py>,
-    ) -> (Bound<'py, PyBytes>, Vec<(f64, f64, u32, bool)>, u64) {
+    ) -> (Bound<'py, PyBytes>, Vec<SampleTimes>, u64) {
         let (samples, ran) = self.lock().stream.drain();
         // Read now, so that the monotonic clock's drift from the wall clock since the
         // core started does not shift the times.
@@ -80,8 +90,15 @@ impl WorkerCore {
         let offset = wall - self.now();
         let keys = PyBytes::new(py, &write_keys(samples.iter().map(|s| &s.key[..])));
         let times = samples
-            .iter()
-            .map(|s| (s.start + offset, s.stop + offset, s.thread, s.ok))
+            .into_iter()
+            .map(|s| {
+                let (ok, (nbytes, typename)) = match s.result {
+                    Some((nbytes, name)) => (true, (nbytes, name.into_string())),
+                    None => (false, (0, String::new())),
+                };
+                let (start, stop) = (s.start + offset, s.stop + offset);
+                (start, stop, s.thread, ok, nbytes, typename)
+            })
             .collect();
         (keys, times, ran)
     }

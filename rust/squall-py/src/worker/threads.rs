@@ -117,7 +117,8 @@ impl WorkerCore {
                 record.leave(entry);
             }
             if g.stream.wants() {
-                self.keep_sample(&mut g, job.key, start, seconds, result.is_ok());
+                let done = result.as_ref().ok().map(|(v, n)| (v.bind(py), *n));
+                self.keep_sample(&mut g, job.key, start, seconds, done);
             }
             let id = job.id;
             let mut unreported = None; // dropped after unlocking, like every value
