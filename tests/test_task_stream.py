@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import dask
@@ -26,6 +27,12 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 def inc(x: int) -> int:
     return x + 1
+
+
+def as_array(x: int) -> Any:
+    import numpy as np
+
+    return np.arange(x)
 
 
 def nap(x: int) -> int:
@@ -74,6 +81,10 @@ def test_the_stream_holds_what_ran_where_and_when(client: Client) -> None:
         ("int", True)
     }
     assert (by_key["boom-1"]["nbytes"], by_key["boom-1"]["typename"]) == (0, "")
+    with get_task_stream(client) as arrays:
+        client.submit(as_array, 100, key="an-array").result()
+    [r] = arrays.data
+    assert r["typename"] == "numpy.ndarray" and r["nbytes"] >= 800  # dask.utils.typename
     for worker in workers:
         threads = {r["thread"] for r in ts.data if r["worker"] == worker}
         assert threads <= {0, 1}, threads  # two task threads each, numbered from 0

@@ -17,7 +17,7 @@ import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from squall import config
 from squall.client import display
@@ -73,7 +73,7 @@ class LocalCluster:
         host: str = "127.0.0.1",
         scheduler_port: int = 0,
         timeout: float = 30.0,
-        silence_logs: int | str | bool | None = logging.WARNING,
+        silence_logs: int | str | Literal[False] | None = logging.WARNING,
         scheduler_kwargs: dict[str, Any] | None = None,
         resources: dict[str, float] | None = None,
         nanny: bool = True,
@@ -205,8 +205,9 @@ class LocalCluster:
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         """Wait until ``n`` workers run: one request the scheduler answers when they do
         (a poll would count as a client connecting and leaving each time).
-        ``TimeoutError`` after ``timeout``; ``RuntimeError`` at once if one of this
-        cluster's worker processes exits meanwhile."""
+        ``TimeoutError`` after ``timeout`` (a scheduler that does not answer at all: a
+        connect timeout later, or a ``CommError`` naming it); ``RuntimeError`` at once
+        if one of this cluster's worker processes exits meanwhile."""
         _run(self._wait_for_workers(n, timeout))
 
     async def _wait_for_workers(self, n: int, timeout: float) -> None:
@@ -301,7 +302,7 @@ async def scheduler_info(address: str, security: Security | None = None) -> dict
     return dict(await ask(address, {"op": ops.SCHEDULER_INFO}, security))
 
 
-def print_level_flags(silence_logs: int | str | bool | None) -> list[str]:
+def print_level_flags(silence_logs: int | str | Literal[False] | None) -> list[str]:
     """The flags that make a process print only ``silence_logs`` and above (Dask's
     ``LocalCluster(silence_logs=)``: a level, its name, or False/None to print what
     the process logs)."""

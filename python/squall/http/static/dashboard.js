@@ -7,8 +7,8 @@ const POLL_MS = 500;          // two updates a second
 const STALE_MS = 3000;        // "stale" in the header past this without an update
 const STREAM_WINDOW_S = 20;   // the task stream shows this many seconds
 const STREAM_MAX_RECTS = 30000;
-const HISTORY = 120;
-const DRAW_MS = 200;          // the task stream scrolls at 5 frames a second: cheap          // points kept for the system page's charts
+const HISTORY = 120;           // points kept for the system page's charts
+const DRAW_MS = 200;          // the task stream scrolls at 5 frames a second: cheap
 
 const STATES = ["memory", "released", "forgotten", "erred", "processing", "queued",
                 "no-worker", "waiting"];

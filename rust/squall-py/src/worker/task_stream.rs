@@ -32,6 +32,17 @@ thread_local! {
     static THREAD: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
+/// The value's type as `dask.utils.typename` names it (distributed's records use it):
+/// `int`, `numpy.ndarray` (the module unless it is `builtins`).
+fn typename(value: &Bound<'_, PyAny>) -> String {
+    let ty = value.get_type();
+    let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
+    match ty.module().map(|m| m.to_string()) {
+        Ok(module) if !module.is_empty() && module != "builtins" => format!("{module}.{name}"),
+        _ => name,
+    }
+}
+
 impl WorkerCore {
     fn thread_index(&self) -> u32 {
         THREAD.with(|t| match t.get() {
@@ -57,10 +68,7 @@ impl WorkerCore {
     ) {
         let start = start.duration_since(self.epoch).as_secs_f64();
         let key = g.m.keys.get(key).bytes.clone();
-        let result = result.map(|(value, nbytes)| {
-            let name = value.get_type().name().map(|n| n.to_string());
-            (nbytes, name.unwrap_or_default().into_boxed_str())
-        });
+        let result = result.map(|(value, nbytes)| (nbytes, typename(value).into_boxed_str()));
         g.stream.keep(TaskSample {
             key,
             start,
