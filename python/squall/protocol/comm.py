@@ -29,7 +29,10 @@ from squall.security import default as default_security
 
 logger = logging.getLogger("squall.comm")
 
-PROTOCOL = "squall/1"
+#: Changes whenever a message changes in a way the other side cannot read (2: task
+#: stream samples carry the result's size and type name), so that processes of two
+#: versions refuse each other at the handshake instead of failing on a later message.
+PROTOCOL = "squall/2"
 _LENGTHS = struct.Struct("<II")
 
 Header = dict[str, Any]
