@@ -139,13 +139,14 @@ class get_task_stream:  # distributed's name
 
     async def __aexit__(self, *exc: object) -> None:
         ended = await self.client._task_stream({"cursor": self._cursor})
+        ran = ended.tasks - self._ran_before
         self.data.extend(ended.records)
-        self.tasks += ended.tasks - self._ran_before
-        if len(ended.records) < ended.tasks - self._ran_before:
+        self.tasks += ran
+        if len(ended.records) < ran:
             warnings.warn(
-                f"get_task_stream: {len(ended.records)} records stand for the "
-                f"{ended.tasks - self._ran_before} tasks of the block (workers report at "
-                "most squall.diagnostics.task-stream.samples tasks per heartbeat)",
+                f"get_task_stream: {len(ended.records)} records stand for the {ran} tasks "
+                "of the block (workers report at most "
+                "squall.diagnostics.task-stream.samples tasks per heartbeat)",
                 stacklevel=2,
             )
         _saved(ended.records, self._plot, self._filename)
