@@ -19,24 +19,30 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgspec
 import psutil  # type: ignore[import-untyped]
 
 from squall import config, security
-from squall.protocol import ops
+from squall.protocol import messages as m
+from squall.protocol.messages import PROTOCOL, Route
 from squall.security import Security
 from squall.security import default as default_security
 
 logger = logging.getLogger("squall.comm")
 
-#: Changes whenever a message changes in a way the other side cannot read (2: task
-#: stream samples carry the result's size and type name), so that processes of two
-#: versions refuse each other at the handshake instead of failing on a later message.
-PROTOCOL = "squall/2"
 _LENGTHS = struct.Struct("<II")
 
-Header = dict[str, Any]
-Message = tuple[Header, memoryview]
+#: A message read: its header (a :class:`~squall.protocol.messages.Malformed` where the
+#: header did not validate) and its payload.
+Received = tuple[m.Message | m.Malformed, memoryview]
+
+#: Per role: the route the connecting side reads, and the route the listener reads.
+ROLE_ROUTES: dict[str, tuple[Route, Route]] = {
+    "worker": (Route.SCHEDULER_TO_WORKER, Route.WORKER_TO_SCHEDULER),
+    "nanny": (Route.SCHEDULER_TO_NANNY, Route.NANNY_TO_SCHEDULER),
+    "client": (Route.SCHEDULER_TO_CLIENT, Route.CLIENT_TO_SCHEDULER),
+    "peer": (Route.WORKER_TO_PEER, Route.PEER_TO_WORKER),
+}
 
 
 class CommError(Exception):
@@ -60,9 +66,9 @@ class MessageTooLarge(ValueError):
     refused before it is sent, so only the call that made it fails."""
 
 
-#: What reading the fields of a malformed message raises (a missing field, a value of
-#: the wrong type or out of range): handlers answer these as a malformed request or
-#: close that one connection, never the process.
+#: What a handler raises for a message whose values are out of range (its types were
+#: checked when it was read): answered as a malformed request or closing that one
+#: connection, never the process.
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, OverflowError)
 
 #: Largest frame before the handshake: a hello is a few hundred bytes, and a stranger
@@ -123,26 +129,49 @@ def _transport(address: str, sec: Security, server: bool) -> ssl.SSLContext | No
 SEPARATE_PAYLOAD_BYTES = 1 << 20
 
 
-def encode_frame(header: Header, payload: bytes | memoryview = b"") -> bytes:
-    return _frame(msgpack.packb(header, use_bin_type=True), payload)
+def encode_frame(header: m.Message, payload: bytes | memoryview = b"") -> bytes:
+    """A frame holding one message alone (the handshake's form)."""
+    return _frame(m.ENCODER.encode(header), payload)
 
 
 def _frame(head: bytes, payload: bytes | memoryview = b"") -> bytes:
     return _LENGTHS.pack(len(head), len(payload)) + head + payload
 
 
-def _decode_header(raw: bytes) -> Header:
+def _one(msg: m.Message, payload: bytes | memoryview) -> m.Batch[m.Message]:
+    return m.Batch(msgs=[msg], spans=[(0, len(payload))])
+
+
+def _raw_messages(head: bytes) -> list[msgspec.Raw]:
+    return _RAW_BATCH.decode(head).msgs
+
+
+_RAW_BATCH = msgspec.msgpack.Decoder(m.Batch[msgspec.Raw])
+_ANY = msgspec.msgpack.Decoder()
+_DECODERS = {route: m.decoder(route) for route in Route}
+_ONE_DECODERS = {route: m.message_decoder(route) for route in Route}
+
+
+def _malformed(route: Route, raw: msgspec.Raw, error: Exception) -> m.Malformed:
+    """What is known of a message that did not validate: its op and request id, if it
+    has them, and what is wrong."""
     try:
-        header = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except Exception as e:
-        raise ProtocolError(f"malformed frame header: {e}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("op"), str):
-        raise ProtocolError("malformed frame header: expected a map with a string 'op'")
-    return header
+        fields = _ANY.decode(raw)
+    except msgspec.DecodeError:
+        fields = None
+    if not isinstance(fields, dict):
+        return m.Malformed(op=None, id=None, error=f"not a message: {error}")
+    op, rid = fields.get("op"), fields.get("id")
+    return m.Malformed(
+        op=op if isinstance(op, str) else None,
+        id=rid if type(rid) is int else None,
+        error=f"malformed {op!r} message ({route.value}): {error}",
+    )
 
 
 class Comm:
-    """One framed, bidirectional connection."""
+    """One framed, bidirectional connection. It reads the messages of one route
+    (``expect``), set by the handshake from the peer's role."""
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
@@ -150,40 +179,113 @@ class Comm:
         self._reader = reader
         self._writer = writer
         self.peer = peer
-        self.peer_info: Header = {}
+        #: The peer's hello (on the listening side) once the handshake is done.
+        self.hello: m.Hello | None = None
         self.max_frame_bytes = config.nbytes("comm.max-frame-bytes")
         self.max_message_bytes = config.nbytes("comm.max-message-bytes")
+        self.route = Route.HANDSHAKE
         # A message in parts must not interleave with another writer's frames.
         self._writing = asyncio.Lock()
+
+    def expect(self, route: Route) -> None:
+        self.route = route
 
     @property
     def closed(self) -> bool:
         return self._writer.is_closing()
 
-    async def read(self) -> Message:
-        """The next message: one frame, or a message's parts put back together. Raises
-        CommClosedError at EOF, ProtocolError on garbage."""
-        header, payload = await self._read_frame()
-        if header["op"] != ops.PART:
-            return header, payload
-        total = header.get("total")
-        if type(total) is not int or not 0 < total <= self.max_message_bytes:
+    async def read_handshake(self) -> m.Message:
+        """The next handshake message (one frame, alone)."""
+        head, payload = await self._read_frame()
+        if payload:
+            raise ProtocolError(f"{self.peer}: a handshake message carries no payload")
+        try:
+            msg: m.Message = _DECODERS[Route.HANDSHAKE].decode(head)
+        except msgspec.MsgspecError as e:
+            raise ProtocolError(f"{self.peer}: malformed handshake message: {e}") from None
+        return msg
+
+    async def read(self) -> Received:
+        """The next frame's one message (a reply to a request)."""
+        received = await self.read_messages()
+        if len(received) != 1:
+            raise ProtocolError(f"{self.peer}: expected one message, got {len(received)}")
+        return received[0]
+
+    async def read_messages(self) -> list[Received]:
+        """The messages of the next frame (a message in parts is put back together).
+        Raises CommClosedError at EOF, ProtocolError on garbage; a message whose header
+        does not validate comes as :class:`~squall.protocol.messages.Malformed`."""
+        head, payload = await self._read_frame()
+        frame = self._decode(head)
+        if isinstance(frame, m.Part):
+            frame, payload = await self._read_parts(frame, payload)
+        elif frame is None or frame.parts:
+            raise ProtocolError(f"{self.peer}: a message's parts do not add up to it")
+        return self._unbatch(frame, head, payload)
+
+    def _decode(self, head: bytes) -> m.Batch[m.Message] | m.Part | None:
+        """The frame's header; None for a batch with a malformed message (its messages
+        are then decoded one by one)."""
+        try:
+            frame: m.Batch[m.Message] | m.Part = _DECODERS[self.route].decode(head)
+        except msgspec.ValidationError:
+            try:
+                _raw_messages(head)
+            except msgspec.MsgspecError as e:
+                raise ProtocolError(f"{self.peer}: malformed frame header: {e}") from None
+            return None
+        except msgspec.DecodeError as e:
+            raise ProtocolError(f"{self.peer}: malformed frame header: {e}") from None
+        return frame
+
+    def _unbatch(
+        self, frame: m.Batch[m.Message] | None, head: bytes, payload: memoryview
+    ) -> list[Received]:
+        if frame is None:
+            raws = _raw_messages(head)
+            spans = _RAW_BATCH.decode(head).spans
+            msgs: list[m.Message | m.Malformed] = []
+            for raw in raws:
+                try:
+                    msgs.append(_ONE_DECODERS[self.route].decode(raw))
+                except msgspec.ValidationError as e:
+                    msgs.append(_malformed(self.route, raw, e))
+        else:
+            msgs, spans = list(frame.msgs), frame.spans
+        if len(spans) != len(msgs):
+            raise ProtocolError(f"{self.peer}: a batch's spans do not match its messages")
+        out: list[Received] = []
+        for msg, (start, length) in zip(msgs, spans, strict=True):
+            if start < 0 or length < 0 or start + length > len(payload):
+                raise ProtocolError(f"{self.peer}: batch payload span out of range")
+            out.append((msg, payload[start : start + length]))
+        return out
+
+    async def _read_parts(
+        self, part: m.Part, payload: memoryview
+    ) -> tuple[m.Batch[m.Message] | None, memoryview]:
+        total = part.total
+        if not 0 < total <= self.max_message_bytes:
             raise ProtocolError(
                 f"{self.peer}: a message of {total!r} bytes exceeds the "
                 f"{self.max_message_bytes}-byte limit (squall.comm.max-message-bytes)"
             )
         # Grown only by bytes that arrived: the announced total is never allocated.
         buf = bytearray()
-        while header["op"] == ops.PART:
-            if header.get("total") != total or len(buf) + len(payload) > total:
+        frame: m.Batch[m.Message] | m.Part | None = part
+        while isinstance(frame, m.Part):
+            if frame.total != total or len(buf) + len(payload) > total:
                 raise ProtocolError(f"{self.peer}: message parts disagree on its size")
             buf += payload
-            header, payload = await self._read_frame()
-        if header.pop("parts", None) != total or len(buf) != total or len(payload):
+            head, payload = await self._read_frame()
+            frame = self._decode(head)
+        parts = _RAW_BATCH.decode(head).parts if frame is None else frame.parts
+        if parts != total or len(buf) != total or len(payload):
             raise ProtocolError(f"{self.peer}: a message's parts do not add up to it")
-        return header, memoryview(buf)
+        return frame, memoryview(buf)
 
-    async def _read_frame(self) -> Message:
+    async def _read_frame(self) -> tuple[bytes, memoryview]:
         try:
             lengths = await self._reader.readexactly(_LENGTHS.size)
         except asyncio.IncompleteReadError as e:
@@ -205,73 +307,64 @@ class Comm:
             raise CommClosedError(f"{self.peer}: connection closed mid-frame") from None
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
-        return _decode_header(head), memoryview(payload)
+        return head, memoryview(payload)
 
-    async def read_messages(self) -> list[Message]:
-        """The messages of the next frame: one, or all of a batch."""
-        header, payload = await self.read()
-        if header["op"] != ops.BATCH:
-            return [(header, payload)]
-        msgs = header.get("msgs")
-        if not isinstance(msgs, list):
-            raise ProtocolError(f"{self.peer}: batch frame without a message list")
-        out: list[Message] = []
-        for m in msgs:
-            if not isinstance(m, dict) or not isinstance(m.get("op"), str):
-                raise ProtocolError(f"{self.peer}: batch holds a message without an 'op'")
-            span = m.pop("payload", None)
-            if span is None:
-                out.append((m, memoryview(b"")))
-                continue
-            start, length = span
-            if start < 0 or length < 0 or start + length > len(payload):
-                raise ProtocolError(f"{self.peer}: batch payload span out of range")
-            out.append((m, payload[start : start + length]))
-        return out
-
-    def check(self, header: Header, payload: bytes | memoryview) -> None:
+    def check(self, msg: m.Message, payload: bytes | memoryview) -> None:
         """MessageTooLarge if the peer would refuse the message. Senders that can fail
         one call alone check first; ``write`` raises the same for an unchecked one."""
         if len(payload) > self.max_message_bytes:
             raise MessageTooLarge(
-                f"a {header.get('op')!r} message of {len(payload)} bytes exceeds the "
+                f"a {msg.op()!r} message of {len(payload)} bytes exceeds the "
                 f"{self.max_message_bytes}-byte limit of squall.comm.max-message-bytes"
             )
 
-    async def write(self, header: Header, payload: bytes | memoryview = b"") -> None:
-        self.check(header, payload)
-        head: bytes = msgpack.packb(header, use_bin_type=True)
+    async def write(self, msg: m.Message, payload: bytes | memoryview = b"") -> None:
+        """Send one message now (a batch of one)."""
+        self.check(msg, payload)
+        await self.write_batch(_one(msg, payload), payload)
+
+    async def write_handshake(self, msg: m.Message) -> None:
+        await self._write_head(m.ENCODER.encode(msg), b"")
+
+    async def write_batch(self, batch: m.Batch[m.Message], payload: bytes | memoryview) -> None:
+        head = m.ENCODER.encode(batch)
+        if len(head) + len(payload) <= self.max_frame_bytes:
+            await self._write_head(head, payload)
+        else:
+            await self._write_parts(batch, memoryview(payload))
+
+    async def _write_head(self, head: bytes, payload: bytes | memoryview) -> None:
         try:
-            if len(head) + len(payload) <= self.max_frame_bytes:
-                async with self._writing:
-                    if len(payload) < SEPARATE_PAYLOAD_BYTES:
-                        self._writer.write(_frame(head, payload))
-                    else:  # not copied into a frame first: a worker's memory counts
-                        self._writer.write(_LENGTHS.pack(len(head), len(payload)) + head)
-                        self._writer.write(payload)
-                    await self._writer.drain()
-            else:
-                await self._write_parts(header, memoryview(payload))
+            async with self._writing:
+                if len(payload) < SEPARATE_PAYLOAD_BYTES:
+                    self._writer.write(_frame(head, payload))
+                else:  # not copied into a frame first: a worker's memory counts
+                    self._writer.write(_LENGTHS.pack(len(head), len(payload)) + head)
+                    self._writer.write(payload)
+                await self._writer.drain()
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
 
-    async def _write_parts(self, header: Header, payload: memoryview) -> None:
-        """One message in ``part`` frames, then its own header with ``parts`` = its
-        size (docs/runtime.md); no other frame goes between them."""
+    async def _write_parts(self, batch: m.Batch[m.Message], payload: memoryview) -> None:
+        """One batch in ``part`` frames, then its header with ``parts`` = the payload's
+        size (docs/protocol.md#messages-in-parts); no other frame goes between them."""
         total = len(payload)
-        part = msgpack.packb({"op": ops.PART, "total": total}, use_bin_type=True)
+        part = m.ENCODER.encode(m.Part(total=total))
         step = min(PART_BYTES, self.max_frame_bytes - len(part))
-        last: bytes = msgpack.packb({**header, "parts": total}, use_bin_type=True)
+        last = m.ENCODER.encode(msgspec.structs.replace(batch, parts=total))
         if len(last) > self.max_frame_bytes:
-            raise MessageTooLarge(f"a {header.get('op')!r} message's header outgrows a frame")
-        async with self._writing:
-            for start in range(0, total, step):
-                chunk = payload[start : start + step]
-                self._writer.write(_LENGTHS.pack(len(part), len(chunk)) + part)
-                self._writer.write(chunk)  # not copied into a frame first
+            raise MessageTooLarge(f"a {batch.msgs[0].op()!r} message's header outgrows a frame")
+        try:
+            async with self._writing:
+                for start in range(0, total, step):
+                    chunk = payload[start : start + step]
+                    self._writer.write(_LENGTHS.pack(len(part), len(chunk)) + part)
+                    self._writer.write(chunk)  # not copied into a frame first
+                    await self._writer.drain()
+                self._writer.write(_frame(last))
                 await self._writer.drain()
-            self._writer.write(_frame(last))
-            await self._writer.drain()
+        except (ConnectionError, OSError) as e:
+            raise CommClosedError(f"{self.peer}: {e}") from None
 
     async def close(self) -> None:
         if not self._writer.is_closing():
@@ -289,11 +382,12 @@ async def connect(
     address: str,
     *,
     role: str,
-    info: Header | None = None,
+    info: dict[str, Any] | None = None,
     timeout: float | None = None,
     security: Security | None = None,
 ) -> Comm:
-    """Open a connection and complete the handshake as ``role`` within ``timeout``
+    """Open a connection and complete the handshake as ``role`` (``info``: the
+    :class:`~squall.protocol.messages.Hello` fields of that role) within ``timeout``
     seconds (default ``squall.comm.timeouts.connect``); ``security`` defaults to the
     process's (docs/security.md)."""
     host, port = parse_address(address)
@@ -314,39 +408,36 @@ async def connect(
     limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
     nonce = os.urandom(16)
     try:
-        hello = {"op": ops.HELLO, "protocol": PROTOCOL, "role": role, **(info or {})}
-        await comm.write({**hello, "nonce": nonce})
-        reply, _ = await asyncio.wait_for(comm.read(), timeout)
-        if reply["op"] == ops.CHALLENGE:
+        hello = m.Hello(protocol=PROTOCOL, role=role, nonce=nonce, **(info or {}))
+        await comm.write_handshake(hello)
+        reply = await asyncio.wait_for(comm.read_handshake(), timeout)
+        if isinstance(reply, m.Challenge):
             reply = await asyncio.wait_for(_answer(comm, sec, nonce, reply), timeout)
-        elif reply["op"] == ops.WELCOME and sec.token is not None:
+        elif isinstance(reply, m.Welcome) and sec.token is not None:
             raise HandshakeError("it holds no token, as this process does")
     except (CommError, asyncio.TimeoutError) as e:
         await comm.close()
         raise HandshakeError(f"handshake with {address} failed: {e}") from None
     comm.max_frame_bytes = limit
-    if reply["op"] == ops.ERROR:
+    if isinstance(reply, m.Error):
         await comm.close()
-        raise HandshakeError(f"{address} refused the connection: {reply.get('message')}")
-    if reply["op"] != ops.WELCOME or reply.get("protocol") != PROTOCOL:
+        raise HandshakeError(f"{address} refused the connection: {reply.message}")
+    if not isinstance(reply, m.Welcome) or reply.protocol != PROTOCOL:
         await comm.close()
-        raise HandshakeError(
-            f"{address} speaks protocol {reply.get('protocol')!r}, this process {PROTOCOL!r}"
-        )
-    comm.peer_info = reply
+        theirs = reply.protocol if isinstance(reply, m.Welcome) else None
+        raise HandshakeError(f"{address} speaks protocol {theirs!r}, this process {PROTOCOL!r}")
+    comm.expect(ROLE_ROUTES[role][0])
     return comm
 
 
-async def _answer(comm: Comm, sec: Security, nonce: bytes, challenge: Header) -> Header:
+async def _answer(comm: Comm, sec: Security, nonce: bytes, challenge: m.Challenge) -> m.Message:
     """Prove the token against the listener's challenge, then check its own proof."""
-    theirs = challenge.get("nonce")
     if sec.token is None:
         raise HandshakeError("it requires a token (SQUALL_TOKEN, squall.comm.token, --token-file)")
-    if not isinstance(theirs, bytes):
-        raise ProtocolError("malformed challenge")
-    await comm.write({"op": ops.PROOF, "proof": sec.prove("client", theirs, nonce)})
-    reply, _ = await comm.read()
-    if reply["op"] == ops.WELCOME and not sec.check(reply.get("proof"), "server", nonce, theirs):
+    theirs = challenge.nonce
+    await comm.write_handshake(m.Proof(proof=sec.prove("client", theirs, nonce)))
+    reply = await comm.read_handshake()
+    if isinstance(reply, m.Welcome) and not sec.check(reply.proof, "server", nonce, theirs):
         raise HandshakeError("it did not prove that it holds the token")
     return reply
 
@@ -369,13 +460,12 @@ async def listen(
     handler: Handler,
     *,
     roles: frozenset[str],
-    info: Header | None = None,
     timeout: float | None = None,
     security: Security | None = None,
 ) -> Listener:
     """Accept connections on ``address``; each one that completes the handshake with a
     role in ``roles`` within ``timeout`` seconds (default ``squall.comm.timeouts.connect``)
-    is handed to ``handler`` (its hello is ``comm.peer_info``). ``security`` (default:
+    is handed to ``handler`` (its hello is ``comm.hello``). ``security`` (default:
     the process's) decides TLS and the token check (docs/security.md). The listener's
     ``address`` names the bound host, or for a wildcard bind (``0.0.0.0``) an address of
     this host."""
@@ -390,23 +480,24 @@ async def listen(
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
         try:
             async with asyncio.timeout(handshake_timeout):
-                hello, _ = await comm.read()
-                welcome = {"op": ops.WELCOME, "protocol": PROTOCOL, **(info or {})}
+                hello = await comm.read_handshake()
+                welcome = m.Welcome(protocol=PROTOCOL)
                 problem = None
                 if sec.token is not None:  # before anything is told to a stranger
-                    problem, welcome["proof"] = await _challenge(comm, sec, hello)
+                    problem, welcome.proof = await _challenge(comm, sec, hello)
                 problem = problem or _check_hello(hello, roles)
-                if problem:
-                    await comm.write({"op": ops.ERROR, "message": problem})
+                if problem or not isinstance(hello, m.Hello):
+                    await comm.write_handshake(m.Error(message=problem or "expected a hello"))
                     await comm.close()
                     return
-                comm.peer_info = hello
-                await comm.write(welcome)
+                comm.hello = hello
+                await comm.write_handshake(welcome)
         except (CommError, asyncio.TimeoutError) as e:
             logger.debug("%s: handshake refused: %s", comm.peer, e)
             await comm.close()
             return
-        comm.max_frame_bytes = min(limit, ROLE_MAX_FRAME_BYTES.get(hello["role"], limit))
+        comm.max_frame_bytes = min(limit, ROLE_MAX_FRAME_BYTES.get(hello.role, limit))
+        comm.expect(ROLE_ROUTES[hello.role][1])
         try:
             await handler(comm)
         except CommError as e:
@@ -464,28 +555,28 @@ def interface_ip(name: str) -> str:
     raise ValueError(f"no IPv4 address on interface {name!r} (interfaces: {known})")
 
 
-async def _challenge(comm: Comm, sec: Security, hello: Header) -> tuple[str | None, str]:
+async def _challenge(comm: Comm, sec: Security, hello: m.Message) -> tuple[str | None, str]:
     """Have the peer prove the token over fresh nonces: (what is wrong or None, this
     side's proof for the welcome)."""
-    theirs, ours = hello.get("nonce"), os.urandom(16)
-    if not isinstance(theirs, bytes) or len(theirs) != len(ours):
+    ours = os.urandom(16)
+    theirs = hello.nonce if isinstance(hello, m.Hello) else b""
+    if len(theirs) != len(ours):
         return "a token is required: the hello carries no nonce", ""
-    await comm.write({"op": ops.CHALLENGE, "nonce": ours})
-    answer, _ = await comm.read()
-    if answer["op"] != ops.PROOF or not sec.check(answer.get("proof"), "client", ours, theirs):
+    await comm.write_handshake(m.Challenge(nonce=ours))
+    answer = await comm.read_handshake()
+    if not isinstance(answer, m.Proof) or not sec.check(answer.proof, "client", ours, theirs):
         logger.warning("%s: refused: wrong token", comm.peer)
         return "wrong token", ""
     return None, sec.prove("server", theirs, ours)
 
 
-def _check_hello(hello: Header, roles: frozenset[str]) -> str | None:
-    if hello["op"] != ops.HELLO:
-        return f"expected a hello, got {hello['op']!r}"
-    if hello.get("protocol") != PROTOCOL:
-        theirs = hello.get("protocol")
-        return f"protocol mismatch: peer speaks {theirs!r}, this process {PROTOCOL!r}"
-    if hello.get("role") not in roles:
-        return f"role {hello.get('role')!r} is not accepted here (expected one of {sorted(roles)})"
+def _check_hello(hello: m.Message, roles: frozenset[str]) -> str | None:
+    if not isinstance(hello, m.Hello):
+        return f"expected a hello, got {hello.op()!r}"
+    if hello.protocol != PROTOCOL:
+        return f"protocol mismatch: peer speaks {hello.protocol!r}, this process {PROTOCOL!r}"
+    if hello.role not in roles or hello.role not in ROLE_ROUTES:
+        return f"role {hello.role!r} is not accepted here (expected one of {sorted(roles)})"
     return None
 
 
@@ -496,11 +587,9 @@ class BatchedSend:
     def __init__(self, comm: Comm, interval: float) -> None:
         self.comm = comm
         self.interval = interval
-        self._headers: list[Header] = []
-        self._payloads: list[bytes | memoryview] = []
-        self._size = 0
+        self._batch = _Pending()
         # Earlier batches that are full (a frame each), waiting for the next flush.
-        self._full: list[tuple[list[Header], list[bytes | memoryview]]] = []
+        self._full: list[_Pending] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_flush = float("-inf")
@@ -514,19 +603,16 @@ class BatchedSend:
         """The payload a batch may gather; a larger message is a batch of its own."""
         return self.comm.max_frame_bytes - HEADER_ROOM
 
-    def send(self, header: Header, payload: bytes | memoryview = b"") -> None:
+    def send(self, msg: m.Message, payload: bytes | memoryview = b"") -> None:
         """Queue one message; a batch that would outgrow a frame goes out as several,
         and a message larger than a frame goes alone, in parts."""
         if self.comm.closed:
             raise CommClosedError(f"{self.comm.peer}: cannot send on a closed connection")
-        if self._size and self._size + len(payload) > self.limit:
-            self._full.append((self._headers, self._payloads))
-            self._headers, self._payloads, self._size = [], [], 0
-        if payload:
-            header = {**header, "payload": [self._size, len(payload)]}
-            self._payloads.append(payload)
-            self._size += len(payload)
-        self._headers.append(header)
+        batch = self._batch
+        if batch.size and batch.size + len(payload) > self.limit:
+            self._full.append(batch)
+            batch = self._batch = _Pending()
+        batch.add(msg, payload)
         self._wake.set()
 
     async def _run(self) -> None:
@@ -542,12 +628,12 @@ class BatchedSend:
 
     async def _flush(self) -> None:
         batches, self._full = self._full, []
-        if self._headers:
-            batches.append((self._headers, self._payloads))
-            self._headers, self._payloads, self._size = [], [], 0
-        for headers, payloads in batches:
-            payload = payloads[0] if len(payloads) == 1 else b"".join(payloads)
-            await self.comm.write({"op": ops.BATCH, "msgs": headers}, payload)
+        if self._batch.msgs:
+            batches.append(self._batch)
+            self._batch = _Pending()
+        for b in batches:
+            payload = b.payloads[0] if len(b.payloads) == 1 else b"".join(b.payloads)
+            await self.comm.write_batch(m.Batch(msgs=b.msgs, spans=b.spans), payload)
             self.frames_sent += 1
 
     async def close(self) -> None:
@@ -561,3 +647,20 @@ class BatchedSend:
         if not self.comm.closed:
             with contextlib.suppress(CommError):
                 await self._flush()
+
+
+class _Pending:
+    """The messages of one batch frame being gathered, and their payloads."""
+
+    def __init__(self) -> None:
+        self.msgs: list[m.Message] = []
+        self.spans: list[tuple[int, int]] = []
+        self.payloads: list[bytes | memoryview] = []
+        self.size = 0
+
+    def add(self, msg: m.Message, payload: bytes | memoryview) -> None:
+        self.msgs.append(msg)
+        self.spans.append((self.size, len(payload)))
+        if payload:
+            self.payloads.append(payload)
+            self.size += len(payload)
