@@ -21,11 +21,15 @@ import cloudpickle  # type: ignore[import-untyped]
 
 from squall import config, log_ring, versions
 from squall._core import ProgressWatch
-from squall.protocol import comm, ops
+from squall.protocol import messages as m
+from squall.protocol.comm import CommError
 from squall.protocol.peers import Peers
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
+
+#: A request's answer now (the reply and its payload), or None: sent later.
+Answer = tuple[m.Message, bytes] | None
 
 #: Unfinished tasks of a progress watch looked at per poll (a few milliseconds at most,
 #: docs/runtime.md#progress): a poll never holds the scheduler up for longer, however
@@ -54,46 +58,45 @@ class ClientDiagnostics:
         )
         self._watches: dict[int, dict[int, _Watch]] = {}
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    def request(
-        self, cid: int, h: comm.Header, payload: memoryview
-    ) -> tuple[comm.Header, bytes] | None:
-        """Answer now (progress, the scheduler's logs and versions) or, for what the
-        workers are asked, later: None, and the answer is sent when they replied."""
-        op = h["op"]
-        if op == ops.PROGRESS:
-            return self._progress(cid, h, payload), b""
-        if op == ops.GET_LOGS and h.get("which") == "scheduler":
-            logs = log_ring.tail(h.get("n"))
-            return {"op": op, "id": h.get("id"), "logs": logs}, b""
-        if op == ops.GET_LOGS:
-            blob = cloudpickle.dumps((log_ring.tail, (h.get("n"),), {}))
-            self._ask_workers(cid, h, blob, lambda found, errors: {"workers": found})
-        else:
-            packages = list(h.get("packages") or [])
-            blob = cloudpickle.dumps((versions.get_versions, (packages,), {}))
-            mine = versions.get_versions(packages)
-            self._ask_workers(
-                cid, h, blob, lambda found, errors: {"scheduler": mine, "workers": found}
-            )
+    def get_logs(self, cid: int, msg: m.GetLogs, payload: memoryview) -> Answer:
+        """The scheduler's logs now; the workers' (or their nannies') once they answered."""
+        if msg.which == "scheduler":
+            return m.GetLogsReply(id=msg.id, logs=log_ring.tail(msg.n)), b""
+        blob = cloudpickle.dumps((log_ring.tail, (msg.n,), {}))
+
+        def reply(found: dict[str, Any], errors: dict[str, str]) -> m.Message:
+            return m.GetLogsReply(id=msg.id, workers=found, errors=errors)
+
+        self._ask_workers(cid, msg.workers, msg.nanny, blob, reply)
         return None
 
-    def _progress(self, cid: int, h: comm.Header, payload: memoryview) -> comm.Header:
+    def versions(self, cid: int, msg: m.Versions, payload: memoryview) -> Answer:
+        """The scheduler's and, once they answered, the workers' versions."""
+        blob = cloudpickle.dumps((versions.get_versions, (msg.packages,), {}))
+        mine = versions.get_versions(msg.packages)
+
+        def reply(found: dict[str, Any], errors: dict[str, str]) -> m.Message:
+            return m.VersionsReply(id=msg.id, scheduler=mine, workers=found, errors=errors)
+
+        self._ask_workers(cid, None, False, blob, reply)
+        return None
+
+    def progress(self, cid: int, msg: m.Progress, payload: memoryview) -> Answer:
         watches = self._watches.setdefault(cid, {})
-        number = h.get("watch")
+        number = msg.watch
         if number is None:
             number = next(self._ids)
-            core = self._server.core.progress_watch(bytes(payload), bool(h.get("complete")))
+            core = self._server.core.progress_watch(bytes(payload), msg.complete)
             watch = watches[number] = _Watch(core)
-        elif h.get("stop"):
+        elif msg.stop:
             watches.pop(number, None)
-            return {"op": ops.PROGRESS, "id": h.get("id"), "watch": number}
+            return m.ProgressReply(id=msg.id, watch=number), b""
         else:
             found = watches.get(number)
             if found is None:
                 error = f"no progress watch {number}: it finished or was stopped"
-                return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": error}
+                return m.RequestFailed(id=msg.id, error=error), b""
             watch = found
             start = time.perf_counter()
             if start >= watch.next_update:
@@ -101,27 +104,27 @@ class ClientDiagnostics:
                 watch.next_update = start + UPDATE_SPACING * (time.perf_counter() - start)
         if watch.core.remaining == 0:
             del watches[number]
-        return {
-            "op": ops.PROGRESS,
-            "id": h.get("id"),
-            "watch": number,
-            "counts": watch.core.counts(),
-            "remaining": watch.core.remaining,
-            "cancelled": watch.core.cancelled,
-        }
+        reply = m.ProgressReply(
+            id=msg.id,
+            watch=number,
+            counts=watch.core.counts(),
+            remaining=watch.core.remaining,
+            cancelled=watch.core.cancelled,
+        )
+        return reply, b""
 
     def _ask_workers(
         self,
         cid: int,
-        h: comm.Header,
+        wanted: list[str] | None,
+        nanny: bool,
         blob: bytes,
-        reply: Callable[[dict[str, Any], dict[str, str]], comm.Header],
+        reply: Callable[[dict[str, Any], dict[str, str]], m.Message],
     ) -> None:
-        """Run ``blob`` on the workers ``h`` names (all if none), or their nannies, and
+        """Run ``blob`` on the workers ``wanted`` (all if None), or their nannies, and
         send the client ``reply(results by worker, errors by worker)``."""
-        wanted = h.get("workers")
         targets = {
-            peer.address: peer.nanny if h.get("nanny") else peer.address
+            peer.address: peer.nanny if nanny else peer.address
             for peer in self._server.workers.values()
             if wanted is None or peer.address in wanted
         }
@@ -146,18 +149,13 @@ class ClientDiagnostics:
                     found[address] = r
             peer = self._server.clients.get(cid)
             if peer is not None:
-                header = {"op": h["op"], "id": h.get("id"), "errors": errors}
-                peer.send({**header, **reply(found, errors)})
+                peer.send(reply(found, errors))
 
-        task = asyncio.get_running_loop().create_task(ask())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._server.spawn(ask())
 
     def client_left(self, cid: int) -> None:
         self._watches.pop(cid, None)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        with contextlib.suppress(comm.CommError):
+        with contextlib.suppress(CommError):
             await self._peers.close()

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from squall import config
 from squall._core import SchedulerError, encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 
 if TYPE_CHECKING:
-    from squall.scheduler.server import Peer, SchedulerServer
+    from squall.scheduler.peer import Peer
+    from squall.scheduler.server import SchedulerServer
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -61,49 +63,61 @@ class Lifecycle:
 
     # ----- requests -------------------------------------------------------------------
 
-    def request(self, cid: int, h: comm.Header) -> None:
-        """A client's lifecycle request; answered when done."""
-        handlers: dict[str, Callable[[int, comm.Header], Coroutine[Any, Any, comm.Header]]] = {
-            ops.RETIRE_WORKERS: self._retire_request,
-            ops.RESTART_WORKERS: self._restart_request,
-            ops.WAIT_FOR_WORKERS: self._wait_request,
-            ops.ADAPTIVE_TARGET: self._adaptive_request,
-            ops.SHUTDOWN: self._shutdown_request,
-        }
-        self._spawn(self._answer(cid, h, handlers[h["op"]](cid, h)))
+    def retire_request(self, cid: int, msg: m.RetireWorkers, payload: memoryview) -> None:
+        self._answer(cid, msg, self._retire(msg))
 
-    async def _answer(
-        self, cid: int, h: comm.Header, work: Coroutine[Any, Any, comm.Header]
+    def restart_workers_request(
+        self, cid: int, msg: m.RestartWorkers, payload: memoryview
     ) -> None:
-        try:
-            reply = {"op": h["op"], "id": h.get("id"), **await work}
-        except (SchedulerError, KeyError, TypeError, ValueError) as e:
-            reply = {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": str(e)}
-        peer = self.server.clients.get(cid)
-        if peer is not None:
-            peer.send(reply)
+        self._answer(cid, msg, self._restart_workers(msg))
+
+    def wait_request(self, cid: int, msg: m.WaitForWorkers, payload: memoryview) -> None:
+        self._answer(cid, msg, self._wait(cid, msg))
+
+    def adaptive_request(self, cid: int, msg: m.AdaptiveTarget, payload: memoryview) -> None:
+        self._answer(cid, msg, self._adaptive(msg))
+
+    def shutdown_request(self, cid: int, msg: m.Shutdown, payload: memoryview) -> None:
+        self.server.spawn(self._shut_down())
+        self._answer(cid, msg, _done(m.ShutdownReply(id=msg.id)))
+
+    def restart_request(self, cid: int, msg: m.RestartCluster, payload: memoryview) -> None:
+        """Restart the cluster (``Client.restart``): answered ``restarted``."""
+        self._answer(cid, msg, self._restart_cluster(msg))
+
+    def _answer(self, cid: int, msg: m.Request, work: Coroutine[Any, Any, m.Message]) -> None:
+        """Answer a client's request once ``work`` is done (``request-failed`` if it
+        could not be done)."""
+
+        async def answer() -> None:
+            try:
+                reply = await work
+            except (SchedulerError, *comm.MALFORMED) as e:
+                reply = m.RequestFailed(id=msg.id, error=str(e))
+            peer = self.server.clients.get(cid)
+            if peer is not None:
+                peer.send(reply)
+
+        self.server.spawn(answer())
 
     def worker_retires(self, w: int, restart: bool) -> None:
         """A worker asks to leave (``--lifetime``): retire it, then close it or, with
         ``restart``, have it restarted. It leaves even if some of its results could
         not be copied (they are recomputed if needed), as Dask's workers do."""
-        self._spawn(self.retire([w], close=True, remove=True, restart=restart, anyway=True))
+        self.server.spawn(self.retire([w], close=True, remove=True, restart=restart, anyway=True))
 
-    async def _retire_request(self, cid: int, h: comm.Header) -> comm.Header:
+    async def _retire(self, msg: m.RetireWorkers) -> m.Message:
         s = self.server
-        if h.get("workers") is not None:
-            ids = self.resolve(h["workers"])
+        if msg.workers is not None:
+            ids = self.resolve(msg.workers)
         else:  # Dask's choice: idle workers whose going leaves memory for the data
-            n = h.get("n")
-            ids = s.core.workers_to_close(n=None if n is None else int(n))
-        done = await self.retire(
-            ids, close=bool(h.get("close_workers")), remove=bool(h.get("remove", True))
-        )
-        return {"retired": done.retired, "kept": done.kept}
+            ids = s.core.workers_to_close(n=msg.n)
+        done = await self.retire(ids, close=msg.close_workers, remove=msg.remove)
+        return m.RetireWorkersReply(id=msg.id, retired=done.retired, kept=done.kept)
 
-    async def _restart_request(self, cid: int, h: comm.Header) -> comm.Header:
+    async def _restart_workers(self, msg: m.RestartWorkers) -> m.Message:
         s = self.server
-        ids = self.resolve(h["workers"])
+        ids = self.resolve(msg.workers)
         peers = [s.workers[w] for w in ids if w in s.workers]
         no_nanny = [p.address for p in peers if p.nanny is None]
         if no_nanny:
@@ -112,43 +126,91 @@ class Lifecycle:
             )
         addresses = [p.address for p in peers]
         ids = [w for w in ids if w in s.workers]
-        async with s._restart_lock:
-            error = await s.restart_these(ids, float(h["timeout"]), wait_for_workers=True)
-        return {"results": {a: "OK" if error is None else "timed out" for a in addresses}}
+        async with s.restart_lock:
+            error = await self.restart_these(ids, msg.timeout, wait_for_workers=True)
+        results = {a: "OK" if error is None else "timed out" for a in addresses}
+        return m.RestartWorkersReply(id=msg.id, results=results)
 
-    async def _wait_request(self, cid: int, h: comm.Header) -> comm.Header:
+    async def _restart_cluster(self, msg: m.RestartCluster) -> m.Message:
+        s = self.server
+        async with s.restart_lock:
+            try:
+                error = await self._restart_all(msg.timeout, msg.wait_for_workers)
+            except (SchedulerError, *comm.MALFORMED) as e:
+                error = f"restart failed: {e}"
+        return m.Restarted(id=msg.id, error=error)
+
+    async def _restart_all(self, timeout: float, wait_for_workers: bool) -> str | None:
+        """Forget every task (clients are told with ``restart``) and restart every
+        worker (:meth:`restart_these`). Returns what went wrong, if anything."""
+        s = self.server
+        now = s.now()
+        for c in s.clients:
+            s.core.remove_client(c, now=now)  # releases all it wants; it stays connected
+        s.core.release_fire_and_forget_keys(now=now)
+        for peer in s.clients.values():
+            peer.send(m.Restart())
+        return await self.restart_these(list(s.workers), timeout, wait_for_workers)
+
+    async def restart_these(
+        self, old: list[int], timeout: float, wait_for_workers: bool
+    ) -> str | None:
+        """Have these workers restart (``restart`` to its nanny, which starts a new
+        worker process, or to the worker itself, whose process re-executes itself) and
+        wait for them to leave and as many to join. They leave the core at once, as
+        expected departures: their tasks go elsewhere without counting as suspicious.
+        Returns what went wrong, if anything."""
+        s = self.server
+        now = s.now()
+        before = len(s.workers)
+        for w in old:
+            with contextlib.suppress(SchedulerError):
+                s.core.remove_worker(w, now=now, expected=True)
+            peer = s.workers[w]
+            nanny = s.nannies.get(peer.nanny) if peer.nanny is not None else None
+            (nanny or peer).send(m.Restart())
+        s.dispatch()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(w in s.workers for w in old) and loop.time() < deadline:
+            await asyncio.sleep(POLL)
+        stuck = [s.workers[w] for w in old if w in s.workers]
+        for peer in stuck:
+            await peer.conn.close()  # its reader ends and removes it
+        if stuck:
+            return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
+        while wait_for_workers and len(s.workers) < before:
+            if loop.time() > deadline:
+                return f"{len(s.workers)}/{len(old)} workers came back within {timeout}s"
+            await asyncio.sleep(POLL)
+        return None
+
+    async def _wait(self, cid: int, msg: m.WaitForWorkers) -> m.Message:
         """Answers once ``n_workers`` workers are running, or at ``timeout`` (null:
         while the client is connected) with how many are."""
-        s, n = self.server, int(h["n_workers"])
-        timeout = None if h.get("timeout") is None else float(h["timeout"])
+        s, n, timeout = self.server, msg.n_workers, msg.timeout
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while s.core.n_running < n and cid in s.clients:
             if deadline is not None and loop.time() > deadline:
-                return {
-                    "error": f"Only {s.core.n_running}/{n} workers arrived after {timeout}s",
-                    "n": s.core.n_running,
-                }
+                error = f"Only {s.core.n_running}/{n} workers arrived after {timeout}s"
+                return m.WaitForWorkersReply(id=msg.id, n=s.core.n_running, error=error)
             await asyncio.sleep(POLL)
-        return {"error": None, "n": s.core.n_running}
+        return m.WaitForWorkersReply(id=msg.id, n=s.core.n_running)
 
-    async def _adaptive_request(self, cid: int, h: comm.Header) -> comm.Header:
+    async def _adaptive(self, msg: m.AdaptiveTarget) -> m.Message:
         """The core's adaptive target within [``minimum``, ``maximum``], and when it is
         below the number of workers, which to close (addresses, first first)."""
         s = self.server
-        duration = h.get("target_duration")
+        duration = msg.target_duration
         target = s.core.adaptive_target(
-            config.seconds("adaptive.target-duration") if duration is None else float(duration)
+            config.seconds("adaptive.target-duration") if duration is None else duration
         )
-        minimum = int(h.get("minimum") or 0)
-        maximum = h.get("maximum")
-        target = max(minimum, target if maximum is None else min(int(maximum), target))
-        to_close = s.core.workers_to_close(target=target, minimum=minimum)
-        return {"target": target, "to_close": [s.core.worker_info(w)["address"] for w in to_close]}
-
-    async def _shutdown_request(self, cid: int, h: comm.Header) -> comm.Header:
-        self._spawn(self._shut_down())
-        return {}
+        maximum = msg.maximum
+        target = max(msg.minimum, target if maximum is None else min(maximum, target))
+        to_close = s.core.workers_to_close(target=target, minimum=msg.minimum)
+        addresses = [s.core.worker_info(w)["address"] for w in to_close]
+        return m.AdaptiveTargetReply(id=msg.id, target=target, to_close=addresses)
 
     # ----- retiring -------------------------------------------------------------------
 
@@ -178,7 +240,7 @@ class Lifecycle:
             for w in ids:
                 with contextlib.suppress(SchedulerError):  # gone meanwhile
                     s.core.worker_status_change(w, "closing_gracefully", now=s.now())
-            s._dispatch()
+            s.dispatch()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + config.seconds("retire.timeout")
             while any(self._processing(w) for w in ids) and loop.time() < deadline:
@@ -196,7 +258,7 @@ class Lifecycle:
                     continue
                 out.retired[address] = infos[w]
                 self._leave(w, close=close, remove=remove, restart=restart)
-            s._dispatch()
+            s.dispatch()
         finally:
             self._retiring.difference_update(ids)
         if out.kept:
@@ -252,12 +314,10 @@ class Lifecycle:
             groups.setdefault((dest, holder), []).append((task, key))
             heapq.heappush(load, (used + max(nbytes, 0), dest))
         for (dest, holder), items in groups.items():
-            header = {
-                "op": ops.ACQUIRE_REPLICAS,
-                "holder": s.core.worker_info(holder)["address"],
-                "tasks": [t for t, _ in items],
-            }
-            s.workers[dest].send(header, encode_keys([k for _, k in items]))
+            msg = m.AcquireReplicas(
+                holder=s.core.worker_info(holder)["address"], tasks=[t for t, _ in items]
+            )
+            s.workers[dest].send(msg, encode_keys([k for _, k in items]))
         return True
 
     def _leave(self, w: int, *, close: bool, remove: bool, restart: bool) -> None:
@@ -274,13 +334,13 @@ class Lifecycle:
             # Removed but not closed: told to leave, not to reconnect (a dropped
             # connection alone would bring it back); its nanny, seeing it leave
             # cleanly, leaves too: what is left is for whoever deployed it.
-            peer.send({"op": ops.CLOSE})
+            peer.send(m.Close())
 
     def _close(self, peer: Peer, *, restart: bool = False) -> None:
         """Close a worker for good (its nanny, if any, too: it must not start another),
         or with ``restart`` have it replaced by a fresh process."""
         nanny = self.server.nannies.get(peer.nanny) if peer.nanny is not None else None
-        (nanny or peer).send({"op": ops.RESTART if restart else ops.CLOSE})
+        (nanny or peer).send(m.Restart() if restart else m.Close())
 
     def resolve(self, workers: Any) -> list[int]:
         """Worker ids of ``workers`` (addresses or names); ValueError names unknown ones."""
@@ -313,10 +373,10 @@ class Lifecycle:
         s = self.server
         logger.info("shutdown requested: closing %d workers", len(s.workers))
         for nanny in s.nannies.values():
-            nanny.send({"op": ops.CLOSE})
+            nanny.send(m.Close())
         for peer in s.workers.values():
             if peer.nanny not in s.nannies:
-                peer.send({"op": ops.CLOSE})
+                peer.send(m.Close())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SHUTDOWN_GRACE
         while (s.workers or s.nannies) and loop.time() < deadline:
@@ -326,8 +386,6 @@ class Lifecycle:
         else:  # not one of the server's tasks: close() cancels those
             self._closing = asyncio.get_running_loop().create_task(s.close())
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        s = self.server
-        task = asyncio.get_running_loop().create_task(coro)
-        s._tasks.add(task)
-        task.add_done_callback(s._tasks.discard)
+
+async def _done(reply: m.Message) -> m.Message:
+    return reply

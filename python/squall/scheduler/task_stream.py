@@ -21,7 +21,7 @@ from typing import Any
 from dask.utils import key_split, parse_timedelta
 
 from squall._core import decode_keys, encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import messages as m
 
 Key = Hashable
 #: One task's record: ``{"key", "prefix", "worker", "thread", "status": "OK" | "error",
@@ -84,21 +84,22 @@ class TaskStream:
         self._beat.set()
         self._beat = asyncio.Event()
 
-    def add_heartbeat(self, worker: str, h: comm.Header, payload: bytes | memoryview) -> None:
+    def add_heartbeat(self, worker: str, msg: m.Heartbeat, payload: bytes | memoryview) -> None:
         """``add`` a heartbeat's samples: ``stream`` holds their times, the payload
-        their keys (docs/protocol.md); absent if no task ran."""
-        if "stream" not in h:
-            self.add(worker, (), 0)
+        their keys (docs/protocol.md); empty if no task ran."""
+        if not msg.stream:
+            self.add(worker, (), msg.stream_tasks)
             return
         keys = decode_keys(bytes(payload))
-        times = h["stream"]
-        if len(keys) != len(times):
-            raise ValueError(f"stream: {len(keys)} keys for {len(times)} samples")
+        if len(keys) != len(msg.stream):
+            raise ValueError(f"stream: {len(keys)} keys for {len(msg.stream)} samples")
         entries = [
-            (key, float(start), float(stop), int(thread), bool(ok), int(nbytes), str(typename))
-            for key, (start, stop, thread, ok, nbytes, typename) in zip(keys, times, strict=True)
+            (key, start, stop, thread, ok, nbytes, typename)
+            for key, (start, stop, thread, ok, nbytes, typename) in zip(
+                keys, msg.stream, strict=True
+            )
         ]
-        self.add(worker, entries, int(h["stream_tasks"]))
+        self.add(worker, entries, msg.stream_tasks)
 
     def sampled_fraction(self) -> float:
         """Of the tasks run in the last ``RATE_WINDOW`` seconds, the fraction that has a
@@ -203,43 +204,34 @@ def _epoch(t: float | str | None) -> float | None:
 
 
 async def answer(
-    stream: TaskStream, h: comm.Header, workers: Callable[[], Iterable[str]], wait: float
-) -> tuple[comm.Header, bytes]:
+    stream: TaskStream, msg: m.TaskStream, workers: Callable[[], Iterable[str]], wait: float
+) -> tuple[m.Message, bytes]:
     """The answer to a ``task-stream`` request (docs/protocol.md). With ``flush``, it
     first waits for a heartbeat from each worker (at most twice their recent gap, or
     ``wait`` seconds if unknown), so that tasks already reported finished are in."""
-    try:
-        return await _answer(stream, h, workers, wait)
-    except comm.MALFORMED as e:
-        return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": f"malformed: {e}"}, b""
-
-
-async def _answer(
-    stream: TaskStream, h: comm.Header, workers: Callable[[], Iterable[str]], wait: float
-) -> tuple[comm.Header, bytes]:
     flushed = True
-    if h.get("flush"):
+    if msg.flush:
         flushed = await stream.heard_from(workers, stream.flush_timeout(workers(), wait))
-    if h.get("cursor") is not None:
-        limit = h.get("limit")
-        cursor, rows = stream.rows_since(int(h["cursor"]), None if limit is None else int(limit))
+    if msg.cursor is not None:
+        cursor, rows = stream.rows_since(msg.cursor, msg.limit)
     else:
-        count = None if h.get("count") is None else int(h["count"])
-        rows = stream.rows_window(h.get("start"), h.get("stop"), count)
+        try:
+            rows = stream.rows_window(msg.start, msg.stop, msg.count)
+        except ValueError as e:  # a duration that does not parse
+            return m.RequestFailed(id=msg.id, error=f"malformed: {e}"), b""
         cursor = stream.cursor
     index: dict[str, int] = {}
     records = [
         (index.setdefault(worker, len(index)), thread, ok, start, stop, nbytes, typename)
         for _, worker, thread, ok, start, stop, nbytes, typename in rows
     ]
-    header = {
-        "op": ops.TASK_STREAM,
-        "id": h.get("id"),
-        "cursor": cursor,
-        "tasks": stream.tasks,
-        "workers": list(index),
-        "records": records,
-        "sampled": stream.sampled_fraction(),
-        "flushed": flushed,
-    }
-    return header, encode_keys([r[0] for r in rows])
+    reply = m.TaskStreamReply(
+        id=msg.id,
+        cursor=cursor,
+        tasks=stream.tasks,
+        workers=list(index),
+        records=records,
+        sampled=stream.sampled_fraction(),
+        flushed=flushed,
+    )
+    return reply, encode_keys([r[0] for r in rows])
