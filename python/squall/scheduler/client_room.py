@@ -4,6 +4,7 @@ not validate, is answered ``request-failed``; the connection stays open."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -63,10 +64,8 @@ class ClientRoom:
             s.diagnostics.client_left(cid)
             peer = s.clients.pop(cid)
             await peer.stream.close()
-            try:
+            with contextlib.suppress(SchedulerError):
                 s.core.remove_client(cid, now=s.now())
-            except SchedulerError:
-                pass
             s.dispatch()
 
     def _handlers(self, cid: int) -> Handlers[Answer]:
