@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from squall import config
 from squall.client.loop import timeout_seconds
 from squall.deploy.scaling import ask
-from squall.protocol import ops
+from squall.protocol import messages as m
 
 if TYPE_CHECKING:
     from squall.deploy.scaling import Scaling
@@ -69,22 +69,23 @@ class Adaptive:
         """Ask for the target once and act on it."""
         from squall.deploy.local import _run
 
-        header: dict[str, Any] = {
-            "op": ops.ADAPTIVE_TARGET,
-            "target_duration": self.target_duration,
-            "minimum": self.minimum,
-            "maximum": None if math.isinf(self.maximum) else int(self.maximum),
-        }
+        request = m.AdaptiveTarget(
+            target_duration=self.target_duration,
+            minimum=self.minimum,
+            maximum=None if math.isinf(self.maximum) else int(self.maximum),
+        )
         cluster = self.scaling.cluster
-        reply = _run(ask(cluster.scheduler_address, header, cluster.security))
-        target, planned = int(reply["target"]), len(self.scaling.alive())
+        reply = _run(
+            ask(cluster.scheduler_address, request, m.AdaptiveTargetReply, cluster.security)
+        )
+        target, planned = reply.target, len(self.scaling.alive())
         if target >= planned:
             self.close_counts.clear()
             if target > planned:
                 logger.info("adaptive: scaling up to %d workers", target)
                 self.scaling.scale(target)
             return
-        to_close = set(reply["to_close"])
+        to_close = set(reply.to_close)
         self.close_counts = {w: self.close_counts.get(w, 0) + 1 for w in to_close}
         firm = [w for w, n in self.close_counts.items() if n >= self.wait_count]
         if firm:

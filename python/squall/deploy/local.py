@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import msgspec
+
 from squall import config
 from squall.client import display
 from squall.deploy.adaptive import Adaptive
@@ -26,7 +28,8 @@ from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
 from squall.deploy.scaling import Scaling, ask
 from squall.deploy.shape import default_shape
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.security import Security
 from squall.worker.memory import parse_memory_limit
 
@@ -211,9 +214,11 @@ class LocalCluster:
         _run(self._wait_for_workers(n, timeout))
 
     async def _wait_for_workers(self, n: int, timeout: float) -> None:
-        header = {"op": ops.WAIT_FOR_WORKERS, "n_workers": n, "timeout": timeout}
+        request = m.WaitForWorkers(n_workers=n, timeout=timeout)
         running = [p for p in self._procs if p.poll() is None]
-        answer = asyncio.ensure_future(ask(self.scheduler_address, header, self.security))
+        answer = asyncio.ensure_future(
+            ask(self.scheduler_address, request, m.WaitForWorkersReply, self.security)
+        )
         # The scheduler answers by ``timeout``; one that does not (stopped, hung) fails
         # the wait a connect timeout later rather than never.
         loop = asyncio.get_running_loop()
@@ -234,8 +239,9 @@ class LocalCluster:
                     )
         finally:
             answer.cancel()
-        if answer.result()["error"]:
-            raise TimeoutError(answer.result()["error"])
+        error = answer.result().error
+        if error:
+            raise TimeoutError(error)
 
     def scale(self, n: int) -> None:
         """Have ``n`` workers: start the missing ones at once (``wait_for_workers``
@@ -299,7 +305,8 @@ class LocalCluster:
 
 async def scheduler_info(address: str, security: Security | None = None) -> dict[str, Any]:
     """Ask a scheduler for its workers: {"workers": [{address, name, nthreads, ...}]}."""
-    return dict(await ask(address, {"op": ops.SCHEDULER_INFO}, security))
+    reply = await ask(address, m.SchedulerInfo(), m.SchedulerInfoReply, security)
+    return msgspec.structs.asdict(reply)
 
 
 def print_level_flags(silence_logs: int | str | Literal[False] | None) -> list[str]:

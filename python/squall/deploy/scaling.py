@@ -8,9 +8,10 @@ import logging
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.security import Security
 
 if TYPE_CHECKING:
@@ -23,24 +24,30 @@ logger = logging.getLogger("squall.deploy")
 EXIT_GRACE = 10.0
 
 
-async def ask(address: str, header: comm.Header, security: Security | None = None) -> comm.Header:
-    """One request to a scheduler on a connection of its own; its answer (the message
-    of the request's op, or ``request-failed`` as a ``RuntimeError``)."""
+R = TypeVar("R", bound=m.Message)
+
+
+async def ask(
+    address: str, request: m.Request, answer: type[R], security: Security | None = None
+) -> R:
+    """One request to a scheduler on a connection of its own; its ``answer`` (a
+    ``request-failed`` raises RuntimeError)."""
     c = await comm.connect(
         address,
         role="client",
-        info={"client": f"{header['op']}-request", "one_request": True},
+        info={"client": f"{request.op()}-request", "one_request": True},
         security=security,
     )
     try:
         await c.read()  # registered
-        await c.write({**header, "id": 0})
+        request.id = 0
+        await c.write(request)
         while True:
-            for h, _ in await c.read_messages():
-                if h["op"] == ops.REQUEST_FAILED:
-                    raise RuntimeError(f"scheduler: {h.get('error')}")
-                if h["op"] == header["op"]:
-                    return h
+            for msg, _ in await c.read_messages():
+                if isinstance(msg, m.RequestFailed):
+                    raise RuntimeError(f"scheduler: {msg.error}")
+                if isinstance(msg, answer):
+                    return msg
     finally:
         await c.close()
 
@@ -103,12 +110,19 @@ class Scaling:
         closing them; then stop what is left of them. Returns the addresses retired."""
         from squall.deploy.local import _run
 
-        header = {"op": ops.RETIRE_WORKERS, "workers": workers, "n": n, "close_workers": True}
-        reply = _run(ask(self.cluster.scheduler_address, header, self.cluster.security))
-        if reply["kept"]:
-            logger.warning("workers not retired: %s", reply["kept"])
-        self.stop([str(w["name"]) for w in reply["retired"].values()])
-        return list(reply["retired"])
+        request = m.RetireWorkers(workers=workers, n=n, close_workers=True)
+        reply = _run(
+            ask(
+                self.cluster.scheduler_address,
+                request,
+                m.RetireWorkersReply,
+                self.cluster.security,
+            )
+        )
+        if reply.kept:
+            logger.warning("workers not retired: %s", reply.kept)
+        self.stop([str(w["name"]) for w in reply.retired.values()])
+        return list(reply.retired)
 
     def stop(self, names: list[str]) -> None:
         """Wait (bounded) for these workers to leave, stop those that do not, and
