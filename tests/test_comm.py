@@ -12,11 +12,18 @@ import msgpack
 import pytest
 
 from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.protocol.comm import Comm
 
 
 def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(asyncio.wait_for(coro, 20))  # type: ignore[arg-type]
+
+
+def echo(msg: m.Message | m.Malformed) -> m.RequestFailed:
+    """The echo server's answer: names the op it answers in ``error``."""
+    op = msg.op if isinstance(msg, m.Malformed) else msg.op()
+    return m.RequestFailed(id=getattr(msg, "id", None), error=str(op))
 
 
 async def echo_server(
@@ -25,23 +32,47 @@ async def echo_server(
     seen: list[Any] = []
 
     async def handler(c: Comm) -> None:
+        seen.append(c.hello)
         try:
             while True:
-                for header, payload in await c.read_messages():
-                    seen.append((header, bytes(payload)))
-                    await c.write({"op": "echo", "of": header["op"]}, payload)
+                for msg, payload in await c.read_messages():
+                    seen.append((msg, bytes(payload)))
+                    await c.write(echo(msg), payload)
         except comm.CommError as e:
             seen.append(e)
 
     return await comm.listen("tcp://127.0.0.1:0", handler, roles=roles), seen
 
 
+async def answer_of(c: Comm) -> tuple[str, bytes]:
+    reply, payload = await c.read()
+    assert isinstance(reply, m.RequestFailed)
+    return reply.error, bytes(payload)
+
+
 async def still_served(good: Comm, listener: comm.Listener) -> None:
     """A well-behaved client is still answered; then both close."""
-    await good.write({"op": "ping"})
-    assert (await good.read())[0]["of"] == "ping"
+    await good.write(m.HeartbeatClient())
+    assert (await answer_of(good))[0] == "heartbeat-client"
     await good.close()
     await listener.close()
+
+
+def raw_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    """A frame with any header, as a hostile or broken peer may send it."""
+    head = msgpack.packb(header)
+    return struct.pack("<II", len(head), len(payload)) + head + payload
+
+
+async def raw_client(listener: comm.Listener) -> tuple[Comm, asyncio.StreamWriter]:
+    """A connection that completed the handshake as a client, to write frames by hand."""
+    host, port = comm.parse_address(listener.address)
+    reader, writer = await asyncio.open_connection(host, port)
+    c = Comm(reader, writer, "test")
+    await c.write_handshake(m.Hello(protocol=m.PROTOCOL, role="client"))
+    assert isinstance(await c.read_handshake(), m.Welcome)
+    c.expect(m.Route.SCHEDULER_TO_CLIENT)
+    return c, writer
 
 
 def test_parse_address() -> None:
@@ -53,14 +84,15 @@ def test_parse_address() -> None:
             comm.parse_address(bad)
 
 
-def test_roundtrip_with_payload() -> None:
+def test_roundtrip_with_payload_and_hello() -> None:
     async def main() -> None:
-        listener, _ = await echo_server()
-        c = await comm.connect(listener.address, role="client")
-        await c.write({"op": "ping", "n": 1, "key": ("x", 0)}, b"\x00\xffdata")
-        header, payload = await c.read()
-        assert header == {"op": "echo", "of": "ping"}
-        assert bytes(payload) == b"\x00\xffdata"
+        listener, seen = await echo_server()
+        c = await comm.connect(listener.address, role="client", info={"client": "me"})
+        await c.write(m.Cancel(force=True), b"\x00\xffdata")
+        assert await answer_of(c) == ("cancel", b"\x00\xffdata")
+        hello, (msg, payload) = seen[:2]
+        assert isinstance(hello, m.Hello) and (hello.role, hello.client) == ("client", "me")
+        assert msg == m.Cancel(force=True) and payload == b"\x00\xffdata"
         await c.close()
         await listener.close()
 
@@ -73,10 +105,10 @@ def test_protocol_mismatch_is_a_clear_error() -> None:
         host, port = comm.parse_address(listener.address)
         reader, writer = await asyncio.open_connection(host, port)
         raw = Comm(reader, writer, "test")
-        await raw.write({"op": "hello", "protocol": "squall/999", "role": "client"})
-        reply, _ = await raw.read()
-        assert reply["op"] == "error"
-        assert "squall/999" in reply["message"] and comm.PROTOCOL in reply["message"]
+        await raw.write_handshake(m.Hello(protocol="squall/999", role="client"))
+        reply = await raw.read_handshake()
+        assert isinstance(reply, m.Error)
+        assert "squall/999" in reply.message and m.PROTOCOL in reply.message
         await raw.close()
         with pytest.raises(comm.HandshakeError, match="not accepted"):
             await comm.connect(listener.address, role="worker")
@@ -88,32 +120,24 @@ def test_protocol_mismatch_is_a_clear_error() -> None:
 def test_garbage_and_truncated_frames_close_only_that_connection() -> None:
     async def main() -> None:
         listener, seen = await echo_server()
-        host, port = comm.parse_address(listener.address)
         good = await comm.connect(listener.address, role="client")
-        # A client that sends a valid handshake, then garbage.
-        reader, writer = await asyncio.open_connection(host, port)
-        bad = Comm(reader, writer, "test")
-        await bad.write({"op": "hello", "protocol": comm.PROTOCOL, "role": "client"})
-        await bad.read()
+        # A client that completes the handshake, then sends garbage.
+        bad, writer = await raw_client(listener)
         head = b"\xc1not msgpack"
         writer.write(struct.pack("<II", len(head), 0) + head)
         await writer.drain()
         with pytest.raises(comm.CommClosedError):
             await bad.read()
         # Another one that stops in the middle of a frame.
-        reader2, writer2 = await asyncio.open_connection(host, port)
-        trunc = Comm(reader2, writer2, "test")
-        await trunc.write({"op": "hello", "protocol": comm.PROTOCOL, "role": "client"})
-        await trunc.read()
-        frame = comm.encode_frame({"op": "ping"}, b"x" * 100)
+        _, writer2 = await raw_client(listener)
+        frame = comm.encode_frame(
+            m.Batch(msgs=[m.HeartbeatClient()], spans=[(0, 100)]), b"x" * 100
+        )
         writer2.write(frame[:-10])
         await writer2.drain()
         writer2.close()
         # An oversized frame is refused before reading it.
-        reader3, writer3 = await asyncio.open_connection(host, port)
-        big = Comm(reader3, writer3, "test")
-        await big.write({"op": "hello", "protocol": comm.PROTOCOL, "role": "client"})
-        await big.read()
+        big, writer3 = await raw_client(listener)
         writer3.write(struct.pack("<II", 10, big.max_frame_bytes))
         await writer3.drain()
         with pytest.raises(comm.CommClosedError):
@@ -129,6 +153,41 @@ def test_garbage_and_truncated_frames_close_only_that_connection() -> None:
     run(main())
 
 
+def test_a_malformed_message_comes_alone_and_the_batch_is_read() -> None:
+    """A message that does not validate (a wrong field, an op its route does not carry)
+    reaches the handler as Malformed, with its op and id; its neighbours arrive."""
+
+    async def main() -> None:
+        listener, seen = await echo_server()
+        c, writer = await raw_client(listener)
+        msgs = [
+            {"op": "cancel", "force": True},
+            {"op": "who-has", "id": 7, "bogus": 1},  # unknown fields are ignored
+            {"op": "scatter", "id": 8, "holders": "no", "nbytes": []},
+            {"op": "compute", "addresses": [], "n": 0},  # not a client's message
+            [1, 2],
+        ]
+        spans = [[0, 1], [1, 0], [1, 2], [3, 0], [3, 0]]
+        writer.write(raw_frame({"op": "batch", "msgs": msgs, "spans": spans}, b"abcd"))
+        await writer.drain()
+        answers = [await answer_of(c) for _ in msgs]
+        assert answers == [
+            ("cancel", b"a"),
+            ("who-has", b""),
+            ("scatter", b"bc"),
+            ("compute", b""),
+            ("None", b""),
+        ]
+        got = [msg for msg, _ in seen[1:]]
+        assert got[0] == m.Cancel(force=True) and got[1] == m.WhoHas(id=7)
+        assert isinstance(got[2], m.Malformed) and got[2].id == 8 and "holders" in got[2].error
+        assert isinstance(got[3], m.Malformed) and got[3].op == "compute"
+        assert isinstance(got[4], m.Malformed) and got[4].op is None
+        await still_served(c, listener)
+
+    run(main())
+
+
 def test_a_message_larger_than_a_frame_travels_in_parts() -> None:
     async def main() -> None:
         listener, seen = await echo_server()
@@ -136,44 +195,51 @@ def test_a_message_larger_than_a_frame_travels_in_parts() -> None:
         limit, c.max_frame_bytes = c.max_frame_bytes, 1000  # parts of under 1000 bytes
         big = bytes(range(256)) * 40
         # Two writers at once: the parts of one message never interleave with the other.
-        await asyncio.gather(c.write({"op": "big"}, big), c.write({"op": "small"}, b"s"))
+        await asyncio.gather(c.write(m.ReleaseKeys(), big), c.write(m.Retry(), b"s"))
         c.max_frame_bytes = limit  # the echoes come back in one frame each
-        replies = {h["of"]: bytes(p) for h, p in [await c.read(), await c.read()]}
-        assert replies == {"big": big, "small": b"s"}
-        assert ({"op": "big"}, big) in seen
+        assert dict([await answer_of(c), await answer_of(c)]) == {
+            "release-keys": big,
+            "retry": b"s",
+        }
+        assert (m.ReleaseKeys(), big) in seen
         with pytest.raises(comm.MessageTooLarge, match="max-message-bytes"):
             c.max_message_bytes = 5000
-            await c.write({"op": "big"}, big)
-        await c.write({"op": "ping"})  # the connection lives on
-        assert (await c.read())[0]["of"] == "ping"
-        await c.close()
-        await listener.close()
+            await c.write(m.ReleaseKeys(), big)
+        await still_served(c, listener)  # the connection lives on
 
     run(main())
+
+
+def batch(parts: int = 0) -> dict[str, Any]:
+    return {"op": "batch", "msgs": [], "spans": [], "parts": parts}
 
 
 @pytest.mark.parametrize(
     "frames, problem",
     [
         ([({"op": "part", "total": 2**40}, b"x")], "exceeds"),
-        ([({"op": "part", "total": "9"}, b"x")], "exceeds"),
+        ([({"op": "part", "total": "9"}, b"x")], "malformed"),
         ([({"op": "part", "total": 3}, b"xx"), ({"op": "part", "total": 4}, b"x")], "disagree"),
         ([({"op": "part", "total": 3}, b"xx"), ({"op": "part", "total": 3}, b"xx")], "disagree"),
-        ([({"op": "part", "total": 3}, b"xx"), ({"op": "m", "parts": 3}, b"")], "add up"),
-        ([({"op": "part", "total": 2}, b"xx"), ({"op": "m", "parts": 2}, b"y")], "add up"),
-        ([({"op": "part", "total": 2}, b"xx"), ({"op": "m"}, b"")], "add up"),
+        ([({"op": "part", "total": 3}, b"xx"), (batch(3), b"")], "add up"),
+        ([({"op": "part", "total": 2}, b"xx"), (batch(2), b"y")], "add up"),
+        ([({"op": "part", "total": 2}, b"xx"), (batch(), b"")], "add up"),
+        ([(batch(5), b"")], "add up"),
+        ([({"op": "batch", "msgs": [{"op": "retry"}], "spans": [[0, 2]]}, b"x")], "span"),
+        ([({"op": "batch", "msgs": [{"op": "retry"}], "spans": []}, b"")], "spans"),
+        ([({"op": "retry"}, b"")], "malformed"),
     ],
 )
-def test_malformed_parts_close_only_that_connection(
+def test_malformed_frames_close_only_that_connection(
     frames: list[tuple[dict[str, Any], bytes]], problem: str
 ) -> None:
     async def main() -> None:
         listener, seen = await echo_server()
         good = await comm.connect(listener.address, role="client")
-        bad = await comm.connect(listener.address, role="client")
+        bad, writer = await raw_client(listener)
         for header, payload in frames:
-            bad._writer.write(comm.encode_frame(header, payload))
-        await bad._writer.drain()
+            writer.write(raw_frame(header, payload))
+        await writer.drain()
         with pytest.raises(comm.CommClosedError):
             await bad.read()
         errors = [str(e) for e in seen if isinstance(e, comm.ProtocolError)]
@@ -185,7 +251,7 @@ def test_malformed_parts_close_only_that_connection(
 
 def test_batched_send_coalesces_messages_with_payloads() -> None:
     async def main() -> None:
-        got: asyncio.Queue[list[comm.Message]] = asyncio.Queue()
+        got: asyncio.Queue[list[comm.Received]] = asyncio.Queue()
 
         async def handler(c: Comm) -> None:
             while True:
@@ -198,16 +264,19 @@ def test_batched_send_coalesces_messages_with_payloads() -> None:
         c = await comm.connect(listener.address, role="worker")
         b = comm.BatchedSend(c, interval=0.01)
         b.start()
-        b.send({"op": "a"}, b"one")
-        b.send({"op": "b"})
-        b.send({"op": "c"}, b"three")
-        msgs = await got.get()
-        got_msgs = [(h["op"], bytes(p)) for h, p in msgs]
-        assert got_msgs == [("a", b"one"), ("b", b""), ("c", b"three")]
+        b.send(m.Finished(n=1), b"one")
+        b.send(m.Reschedule(task=2))
+        b.send(m.AddReplicas(), b"three")
+        msgs = [(msg, bytes(p)) for msg, p in await got.get()]
+        assert msgs == [
+            (m.Finished(n=1), b"one"),
+            (m.Reschedule(task=2), b""),
+            (m.AddReplicas(), b"three"),
+        ]
         assert b.frames_sent == 1
-        b.send({"op": "d"})
+        b.send(m.Retire())
         await b.close()
-        assert [h["op"] for h, _ in await got.get()] == ["d"]
+        assert [msg for msg, _ in await got.get()] == [m.Retire()]
         await c.close()
         await listener.close()
 
@@ -226,7 +295,7 @@ def test_batched_send_closes_cleanly_after_the_peer_went_away() -> None:
         assert b._task is not None
         while not b._task.done():  # writes fail once the peer's reset arrives
             with contextlib.suppress(comm.CommClosedError):
-                b.send({"op": "ping"}, b"x" * 1000)
+                b.send(m.AddReplicas(), b"x" * 1000)
             await asyncio.sleep(0.01)
         assert isinstance(b._task.exception(), comm.CommClosedError)
         await b.close()  # its owner (a worker closing, the scheduler forgetting a
@@ -254,7 +323,7 @@ async def _noop(c: Comm) -> None:
 
 
 def test_encode_frame_layout() -> None:
-    frame = comm.encode_frame({"op": "x"}, b"pp")
+    frame = comm.encode_frame(m.Retire(restart=True), b"pp")
     n_head, n_payload = struct.unpack("<II", frame[:8])
-    assert msgpack.unpackb(frame[8 : 8 + n_head]) == {"op": "x"}
+    assert msgpack.unpackb(frame[8 : 8 + n_head]) == {"op": "retire", "restart": True}
     assert frame[8 + n_head :] == b"pp" and n_payload == 2

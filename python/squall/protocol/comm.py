@@ -220,7 +220,7 @@ class Comm:
         frame = self._decode(head)
         if isinstance(frame, m.Part):
             frame, payload = await self._read_parts(frame, payload)
-        elif frame is None or frame.parts:
+        elif (_RAW_BATCH.decode(head) if frame is None else frame).parts:
             raise ProtocolError(f"{self.peer}: a message's parts do not add up to it")
         return self._unbatch(frame, head, payload)
 

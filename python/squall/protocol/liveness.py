@@ -14,11 +14,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from dask.utils import parse_timedelta
 
 from squall import config
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.security import Security
 
 logger = logging.getLogger("squall.comm")
@@ -69,7 +71,7 @@ def idle_timeout() -> float | None:
     return idle
 
 
-async def read_batches(c: comm.Comm, who: str) -> AsyncGenerator[list[comm.Message], None]:
+async def read_batches(c: comm.Comm, who: str) -> AsyncGenerator[list[comm.Received], None]:
     """The message batches of a connection a listener accepted, until it ends; it is
     aborted once it sent nothing for ``idle_timeout()``. Use under ``aclosing``."""
     idle = _close_when_idle(c, who)
@@ -147,12 +149,21 @@ class Watchdog:
                     self._ping()
 
 
+#: What the scheduler answers a registration with, per role.
+R = TypeVar("R", m.WorkerRegistered, m.NannyRegistered, m.ClientRegistered)
+
+
 async def register(
-    address: str, role: str, info: comm.Header, security: Security | None = None
-) -> tuple[comm.Comm, comm.Header]:
-    """Connect to the scheduler at ``address`` as ``role`` and read its ``registered``
-    (each within ``squall.comm.timeouts.connect``); CommError if that fails or it
-    refuses."""
+    address: str,
+    role: str,
+    info: dict[str, Any],
+    registered: type[R],
+    security: Security | None = None,
+) -> tuple[comm.Comm, R]:
+    """Connect to the scheduler at ``address`` as ``role`` (``info``: the
+    :class:`~squall.protocol.messages.Hello` fields of that role) and read its
+    ``registered`` answer (each within ``squall.comm.timeouts.connect``); CommError if
+    that fails or it refuses."""
     timeout = config.seconds("comm.timeouts.connect")
     c = await comm.connect(address, role=role, info=info, timeout=timeout, security=security)
     try:
@@ -160,10 +171,13 @@ async def register(
     except (comm.CommError, TimeoutError) as e:
         c.abort()
         raise comm.CommError(f"registering with {address}: {e or 'timed out'}") from None
-    if reply["op"] != ops.REGISTERED:
-        await c.close()
-        raise comm.HandshakeError(f"{address} refused {role}: {reply.get('message', reply)}")
-    return c, reply
+    if isinstance(reply, registered):
+        return c, reply
+    await c.close()
+    if isinstance(reply, m.Error):
+        raise comm.HandshakeError(f"{address} refused {role}: {reply.message}")
+    what = reply.error if isinstance(reply, m.Malformed) else repr(reply.op())
+    raise comm.ProtocolError(f"{address}: expected registered, got {what}")
 
 
 async def retry(

@@ -669,7 +669,7 @@ class Data(Reply, tag="data", kw_only=True):
     PAYLOAD = "the pickled values, concatenated"
     sizes: Annotated[list[int], note("per key; -1: not held here; -2: cannot be pickled")]
     failed: Annotated[
-        dict[str, tuple[str, bytes]], note("{index: [repr, pickled exception]}")
+        dict[int, tuple[str, bytes]], note("{index: [repr, pickled exception]}")
     ] = {}
 
 

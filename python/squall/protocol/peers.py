@@ -10,15 +10,20 @@ import asyncio
 import itertools
 import pickle
 from collections.abc import Hashable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
+
+import msgspec
 
 from squall._core import encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.protocol.remote_errors import unpack_error
 from squall.security import Security
 
 #: ``get-data`` sizes: the holder lacks the key; its value cannot be pickled.
 MISSING, UNPICKLABLE = -1, -2
+
+R = TypeVar("R", bound=m.Message)
 
 
 class DataReply(NamedTuple):
@@ -68,24 +73,37 @@ class Peers:
         return list(self._conns)
 
     async def request(
-        self, address: str, header: comm.Header, payload: bytes = b"", *, again: bool = False
-    ) -> comm.Message:
-        """Send one request to ``address`` and wait for its reply. With ``again`` (for a
-        request that may be repeated), a cached connection found closed by the worker
+        self,
+        address: str,
+        msg: m.Request,
+        payload: bytes = b"",
+        *,
+        reply: type[R],
+        again: bool = False,
+    ) -> tuple[R, memoryview]:
+        """Send one request to ``address`` and wait for its reply, of type ``reply``
+        (anything else is a ProtocolError, and drops the connection). With ``again`` (for
+        a request that may be repeated), a cached connection found closed by the worker
         (idle too long: ``squall.comm.timeouts.idle``) is replaced once."""
         async with self._locks.setdefault(address, asyncio.Lock()):
             c = self._conns.get(address)
             cached = c is not None and not c.closed
             try:
-                return await self._send(address, c, header, payload)
+                answer, data = await self._send(address, c, msg, payload)
             except comm.CommClosedError:
                 if not (again and cached):
                     raise
-            return await self._send(address, None, header, payload)
+                answer, data = await self._send(address, None, msg, payload)
+        if not isinstance(answer, reply):
+            await self.drop(address)
+            raise comm.ProtocolError(
+                f"{address}: unexpected reply {answer.op()!r} to {msg.op()!r}"
+            )
+        return answer, data
 
     async def _send(
-        self, address: str, c: comm.Comm | None, header: comm.Header, payload: bytes
-    ) -> comm.Message:
+        self, address: str, c: comm.Comm | None, msg: m.Request, payload: bytes
+    ) -> tuple[m.Message, memoryview]:
         """One request over ``c`` (a new connection if None or closed); a connection
         that fails (or whose reply times out) is dropped."""
         if c is None or c.closed:
@@ -95,7 +113,7 @@ class Peers:
             self._conns[address] = c
         rid = next(self._ids)
         try:
-            await c.write({**header, "id": rid}, payload)
+            await c.write(msgspec.structs.replace(msg, id=rid), payload)
             return await asyncio.wait_for(_reply(c, rid), self._reply_timeout)
         except (comm.CommError, asyncio.TimeoutError):
             await self.drop(address)
@@ -105,26 +123,19 @@ class Peers:
         """``get-data``: each key's size in the payload (-1: the worker lacks it; -2: its
         value cannot be pickled, ``failed`` says why), and the payload of the pickles."""
         h, payload = await self.request(
-            address, {"op": ops.GET_DATA, "n": len(keys)}, encode_keys(keys), again=True
+            address, m.GetData(n=len(keys)), encode_keys(keys), reply=m.Data, again=True
         )
-        sizes = h.get("sizes")
-        if h["op"] != ops.DATA or not isinstance(sizes, list):
-            await self.drop(address)
-            raise comm.ProtocolError(f"{address}: unexpected reply {h['op']!r} to get-data")
-        if len(sizes) != len(keys) or sum(s for s in sizes if s > 0) != len(payload):
+        if len(h.sizes) != len(keys) or sum(s for s in h.sizes if s > 0) != len(payload):
             await self.drop(address)
             raise comm.ProtocolError(f"{address}: get-data reply sizes do not match")
-        failed = {
-            int(i): (str(text), bytes(blob)) for i, (text, blob) in h.get("failed", {}).items()
-        }
-        return DataReply([int(s) for s in sizes], payload, failed)
+        return DataReply(h.sizes, payload, h.failed)
 
     async def run(self, address: str, blob: bytes, *, wait: bool = True) -> Any:
         """``run``: call a function on a worker's (or nanny's) event loop. ``blob`` is
         ``cloudpickle.dumps((function, args, kwargs))``; returns its result, or raises
         its exception."""
-        h, payload = await self.request(address, {"op": ops.RUN, "wait": wait}, blob)
-        if h.get("status") == "OK":
+        h, payload = await self.request(address, m.Run(wait=wait), blob, reply=m.RunResult)
+        if h.status == "OK":
             return pickle.loads(payload)
         exc, tb = unpack_error(h, payload, f"run on {address}")
         raise exc.with_traceback(tb)
@@ -149,8 +160,14 @@ class Peers:
             await c.close()
 
 
-async def _reply(c: comm.Comm, rid: int) -> comm.Message:
+async def _reply(c: comm.Comm, rid: int) -> tuple[m.Message, memoryview]:
+    """The answer to request ``rid``; a refusal (``error``, which a worker or nanny
+    sends before it closes) or a reply that does not validate is a CommError."""
     while True:
-        for m in await c.read_messages():
-            if m[0].get("id") == rid:
-                return m
+        for msg, payload in await c.read_messages():
+            if isinstance(msg, m.Error):
+                raise comm.CommError(f"{c.peer} refused the request: {msg.message}")
+            if isinstance(msg, m.Malformed):  # one request at a time: it is the answer
+                raise comm.ProtocolError(f"{c.peer}: {msg.error}")
+            if getattr(msg, "id", None) == rid:
+                return msg, payload

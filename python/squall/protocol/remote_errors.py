@@ -23,7 +23,7 @@ import pickle
 import traceback
 import types
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, TypeVar
 
 import cloudpickle  # type: ignore[import-untyped]
 from tblib import pickling_support  # type: ignore[import-untyped]
@@ -31,7 +31,7 @@ from tblib import pickling_support  # type: ignore[import-untyped]
 from squall import tracebacks
 from squall._core import decode_keys
 from squall.errors import KilledWorker, RemoteError
-from squall.protocol import comm
+from squall.protocol import messages as m
 
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(types.TracebackType, pickling_support.pickle_traceback)
@@ -102,25 +102,26 @@ def rebuild_exception(module: str, qualname: str, message: str) -> BaseException
     return stand_in(message)
 
 
-def error_fields(err: tuple[str, str, bytes, bytes]) -> tuple[comm.Header, bytes]:
-    """The header fields and payload that carry a :func:`pack_error` result."""
+E = TypeVar("E", bound=m.ErrorReport)
+
+
+def error_fields(report: E, err: tuple[str, str, bytes, bytes]) -> tuple[E, bytes]:
+    """``report`` with its error fields set from a :func:`pack_error` result, and the
+    payload that carries the pickles."""
     exc_text, tb_text, exc_blob, tb_blob = err
-    header = {
-        "exception_text": exc_text,
-        "traceback_text": tb_text,
-        "n_exception": len(exc_blob),
-    }
-    return header, exc_blob + tb_blob
+    report.exception_text = exc_text
+    report.traceback_text = tb_text
+    report.n_exception = len(exc_blob)
+    return report, exc_blob + tb_blob
 
 
 def unpack_error(
-    h: comm.Header, payload: memoryview, where: str
+    report: m.ErrorReport, payload: memoryview, where: str
 ) -> tuple[BaseException, types.TracebackType | None]:
     """The exception (a :class:`~squall.errors.RemoteError` with the remote text if it
-    cannot be unpickled here) and traceback of a reply carrying :func:`error_fields`;
+    cannot be unpickled here) and traceback of a message carrying :func:`error_fields`;
     ``where`` names what failed in the note that holds the remote traceback's text."""
-    n_exc = int(h.get("n_exception", 0))
-    text, tb_text = str(h.get("exception_text", "")), str(h.get("traceback_text", ""))
+    n_exc, text, tb_text = report.n_exception, report.exception_text, report.traceback_text
     try:
         loaded: Any = pickle.loads(payload[:n_exc]) if n_exc else None
     except Exception:
@@ -141,15 +142,14 @@ def unpack_error(
 
 
 def parse_task_erred(
-    h: comm.Header, payload: memoryview
+    h: m.TaskErred, payload: memoryview
 ) -> tuple[Hashable, BaseException, types.TracebackType | None]:
     """A ``task-erred`` notice (the key, then :func:`error_fields`' payload) as
     ``(key, exception to raise, traceback)``; a task that killed too many workers
     (``error_kind`` KilledWorker) comes as text only."""
-    n_key = int(h["n_key"])
-    [key] = decode_keys(bytes(payload[:n_key]))
-    if h.get("error_kind") == "KilledWorker":
-        text = str(h.get("exception_text", "")) or f"task {key!r} killed too many workers"
+    [key] = decode_keys(bytes(payload[: h.n_key]))
+    if h.error_kind == "KilledWorker":
+        text = h.exception_text or f"task {key!r} killed too many workers"
         return key, KilledWorker(text, key), None
-    exc, tb = unpack_error(h, payload[n_key:], f"task {key!r}")
+    exc, tb = unpack_error(h, payload[h.n_key :], f"task {key!r}")
     return key, exc, tb

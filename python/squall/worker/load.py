@@ -1,6 +1,6 @@
-"""What a worker's heartbeat says about its load (docs/runtime.md#task-stream): CPU and
-network use since the previous heartbeat, task and key counts, and the sampled task
-stream the compiled task loop kept meanwhile."""
+"""What a worker's heartbeat says (docs/runtime.md#task-stream): the running tasks, its
+bandwidth and memory, its load (CPU and network use since the previous heartbeat, task
+and key counts), and the sampled task stream the compiled task loop kept meanwhile."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
 from squall._core import WorkerCore
+from squall.protocol import messages as m
 
 
 class LoadMeter:
@@ -25,7 +25,7 @@ class LoadMeter:
         self._net = _net_bytes()
         self._time = time.monotonic()
 
-    def figures(self, core: WorkerCore) -> dict[str, Any]:
+    def figures(self, core: WorkerCore) -> dict[str, float]:
         """The heartbeat's ``load``."""
         now, net = time.monotonic(), _net_bytes()
         elapsed = max(now - self._time, 1e-6)
@@ -89,14 +89,21 @@ def _net_bytes() -> tuple[int, int]:
     return (0, 0) if counters is None else (counters.bytes_recv, counters.bytes_sent)
 
 
-def add_task_stream(header: dict[str, Any], core: WorkerCore) -> bytes:
-    """Adds the tasks sampled since the last heartbeat to ``header`` (``stream``:
-    ``[[start, stop, thread, ok, nbytes, typename], ...]``, epoch seconds, the result's
-    size and type name, 0 and "" for a failure; ``stream_tasks``: how many
-    tasks ran, which the samples stand for) and returns their keys, the message's
-    payload (``encode_keys`` form). Nothing is added when no task ran."""
+def heartbeat(
+    core: WorkerCore, meter: LoadMeter, bandwidth: float | None, memory: m.Memory
+) -> tuple[m.Heartbeat, bytes]:
+    """A heartbeat and its payload: the running tasks' elapsed seconds, the measured
+    ``bandwidth`` (None until a transfer measured it), ``memory``, the load, and the
+    tasks sampled since the last heartbeat (``stream``: epoch seconds, the result's
+    size and type name, 0 and "" for a failure; ``stream_tasks``: how many tasks ran,
+    which the samples stand for), their keys the payload (``encode_keys`` form)."""
     keys, samples, ran = core.take_task_stream()
-    if ran:
-        header["stream"] = samples  # tuples: msgpack arrays
-        header["stream_tasks"] = ran
-    return keys
+    msg = m.Heartbeat(
+        executing=core.executing(),
+        bandwidth=bandwidth,
+        memory=memory,
+        load=meter.figures(core),
+        stream=samples,
+        stream_tasks=ran,
+    )
+    return msg, keys

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import pathlib
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from typing import Any, NamedTuple
 
 import dask.config
 import psutil  # type: ignore[import-untyped]
+from dask.sizeof import sizeof
 from dask.utils import format_bytes, parse_bytes, parse_timedelta
 
 from squall import config
@@ -32,6 +34,20 @@ from squall._core import WorkerCore
 from squall.worker.spill import SpillStore, no_activity
 
 logger = logging.getLogger("squall.worker")
+
+# dask's sizeof answers sys.getsizeof for these; skip its dispatch on the hot path.
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def sizeof_value(value: Any) -> int:
+    """A result's managed bytes: dask's ``sizeof``, ``sys.getsizeof`` where it fails."""
+    if type(value) in _SCALARS:
+        return sys.getsizeof(value)
+    try:
+        return int(sizeof(value))
+    except Exception:
+        return sys.getsizeof(value)
+
 
 #: Dask's defaults for ``distributed.worker.memory.*``, used when neither squall's key
 #: nor Dask's is set (distributed's own defaults load only once distributed is imported).

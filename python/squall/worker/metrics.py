@@ -35,7 +35,7 @@ class WorkerCollector:
             "dask_worker_tasks", "Tasks this worker knows, by state", labels=["state"]
         )
         # As distributed does: results spilled to disk count as "disk", not "memory".
-        spilled = min(mem["spilled_count"], counts.get("memory", 0))
+        spilled = min(mem.spilled_count, counts.get("memory", 0))
         if spilled:
             counts["memory"] -= spilled
             counts["disk"] = spilled
@@ -52,8 +52,8 @@ class WorkerCollector:
         )
         yield from _transfers(w.transfers)
 
-        process = mem["process"]
-        managed = min(process, mem["managed"])
+        process = mem.process
+        managed = min(process, mem.managed)
         memory = GaugeMetricFamily(
             "dask_worker_memory_bytes",
             "The process's memory: results held (managed), the rest, and results on disk",
@@ -61,7 +61,7 @@ class WorkerCollector:
         )
         memory.add_metric(["managed"], managed)
         memory.add_metric(["unmanaged"], process - managed)
-        memory.add_metric(["spilled"], mem["spilled_disk"])
+        memory.add_metric(["spilled"], mem.spilled_disk)
         yield memory
 
         yield GaugeMetricFamily(
@@ -73,11 +73,11 @@ class WorkerCollector:
         yield GaugeMetricFamily(
             "squall_worker_spilled",
             "Bytes on disk of the results spilled now",
-            value=mem["spilled_disk"],
+            value=mem.spilled_disk,
             unit="bytes",
         )
         yield GaugeMetricFamily(
-            "squall_worker_spilled_values", "Results spilled now", value=mem["spilled_count"]
+            "squall_worker_spilled_values", "Results spilled now", value=mem.spilled_count
         )
         if w.memory is not None:
             yield from _spill_activity(w.memory.spill_activity())

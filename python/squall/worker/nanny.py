@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import tempfile
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from dask.utils import format_bytes
 from squall import config, log_ring
 from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
-from squall.protocol import comm, liveness, ops
+from squall.protocol import comm, dispatch, liveness
+from squall.protocol import messages as m
+from squall.worker import serving
 from squall.worker.memory import thresholds
-from squall.worker.worker import run_function
 
 logger = logging.getLogger("squall.nanny")
 
@@ -66,8 +68,10 @@ class Nanny:
     ``worker-died`` whenever its worker's process ends, with the exit code and the tasks
     the worker was running then (kept in a file they share), and takes ``restart`` and
     ``close``; it reconnects to a lost scheduler as its worker does
-    (docs/runtime.md#reconnection-and-liveness). It also serves peers ``run``
-    (``Client.run(..., nanny=True)``). With a ``memory_limit`` (bytes) it watches the
+    (docs/runtime.md#reconnection-and-liveness), and a message from it that does not
+    validate closes that connection (and reconnects). It also serves peers ``run``
+    (``Client.run(..., nanny=True)``), and refuses their other requests (it holds no
+    data). With a ``memory_limit`` (bytes) it watches the
     worker's memory and kills it above the terminate threshold (docs/runtime.md#memory)."""
 
     def __init__(
@@ -93,6 +97,21 @@ class Nanny:
         self.memory_limit = memory_limit
         #: The worker process was killed for its memory: a death, whatever its exit code.
         self._memory_killed = False
+        self._on_scheduler: dispatch.Handlers[bool] = dispatch.Handlers(
+            m.Route.SCHEDULER_TO_NANNY,
+            {
+                m.Restart: self._restart,
+                m.Close: self._close_requested,
+                m.Error: self._refused,
+                m.NannyRegistered: self._registered_again,
+            },
+            malformed=self._malformed,
+        )
+        self._requests: serving.Requests = dispatch.Handlers(
+            m.Route.PEER_TO_WORKER,
+            {m.Run: self._run, m.GetData: self._holds_no_data, m.UpdateData: self._holds_no_data},
+            malformed=serving.refuse_malformed,
+        )
 
     async def run(self) -> int:
         """Supervise until done; the exit code of the ``squall worker`` program."""
@@ -137,7 +156,7 @@ class Nanny:
         while True:
             await asyncio.sleep(liveness.silence_timeout() / 4)
             with contextlib.suppress(comm.CommError, AssertionError):
-                await self._scheduler_comm().write({"op": ops.HEARTBEAT_CLIENT})
+                await self._scheduler_comm().write(m.HeartbeatClient())
 
     async def _join(self) -> bool:
         """Register with the scheduler, retrying with backoff for ``death_timeout``;
@@ -147,7 +166,9 @@ class Nanny:
 
     async def _register(self) -> None:
         info = {"address": self.address}
-        self._scheduler, _ = await liveness.register(self.scheduler_address, "nanny", info)
+        self._scheduler, _ = await liveness.register(
+            self.scheduler_address, "nanny", info, m.NannyRegistered
+        )
 
     def close(self) -> None:
         """Stop the worker, then the nanny."""
@@ -212,7 +233,7 @@ class Nanny:
             executing = None
         if self._memory_killed and code == 0:
             code = -signal.SIGTERM
-        report = {"op": ops.WORKER_DIED, "pid": pid, "exit_code": code, "executing": executing}
+        report = m.WorkerDied(pid=pid, exit_code=code, executing=executing)
         with contextlib.suppress(comm.CommError):
             await self._scheduler_comm().write(report)
 
@@ -277,19 +298,12 @@ class Nanny:
         while True:
             try:
                 while True:
-                    for h, _ in await self._scheduler_comm().read_messages():
-                        if h["op"] == ops.RESTART:
-                            logger.info("nanny %s: restart requested", self.address)
-                            self._restarting = True
-                            self._spawn(self._stop_worker())
-                        elif h["op"] == ops.CLOSE:  # retired or shut down: no new worker
-                            logger.info("nanny %s: closed by the scheduler", self.address)
-                            self.close()
+                    for msg, payload in await self._scheduler_comm().read_messages():
+                        if not self._on_scheduler(msg, payload):
                             return
-                        else:
-                            logger.warning("nanny %s: unknown message %r ignored", self.address, h)
             except comm.CommError as e:
                 logger.warning("nanny %s: lost the scheduler (%s); reconnecting", self.address, e)
+                self._scheduler_comm().abort()
             if not await self._join():
                 logger.error(
                     "nanny %s: no scheduler at %s for the death timeout of %ss; closing",
@@ -300,16 +314,49 @@ class Nanny:
                 self.close()
                 return
 
+    # Scheduler messages: each handler says whether to keep reading.
+
+    def _restart(self, msg: m.Restart, payload: memoryview) -> bool:
+        logger.info("nanny %s: restart requested", self.address)
+        self._restarting = True
+        self._spawn(self._stop_worker())
+        return True
+
+    def _close_requested(self, msg: m.Close, payload: memoryview) -> bool:
+        """Retired or shut down: no new worker."""
+        logger.info("nanny %s: closed by the scheduler", self.address)
+        self.close()
+        return False
+
+    def _refused(self, msg: m.Error, payload: memoryview) -> bool:
+        """The scheduler refuses this nanny, then closes the connection."""
+        logger.warning("nanny %s: the scheduler says: %s", self.address, msg.message)
+        return True
+
+    def _registered_again(self, msg: m.NannyRegistered, payload: memoryview) -> bool:
+        raise comm.ProtocolError("the scheduler sent a second registered")
+
+    def _malformed(self, bad: m.Malformed) -> bool:
+        raise comm.ProtocolError(f"from the scheduler: {bad.error}")
+
+    # Peer requests.
+
     async def _serve_peer(self, c: comm.Comm) -> None:
         try:
             while True:
-                for h, payload in await c.read_messages():
-                    if h["op"] != ops.RUN:
-                        raise comm.ProtocolError(f"unknown nanny message {h['op']!r}")
-                    await c.write(*await run_function(self, h, payload, self._bg))
+                for msg, payload in await c.read_messages():
+                    await serving.answer(c, self._requests, msg, payload)
         except comm.CommError as e:
             if not isinstance(e, comm.CommClosedError):
                 logger.info("nanny %s: peer %s: %s", self.address, c.peer, e)
+
+    def _run(self, msg: m.Run, payload: memoryview) -> Awaitable[serving.Answer]:
+        return serving.run_function(self, msg, payload, self._bg)
+
+    def _holds_no_data(
+        self, msg: m.GetData | m.UpdateData, payload: memoryview
+    ) -> Awaitable[serving.Answer]:
+        return serving.refuse(f"{msg.op()!r}: a nanny holds no data (ask its worker)")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

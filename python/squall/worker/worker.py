@@ -1,64 +1,32 @@
-"""The worker process: runs tasks the scheduler assigns and serves their results.
+"""The worker process: runs the tasks the scheduler assigns and serves their results.
 
-A worker listens for peers (role ``peer``: other workers and clients fetching data),
-connects to the scheduler as role ``worker`` and then speaks the messages of
-docs/runtime.md. Choices the protocol table leaves open:
+It listens for peers (:mod:`squall.worker.serving`) and connects to the scheduler as
+role ``worker``; the messages, their fields and payloads are those of docs/protocol.md
+(declared in :mod:`squall.protocol.messages`), and each scheduler message has one
+handler here (a :class:`~squall.protocol.dispatch.Handlers` table). The worker's own
+choices:
 
-* ``get-data`` replies: ``{"op": "data", "id", "sizes"}`` where ``sizes[i]`` is the
-  length of key i's cloudpickled value in the payload, or **-1 if this worker does not
-  hold the key** (nothing is in the payload for it). Requests on one connection are
-  answered in order.
-* ``finished``: completions are buffered and flushed as one packed message (the four
-  little-endian arrays) when the worker has nothing executing, otherwise at most
+* Task state lives in a compiled machine (``squall._core.WorkerCore``): ``compute``
+  payloads go into it whole, and task threads run its loop, which takes the best ready
+  task, calls it and records the result with no Python code of squall's per task. The
+  event loop moves messages and flushes the reports the machine buffers: completions
+  go out as one ``finished`` once nothing executes, else at most
   ``squall.worker.finished-delay`` later.
-* ``erred``: the task's exception and traceback as :mod:`squall.protocol.remote_errors`
-  packs them (the user's frames only, as distributed's workers send them).
-* Dependencies are fetched from their holders (batched per holder, cached peer
-  connections of :mod:`squall.protocol.peers`, next holder on failure). Fetched copies
-  are kept while a local task needs them, then dropped; both are told to the scheduler
-  by key (``add-replicas``, ``drop-replicas``), so it counts the copies as holders
-  meanwhile. If no holder can provide a dependency, the dependents are given back with
-  ``reschedule`` after ``squall.worker.missing-data-retry``, unless the scheduler has
-  freed or re-sent them meanwhile (a re-sent task fetches from the holders named then).
-* ``remove-worker`` names the departed worker's address: the cached connection to it is
-  dropped, as are any other cached connections that have closed.
-* Task state lives in a compiled machine (``squall._core.WorkerCore``, the
-  ``squall-worker`` crate): ``compute`` payloads go into it whole, and task threads run
-  its loop, which takes the best ready task, calls it and records the result with no
-  Python code of squall's per task. The event loop only moves messages and flushes the
-  buffered reports.
-* Tasks run in a thread pool that grows as needed; the worker itself keeps at most
-  ``nthreads`` tasks counted as running. ``secede()`` uncounts the calling task (and
-  sends ``long-running``), ``rejoin()`` waits for a free slot; ``get_worker()`` and
-  ``get_client()`` work inside tasks (:mod:`squall.worker.context`).
-* Scattered data (``update-data`` from a client, on the peer listener) is staged until
-  the scheduler's ``scattered`` names its task ids (or refuses it, task id -1): only
-  then is it served and freed like a task's result.
-* ``run`` (peer message, ``Client.run``) calls a function on the event loop, as Dask.
-* ``restart`` from the scheduler (to workers without a nanny; see
-  :mod:`squall.worker.nanny`) closes the worker at once; the ``squall worker`` program
-  then re-executes itself (same pid, fresh interpreter, abandoned task threads
-  gone), so it comes back under any launcher: LocalCluster, ``--nworkers``, by hand.
-* ``acquire-replicas`` (a worker retiring elsewhere) fetches the named results from
-  it and keeps them as those tasks' results, announced with ``add-replicas``; ``close``
-  closes the worker for good; ``retire`` (``--lifetime``) asks the scheduler to retire
-  it (docs/runtime.md#cluster-lifecycle).
-* Heartbeats report the running tasks' elapsed times and the measured bandwidth: an
-  average over transfers of at least 1 MB (smaller ones measure latency), weighted
-  0.95/0.05 like Dask's; ``null`` until one happened. They also carry the worker's
-  load and the task stream sampled since the last one (:mod:`squall.worker.load`,
-  docs/runtime.md#task-stream).
-* A lost scheduler (the connection closed, or silent for ``squall.comm.timeouts.tcp``)
-  does not end the worker: it forgets the tasks it was given (running ones finish,
-  their results dropped), keeps the results it holds, and registers again with backoff
-  for ``death_timeout`` (:mod:`squall.protocol.liveness`); the held keys then go in
-  ``held-keys`` and come back like scattered data (``scattered``: kept as a task, or
-  dropped). docs/runtime.md#reconnection-and-liveness.
-* Memory (:mod:`squall.worker.memory`, docs/runtime.md#memory): with a memory limit,
-  a monitor spills least recently used results to disk (:mod:`squall.worker.spill`)
-  and pauses the worker (``worker-status-change``) when memory is short; heartbeats
-  carry the process's and the results' memory. ``data`` shows spilled values as their
-  ``Spilled`` handles.
+* Tasks run in a thread pool that grows as needed, at most ``nthreads`` counted as
+  running: ``secede()`` uncounts a task (and sends ``long-running``), ``rejoin()`` waits
+  for a slot (:mod:`squall.worker.context`).
+* Dependencies are fetched from their holders (:mod:`squall.worker.fetch`), copies
+  announced and dropped by key; a dependency nobody has sends its dependents back with
+  ``reschedule`` after ``squall.worker.missing-data-retry``.
+* ``restart`` (no nanny) closes the worker, and the ``squall worker`` program
+  re-executes itself; ``close`` closes it for good; ``retire`` (``--lifetime``) asks the
+  scheduler to retire it (docs/runtime.md#cluster-lifecycle).
+* A lost scheduler (closed, silent for ``squall.comm.timeouts.tcp``, or a message that
+  does not validate) does not end the worker: it forgets the tasks it was given, keeps
+  its results, and registers again for ``death_timeout``, announcing them in
+  ``held-keys`` (docs/runtime.md#reconnection-and-liveness).
+* With a memory limit, a monitor spills results to disk and pauses the worker
+  (docs/runtime.md#memory).
 * Not implemented yet: actors.
 """
 
@@ -66,37 +34,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
-import pickle
 import struct
-import sys
 import threading
 import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import cloudpickle  # type: ignore[import-untyped]
 import psutil  # type: ignore[import-untyped]
-from dask.sizeof import sizeof
 
 from squall import config, log_ring
 from squall._core import WorkerCore, decode_keys, encode_keys
-from squall.protocol import comm, liveness, ops
-from squall.protocol.peers import MISSING, UNPICKLABLE, Peers
+from squall.protocol import comm, dispatch, liveness
+from squall.protocol import messages as m
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context
-from squall.worker.load import LoadMeter, Transfers, add_task_stream
+from squall.worker.fetch import Fetcher
+from squall.worker.load import LoadMeter, Transfers, heartbeat
 from squall.worker.memory import (
     MemoryMonitor,
     local_directory,
     parse_memory_limit,
+    sizeof_value,
     thresholds,
 )
-from squall.worker.spill import Spilled, SpillStore, dumps
+from squall.worker.serving import ABSENT, PeerService
+from squall.worker.spill import Spilled, SpillStore
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -105,9 +71,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("squall.worker")
 
 Key = Hashable
-
-# Transfers smaller than this measure latency more than bandwidth.
-BANDWIDTH_MIN_BYTES = 1_000_000
 
 # The compiled loop's answers (``WorkerCore.run``) that task threads act on.
 _EXIT, _WAKE, _WAKE_LATER, _SPILL = 0, 1, 3, 4
@@ -118,26 +81,6 @@ class TaskView(NamedTuple):
 
     key: Key
     state: str
-
-
-# dask's sizeof answers sys.getsizeof for these; skip its dispatch on the hot path.
-_SCALARS = frozenset({int, float, bool, type(None)})
-
-
-def _sizeof(value: Any) -> int:
-    if type(value) in _SCALARS:
-        return sys.getsizeof(value)
-    try:
-        return int(sizeof(value))
-    except Exception:
-        return sys.getsizeof(value)
-
-
-def _takes_arg(func: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(func).parameters
-    except (TypeError, ValueError):  # builtins without a signature
-        return False
 
 
 class Worker:
@@ -191,7 +134,6 @@ class Worker:
         self._batch_interval = config.seconds("comm.batch-interval.worker")
         self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
         self._finished_delay = config.seconds("worker.finished-delay")
-        self._missing_retry = config.seconds("worker.missing-data-retry")
         #: Seconds to keep trying to reach the scheduler (None: forever, as Dask).
         self.death_timeout = liveness.death_timeout(death_timeout)
         self._silence_timeout = liveness.silence_timeout()
@@ -209,7 +151,7 @@ class Worker:
             run_spec,
             fill_call,
             pack_error,
-            _sizeof,
+            sizeof_value,
             config.integer("diagnostics.task-stream.samples"),
         )
         self._load = LoadMeter(self._process)
@@ -241,11 +183,27 @@ class Worker:
             )
         self._monitor: asyncio.Task[None] | None = None
 
-        self._peers = Peers(
-            reply_timeout=config.seconds("worker.get-data-timeout"), security=security
-        )
-        self._incoming: set[comm.Comm] = set()
+        self._fetcher = Fetcher(self)
+        self._peer_service = PeerService(self)
         self._bg: set[asyncio.Task[Any]] = set()
+        self._on_scheduler: dispatch.Handlers[None] = dispatch.Handlers(
+            m.Route.SCHEDULER_TO_WORKER,
+            {
+                m.Compute: self._compute,
+                m.FreeKeys: self._free_keys,
+                m.RemoveReplicas: self._remove_replicas,
+                m.StealRequest: self._steal_request,
+                m.Scattered: self._scattered,
+                m.RemoveWorker: self._remove_worker,
+                m.HeartbeatInterval: self._pace_heartbeats,
+                m.Restart: self._restart,
+                m.AcquireReplicas: self._acquire_replicas,
+                m.Close: self._close_requested,
+                m.Error: self._refused,
+                m.WorkerRegistered: self._registered_again,
+            },
+            malformed=self._malformed,
+        )
 
         self._listener: comm.Listener | None = None
         self._scheduler: comm.Comm | None = None
@@ -289,7 +247,10 @@ class Worker:
         log_ring.install()
         self._loop = asyncio.get_running_loop()
         self._listener = await comm.listen(
-            self.address, self._serve_peer, roles=frozenset({"peer"}), security=self.security
+            self.address,
+            self._peer_service.serve,
+            roles=frozenset({"peer"}),
+            security=self.security,
         )
         self.address = self._listener.address
         if self.contact_address is not None:
@@ -337,14 +298,16 @@ class Worker:
             "dashboard": None if self.http is None else self.http.port,
             "dashboard_scheme": None if self.http is None else self.http.scheme,
         }
-        c, reply = await liveness.register(self.scheduler_address, "worker", info, self.security)
+        c, reply = await liveness.register(
+            self.scheduler_address, "worker", info, m.WorkerRegistered, self.security
+        )
         assert self._loop is not None
         self._scheduler = c
-        self.worker_id = int(reply["worker_id"])
+        self.worker_id = reply.worker_id
         self._stream = comm.BatchedSend(c, self._batch_interval)
         self._stream.start()
         if self._held:  # first, before any report of this connection
-            self._stream.send({"op": ops.HELD_KEYS}, encode_keys(self._held))
+            self._stream.send(m.HeldKeys(), encode_keys(self._held))
         self._reader = self._loop.create_task(self._read_scheduler())
         self._watchdog = liveness.Watchdog(
             self._silence_timeout, self._send_heartbeat, self._scheduler_silent
@@ -383,8 +346,8 @@ class Worker:
             await self._stream.close()
         if self._scheduler is not None:
             await self._scheduler.close()
-        await self._peers.close()
-        for c in list(self._incoming):
+        await self._fetcher.peers.close()
+        for c in list(self._peer_service.incoming):
             await c.close()
         if self._listener is not None:
             await self._listener.close()
@@ -414,15 +377,15 @@ class Worker:
         self._bg.add(t)
         t.add_done_callback(self._bg.discard)
 
-    def _send(self, header: comm.Header, payload: bytes = b"") -> None:
+    def _send(self, msg: m.Message, payload: bytes = b"") -> None:
         if threading.get_ident() != self._loop_thread:  # from a task thread
             assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._send, header, payload)
+            self._loop.call_soon_threadsafe(self._send, msg, payload)
             return
         if self._stream is None or self.status != "running":
             return
         with contextlib.suppress(comm.CommClosedError):  # the reader notices, closes
-            self._stream.send(header, payload)
+            self._stream.send(msg, payload)
 
     async def _read_scheduler(self) -> None:
         assert self._scheduler is not None
@@ -431,9 +394,9 @@ class Worker:
                 messages = await self._scheduler.read_messages()
                 if self._watchdog is not None:
                     self._watchdog.heard()
-                for header, payload in messages:
-                    self._handle(header, payload)
-                self._fetch_missing()
+                for msg, payload in messages:
+                    self._on_scheduler(msg, payload)
+                self._fetcher.fetch_missing()
                 self._flush_buffered()  # e.g. re-sent tasks already in memory
         except comm.CommError as e:
             self._lost_scheduler(str(e))
@@ -453,16 +416,8 @@ class Worker:
 
     def _send_heartbeat(self) -> None:
         """A heartbeat, which the scheduler answers (``heartbeat-interval``)."""
-        executing = [[t, elapsed] for t, elapsed in self._core.executing()]
-        header = {
-            "op": ops.HEARTBEAT,
-            "executing": executing,
-            "bandwidth": self.bandwidth,
-            "memory": self.memory_metrics(),
-            "load": self._load.figures(self._core),
-        }
         self._heartbeat_sent = time.monotonic()
-        self._send(header, add_task_stream(header, self._core))
+        self._send(*heartbeat(self._core, self._load, self.bandwidth, self.memory_metrics()))
 
     # ----- losing the scheduler -------------------------------------------------------
 
@@ -530,16 +485,9 @@ class Worker:
         self._core.free(struct.pack(f"<{len(tasks)}I", *tasks))
         self._core.take_reports()  # of tasks the next scheduler never gave
 
-    def memory_metrics(self) -> dict[str, int]:
+    def memory_metrics(self) -> m.Memory:
         """The process's RSS and the results' bytes in memory and spilled."""
-        managed, spilled_memory, spilled_disk, spilled_count = self._core.memory()
-        return {
-            "process": int(self._process.memory_info().rss),
-            "managed": managed,
-            "spilled_memory": spilled_memory,
-            "spilled_disk": spilled_disk,
-            "spilled_count": spilled_count,
-        }
+        return m.Memory(int(self._process.memory_info().rss), *self._core.memory())
 
     def _spill_store(self) -> SpillStore:
         return SpillStore(local_directory(self._local_directory))
@@ -547,46 +495,70 @@ class Worker:
     def _paused(self, paused: bool) -> None:
         """The memory monitor paused or resumed the worker: tell the scheduler."""
         status = "paused" if paused else "running"
-        self._send({"op": ops.WORKER_STATUS_CHANGE, "status": status})
+        self._send(m.WorkerStatusChange(status=status))
 
-    # ----- scheduler messages ---------------------------------------------------------
+    # ----- scheduler messages (a handler per message of the route) -------------------
 
-    def _handle(self, h: comm.Header, payload: memoryview) -> None:
-        op = h["op"]
-        logger.debug("worker %s: %s %s", self.address, op, h)
-        if op == ops.COMPUTE:
-            self._core.compute(bytes(payload), list(h["addresses"]))
-        elif op == ops.FREE_KEYS:
-            self._core.free(bytes(payload))
-        elif op == ops.REMOVE_REPLICAS:
-            self._core.remove_replicas(bytes(payload))
-        elif op == ops.STEAL_REQUEST:
-            tid = int(h["task"])
-            state = self._core.steal(tid)
-            self._send(
-                {"op": ops.STEAL_RESPONSE, "task": tid, "state": state, "stimulus": h["stimulus"]}
-            )
-        elif op == ops.SCATTERED:
-            self._scattered([int(t) for t in h["tasks"]], decode_keys(bytes(payload)))
-        elif op == ops.RESTART:
-            logger.info("worker %s: restart requested by the scheduler", self.address)
-            self.restart_requested = True
-            self._spawn(self.close(abort=True))
-        elif op == ops.ACQUIRE_REPLICAS:
-            keys = decode_keys(bytes(payload))
-            self._spawn(self._acquire_replicas(str(h["holder"]), list(h["tasks"]), keys))
-        elif op == ops.CLOSE:
-            logger.info("worker %s: closed by the scheduler", self.address)
-            self._spawn(self.close())
-        elif op == ops.REMOVE_WORKER:
-            self._peers.forget(h.get("address"))
-        elif op == ops.HEARTBEAT_INTERVAL:
-            # The scheduler's answer to each heartbeat: it paces them by cluster size,
-            # and the next sleep follows it; the round trip is the connection's latency.
-            self._heartbeat_interval = float(h["interval"])
-            self.latency = time.monotonic() - self._heartbeat_sent
-        else:
-            logger.warning("worker %s: unknown scheduler message %r ignored", self.address, op)
+    def _compute(self, msg: m.Compute, payload: memoryview) -> None:
+        self._core.compute(bytes(payload), msg.addresses)
+
+    def _free_keys(self, msg: m.FreeKeys, payload: memoryview) -> None:
+        self._core.free(bytes(payload))
+
+    def _remove_replicas(self, msg: m.RemoveReplicas, payload: memoryview) -> None:
+        self._core.remove_replicas(bytes(payload))
+
+    def _steal_request(self, msg: m.StealRequest, payload: memoryview) -> None:
+        state = self._core.steal(msg.task)
+        self._send(m.StealResponse(task=msg.task, state=state, stimulus=msg.stimulus))
+
+    def _scattered(self, msg: m.Scattered, payload: memoryview) -> None:
+        """The scheduler registered staged data as tasks in memory (-1: refused it)."""
+        for tid, key in zip(msg.tasks, decode_keys(bytes(payload)), strict=True):
+            staged = self._staged.pop(key, None)
+            if tid < 0:
+                continue
+            if staged is None:  # its staging failed; unless held already, it is not here
+                [held] = self._core.get_data(encode_keys([key]), ABSENT)
+                if held is ABSENT:
+                    self._send(m.ReleaseWorkerData(task=tid))
+                    continue
+                if isinstance(held, Spilled):
+                    held = held.load()
+                staged = (held, self.nbytes.get(key, 0))
+            self._core.put_scattered(tid, key, *staged)
+
+    def _remove_worker(self, msg: m.RemoveWorker, payload: memoryview) -> None:
+        self._fetcher.peers.forget(msg.address)
+
+    def _pace_heartbeats(self, msg: m.HeartbeatInterval, payload: memoryview) -> None:
+        # The scheduler's answer to each heartbeat: it paces them by cluster size, and
+        # the next sleep follows it; the round trip is the connection's latency.
+        self._heartbeat_interval = msg.interval
+        self.latency = time.monotonic() - self._heartbeat_sent
+
+    def _restart(self, msg: m.Restart, payload: memoryview) -> None:
+        logger.info("worker %s: restart requested by the scheduler", self.address)
+        self.restart_requested = True
+        self._spawn(self.close(abort=True))
+
+    def _acquire_replicas(self, msg: m.AcquireReplicas, payload: memoryview) -> None:
+        keys = decode_keys(bytes(payload))
+        self._spawn(self._fetcher.acquire_replicas(msg.holder, msg.tasks, keys))
+
+    def _close_requested(self, msg: m.Close, payload: memoryview) -> None:
+        logger.info("worker %s: closed by the scheduler", self.address)
+        self._spawn(self.close())
+
+    def _refused(self, msg: m.Error, payload: memoryview) -> None:
+        """The scheduler refuses this worker, then closes the connection."""
+        logger.warning("worker %s: the scheduler says: %s", self.address, msg.message)
+
+    def _registered_again(self, msg: m.WorkerRegistered, payload: memoryview) -> None:
+        raise comm.ProtocolError("the scheduler sent a second registered")
+
+    def _malformed(self, bad: m.Malformed) -> None:
+        raise comm.ProtocolError(f"from the scheduler: {bad.error}")
 
     # ----- execution ------------------------------------------------------------------
 
@@ -637,9 +609,7 @@ class Worker:
         run_id, need_thread = answer
         if run_id is not None:
             duration = self._core.elapsed(tid) or 0.0
-            self._send(
-                {"op": ops.LONG_RUNNING, "task": tid, "run_id": run_id, "duration": duration}
-            )
+            self._send(m.LongRunning(task=tid, run_id=run_id, duration=duration))
         if need_thread:  # the seceded task keeps its thread
             self._start_thread()
 
@@ -662,270 +632,28 @@ class Worker:
         completions close together share one ``finished`` message."""
         finished, erred, gained, dropped = self._core.take_reports()
         if gained:  # fetched copies: the scheduler counts them as holders
-            self._send({"op": ops.ADD_REPLICAS}, gained)
+            self._send(m.AddReplicas(), gained)
         if finished is not None:
             n, payload = finished
-            self._send({"op": ops.FINISHED, "n": n}, payload)
+            self._send(m.Finished(n=n), payload)
         for tid, run_id, err in erred:
             self._send_erred(tid, run_id, err)
         if dropped:
-            self._send({"op": ops.DROP_REPLICAS}, dropped)
+            self._send(m.DropReplicas(), dropped)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
         exc_text, tb_text = err[0], err[1]
         key = self._core.task_key(tid)
         where = self.address
         logger.warning("worker %s: task %r failed: %s\n%s", where, key, exc_text, tb_text.rstrip())
-        fields, payload = error_fields(err)
-        self._send({"op": ops.ERRED, "task": tid, "run_id": run_id, **fields}, payload)
-
-    # ----- dependencies ---------------------------------------------------------------
-
-    def _fetch_missing(self) -> None:
-        """Start the transfers the core asks for, one request per holder, and give
-        back (after ``missing-data-retry``) tasks whose dependency nobody has."""
-        if self.status != "running":
-            return
-        fetches, missing = self._core.take_fetches(self._peers.addresses())
-        assert self._loop is not None
-        for key, waiters in missing:
-            logger.info(
-                "worker %s: no holder has %r; rescheduling %d tasks",
-                self.address,
-                key,
-                len(waiters),
-            )
-            self._loop.call_later(self._missing_retry, self._give_back, waiters)
-        for holder, keys, ids in fetches:
-            self._spawn(self._gather_from(holder, keys, ids))
-
-    async def _get_data(
-        self, holder: str, keys: list[Key]
-    ) -> list[memoryview | tuple[str, bytes] | None]:
-        """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, its
-        error where its value cannot be pickled, or None where the holder lacks it or
-        the request failed (logged, and the connection dropped)."""
-        try:
-            start = time.monotonic()
-            with self.transfers.incoming():
-                reply = await self._peers.get_data(holder, keys)
-            self.transfers.received(len(reply.payload))
-            self._measured(len(reply.payload), time.monotonic() - start)
-        except (comm.CommError, asyncio.TimeoutError, OSError) as e:
-            logger.info(
-                "worker %s: fetching %d keys from %s failed: %s",
-                self.address,
-                len(keys),
-                holder,
-                e,
-            )
-            self._spawn(self._peers.drop(holder))
-            return [None] * len(keys)
-        return reply.values()
-
-    async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
-        for kid, blob in zip(ids, await self._get_data(holder, keys), strict=True):
-            if blob is None:
-                self._core.not_fetched(holder, kid)
-                continue
-            if isinstance(blob, tuple):  # the holder cannot pickle it: their error
-                exc_text, exc_blob = blob
-                err = (exc_text, "", exc_blob, pickle.dumps(None))
-                for tid, run_id in self._core.fetch_failed(holder, kid):
-                    self._send_erred(tid, run_id, err)
-                continue
-            try:
-                value = pickle.loads(blob)
-            except Exception as e:
-                err = pack_error(e)
-                for tid, run_id in self._core.fetch_failed(holder, kid):
-                    self._send_erred(tid, run_id, err)
-                continue
-            self._core.fetched(holder, kid, value, len(blob))
-        self._fetch_missing()
-        self._flush_buffered()  # announce the copies
-
-    async def _acquire_replicas(self, holder: str, tasks: list[int], keys: list[Key]) -> None:
-        """``acquire-replicas``: copy results from a retiring worker and hold them as
-        those tasks' results; the copies are announced with ``add-replicas``
-        (docs/runtime.md#retiring-workers). A copy that fails is left to the
-        scheduler's bounded wait."""
-        got = []
-        blobs = await self._get_data(holder, keys)
-        for tid, key, blob in zip(tasks, keys, blobs, strict=True):
-            if not isinstance(blob, memoryview):  # not there, or cannot be pickled
-                continue
-            try:
-                value = pickle.loads(blob)
-            except Exception as e:
-                logger.warning("worker %s: cannot load a copy of %r: %r", self.address, key, e)
-                continue
-            self._core.put_scattered(int(tid), key, value, _sizeof(value))
-            got.append(key)
-        if got:
-            self._send({"op": ops.ADD_REPLICAS}, encode_keys(got))
+        self._send(*error_fields(m.Erred(task=tid, run_id=run_id), err))
 
     def retire(self, *, restart: bool = False) -> None:
         """Ask the scheduler to retire this worker (``--lifetime``): once its results
         are copied elsewhere it is closed or, with ``restart``, replaced by a fresh
         process (docs/runtime.md#cluster-lifecycle)."""
         logger.info("worker %s: retiring (restart: %s)", self.address, restart)
-        self._send({"op": ops.RETIRE, "restart": restart})
-
-    def _measured(self, nbytes: int, seconds: float) -> None:
-        if nbytes >= BANDWIDTH_MIN_BYTES and seconds > 0:
-            sample = nbytes / seconds
-            prev = self.bandwidth
-            self.bandwidth = sample if prev is None else 0.95 * prev + 0.05 * sample
-
-    def _give_back(self, waiters: list[tuple[int, int]]) -> None:
-        """Tasks still waiting for a dependency nobody had go back to the scheduler,
-        unless it freed or re-sent them meanwhile."""
-        if self.status != "running":
-            return
-        for tid in self._core.give_back(waiters):
-            self._send({"op": ops.RESCHEDULE, "task": tid})
-
-    # ----- serving data ---------------------------------------------------------------
-
-    async def _serve_peer(self, c: comm.Comm) -> None:
-        self._incoming.add(c)
-        try:
-            async with contextlib.aclosing(liveness.read_batches(c, f"peer {c.peer}")) as batches:
-                async for messages in batches:
-                    for h, payload in messages:
-                        await self._peer_request(c, h, payload)
-        except comm.CommError as e:
-            if not isinstance(e, comm.CommClosedError):
-                logger.info("worker %s: peer %s: %s", self.address, c.peer, e)
-        except comm.MALFORMED as e:
-            logger.info("worker %s: bad message from %s: %s", self.address, c.peer, e)
-        finally:
-            self._incoming.discard(c)
-
-    async def _peer_request(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
-        op = h["op"]
-        if op == ops.GET_DATA:
-            # In a call of its own: this frame outlives the request, and must keep
-            # neither what the worker frees later nor the bytes.
-            await self._serve_get_data(c, h, payload)
-        elif op == ops.UPDATE_DATA:
-            await c.write(self._update_data(h, payload))
-        elif op == ops.RUN:
-            await c.write(*await run_function(self, h, payload, self._bg))
-        else:
-            raise comm.ProtocolError(f"unknown peer message {op!r}")
-
-    async def _serve_get_data(self, c: comm.Comm, h: comm.Header, payload: memoryview) -> None:
-        sizes, blobs, failed = await _pickle_values(self._core.get_data(bytes(payload), _MISSING))
-        for text, _ in failed.values():
-            logger.warning("worker %s: a result cannot be pickled: %s", self.address, text)
-        # One value is sent as it is: no copy (docs/runtime.md#memory).
-        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
-        reply = {"op": ops.DATA, "id": h.get("id"), "sizes": sizes}
-        if failed:
-            reply["failed"] = {str(i): list(err) for i, err in failed.items()}
-        with self.transfers.outgoing(len(data)):
-            await c.write(reply, data)
-
-    def _update_data(self, h: comm.Header, payload: memoryview) -> comm.Header:
-        """Stage scattered values; the reply gives their sizes (``sizeof``)."""
-        n_keys = int(h["keys_bytes"])
-        keys = decode_keys(bytes(payload[:n_keys]))
-        pos, nbytes = n_keys, []
-        try:
-            for key, size in zip(keys, h["sizes"], strict=True):
-                value = pickle.loads(payload[pos : pos + size])
-                pos += size
-                self._staged[key] = (value, _sizeof(value))
-                nbytes.append(self._staged[key][1])
-        except Exception as e:
-            for key in keys:
-                self._staged.pop(key, None)
-            return {"op": ops.DATA_UPDATED, "id": h.get("id"), "error": repr(e)}
-        return {"op": ops.DATA_UPDATED, "id": h.get("id"), "nbytes": nbytes}
-
-    def _scattered(self, tasks: list[int], keys: list[Key]) -> None:
-        """The scheduler registered staged data as tasks in memory (-1: refused it)."""
-        for tid, key in zip(tasks, keys, strict=True):
-            staged = self._staged.pop(key, None)
-            if tid < 0:
-                continue
-            if staged is None:  # its staging failed; unless held already, it is not here
-                [held] = self._core.get_data(encode_keys([key]), _MISSING)
-                if held is _MISSING:
-                    self._send({"op": ops.RELEASE_WORKER_DATA, "task": tid})
-                    continue
-                if isinstance(held, Spilled):
-                    held = held.load()
-                staged = (held, self.nbytes.get(key, 0))
-            self._core.put_scattered(tid, key, *staged)
-
-
-_MISSING = object()
-
-
-Blob = bytes | bytearray | memoryview
-
-
-_Pickled = tuple[list[int], list[Blob], dict[int, tuple[str, bytes]]]
-
-
-async def _pickle_values(values: list[Any]) -> _Pickled:
-    """``get-data`` sizes (``MISSING`` for a value this worker lacks, ``UNPICKLABLE``
-    for one that cannot be pickled), the pickles, and the errors of those that cannot
-    (their repr and pickled exception, which the asking side raises or reports for the
-    tasks that needed them); spilled values are served as stored, read in a thread
-    (blocking IO)."""
-    if any(type(v) is Spilled for v in values):
-        return await asyncio.to_thread(_pickle_now, values)
-    return _pickle_now(values)
-
-
-def _pickle_now(values: list[Any]) -> _Pickled:
-    sizes: list[int] = []
-    blobs: list[Blob] = []
-    failed: dict[int, tuple[str, bytes]] = {}
-    for i, value in enumerate(values):
-        if value is _MISSING:
-            sizes.append(MISSING)
-            continue
-        try:
-            blob: Blob = value.raw() if type(value) is Spilled else dumps(value)
-        except Exception as e:
-            exc_text, _, exc_blob, _ = pack_error(e)
-            failed[i] = (exc_text, exc_blob)
-            sizes.append(UNPICKLABLE)
-            continue
-        sizes.append(len(blob))
-        blobs.append(blob)
-    return sizes, blobs, failed
-
-
-async def run_function(
-    server: object, h: comm.Header, payload: memoryview, background: set[asyncio.Task[Any]]
-) -> tuple[comm.Header, bytes]:
-    """``Client.run`` on a worker or a nanny (``server``, given to a ``dask_worker``
-    parameter): call on the event loop (as Dask), awaiting coroutines unless not
-    ``wait`` (then kept in ``background``)."""
-    reply: comm.Header = {"op": ops.RUN_RESULT, "id": h.get("id")}
-    try:
-        func, args, kwargs = pickle.loads(payload)
-        if _takes_arg(func, "dask_worker"):
-            kwargs = {**kwargs, "dask_worker": server}
-        result = func(*args, **kwargs)
-        if inspect.isawaitable(result):
-            if h.get("wait", True):
-                result = await result
-            else:
-                task = asyncio.ensure_future(result)
-                background.add(task)
-                task.add_done_callback(background.discard)
-                result = None
-        return {**reply, "status": "OK"}, cloudpickle.dumps(result)
-    except Exception as e:
-        fields, blob = error_fields(pack_error(e))
-        return {**reply, "status": "error", **fields}, blob
+        self._send(m.Retire(restart=restart))
 
 
 def _contact(contact: str, bound: str) -> str:

@@ -1,0 +1,198 @@
+"""What a worker serves its peers, clients and other workers (docs/protocol.md, peer →
+worker): ``get-data`` (its results, pickled), ``update-data`` (scattered values, staged
+until the scheduler's ``scattered`` names their tasks) and ``run`` (``Client.run``, which
+a nanny serves too).
+
+Requests on one connection are answered in order, each by its handler in the table of
+its message type (:class:`~squall.protocol.dispatch.Handlers`). A request whose header
+does not validate is answered with ``error`` and closes that connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import pickle
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle  # type: ignore[import-untyped]
+
+from squall._core import decode_keys
+from squall.protocol import comm, dispatch, liveness
+from squall.protocol import messages as m
+from squall.protocol.peers import MISSING, UNPICKLABLE
+from squall.protocol.remote_errors import error_fields, pack_error
+from squall.worker.load import Transfers
+from squall.worker.memory import sizeof_value
+from squall.worker.spill import Spilled, dumps
+
+if TYPE_CHECKING:
+    from squall.worker.worker import Worker
+
+logger = logging.getLogger("squall.worker")
+
+Blob = bytes | bytearray | memoryview
+#: A request's answer: the reply and its payload.
+Answer = tuple[m.Message, bytes | memoryview]
+Requests = dispatch.Handlers[Awaitable[Answer]]
+
+#: What ``WorkerCore.get_data`` gives for a key this worker does not hold.
+ABSENT = object()
+
+
+async def refuse(why: str) -> Answer:
+    """An ``error`` answer: the connection closes after it (:func:`answer`)."""
+    return m.Error(message=why), b""
+
+
+def refuse_malformed(bad: m.Malformed) -> Awaitable[Answer]:
+    return refuse(bad.error)
+
+
+async def answer(
+    c: comm.Comm,
+    requests: Requests,
+    msg: m.Message | m.Malformed,
+    payload: memoryview,
+    transfers: Transfers | None = None,
+) -> None:
+    """Answer one request on ``c``, in a call of its own: the serving loop outlives it
+    and must keep neither the values nor their pickles. A refusal closes the
+    connection (ProtocolError, after the ``error`` is sent); ``data`` replies count in
+    ``transfers``."""
+    reply, data = await requests(msg, payload)
+    if isinstance(reply, m.Error):
+        await c.write(reply)
+        raise comm.ProtocolError(f"refused a request: {reply.message}")
+    if transfers is None or not isinstance(reply, m.Data):
+        await c.write(reply, data)
+        return
+    with transfers.outgoing(len(data)):
+        await c.write(reply, data)
+
+
+class PeerService:
+    """A worker's peer listener: one connection per peer, requests in turn."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        #: Connections being served (closed with the worker).
+        self.incoming: set[comm.Comm] = set()
+        self.requests: Requests = dispatch.Handlers(
+            m.Route.PEER_TO_WORKER,
+            {m.GetData: self._get_data, m.UpdateData: self._update_data, m.Run: self._run},
+            malformed=refuse_malformed,
+        )
+
+    async def serve(self, c: comm.Comm) -> None:
+        w = self._worker
+        self.incoming.add(c)
+        try:
+            async with contextlib.aclosing(liveness.read_batches(c, f"peer {c.peer}")) as batches:
+                async for received in batches:
+                    for msg, payload in received:
+                        await answer(c, self.requests, msg, payload, w.transfers)
+        except comm.CommError as e:
+            if not isinstance(e, comm.CommClosedError):
+                logger.info("worker %s: peer %s: %s", w.address, c.peer, e)
+        except comm.MALFORMED as e:
+            logger.info("worker %s: bad request from %s: %s", w.address, c.peer, e)
+        finally:
+            self.incoming.discard(c)
+
+    async def _get_data(self, msg: m.GetData, payload: memoryview) -> Answer:
+        w = self._worker
+        sizes, blobs, failed = await pickle_values(w._core.get_data(bytes(payload), ABSENT))
+        for text, _ in failed.values():
+            logger.warning("worker %s: a result cannot be pickled: %s", w.address, text)
+        # One value is sent as it is: no copy (docs/runtime.md#memory).
+        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
+        return m.Data(id=msg.id, sizes=sizes, failed=failed), data
+
+    async def _update_data(self, msg: m.UpdateData, payload: memoryview) -> Answer:
+        """Stage scattered values; the reply gives their sizes (``sizeof``)."""
+        staged = self._worker._staged
+        keys = decode_keys(bytes(payload[: msg.keys_bytes]))
+        pos, nbytes = msg.keys_bytes, []
+        try:
+            for key, size in zip(keys, msg.sizes, strict=True):
+                value = pickle.loads(payload[pos : pos + size])
+                pos += size
+                staged[key] = (value, sizeof_value(value))
+                nbytes.append(staged[key][1])
+        except Exception as e:
+            for key in keys:
+                staged.pop(key, None)
+            return m.DataUpdated(id=msg.id, error=repr(e)), b""
+        return m.DataUpdated(id=msg.id, nbytes=nbytes), b""
+
+    def _run(self, msg: m.Run, payload: memoryview) -> Awaitable[Answer]:
+        return run_function(self._worker, msg, payload, self._worker._bg)
+
+
+_Pickled = tuple[list[int], list[Blob], dict[int, tuple[str, bytes]]]
+
+
+async def pickle_values(values: list[Any]) -> _Pickled:
+    """``get-data`` sizes (``MISSING`` for a value this worker lacks, ``UNPICKLABLE``
+    for one that cannot be pickled), the pickles, and the errors of those that cannot
+    (their repr and pickled exception, which the asking side raises or reports for the
+    tasks that needed them); spilled values are served as stored, read in a thread
+    (blocking IO)."""
+    if any(type(v) is Spilled for v in values):
+        return await asyncio.to_thread(_pickle_now, values)
+    return _pickle_now(values)
+
+
+def _pickle_now(values: list[Any]) -> _Pickled:
+    sizes: list[int] = []
+    blobs: list[Blob] = []
+    failed: dict[int, tuple[str, bytes]] = {}
+    for i, value in enumerate(values):
+        if value is ABSENT:
+            sizes.append(MISSING)
+            continue
+        try:
+            blob: Blob = value.raw() if type(value) is Spilled else dumps(value)
+        except Exception as e:
+            exc_text, _, exc_blob, _ = pack_error(e)
+            failed[i] = (exc_text, exc_blob)
+            sizes.append(UNPICKLABLE)
+            continue
+        sizes.append(len(blob))
+        blobs.append(blob)
+    return sizes, blobs, failed
+
+
+async def run_function(
+    server: object, msg: m.Run, payload: memoryview, background: set[asyncio.Task[Any]]
+) -> Answer:
+    """``Client.run`` on a worker or a nanny (``server``, given to a ``dask_worker``
+    parameter): call on the event loop (as Dask), awaiting coroutines unless not
+    ``wait`` (then kept in ``background``)."""
+    try:
+        func, args, kwargs = pickle.loads(payload)
+        if _takes_arg(func, "dask_worker"):
+            kwargs = {**kwargs, "dask_worker": server}
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if msg.wait:
+                result = await result
+            else:
+                task = asyncio.ensure_future(result)
+                background.add(task)
+                task.add_done_callback(background.discard)
+                result = None
+        return m.RunResult(id=msg.id, status="OK"), cloudpickle.dumps(result)
+    except Exception as e:
+        return error_fields(m.RunResult(id=msg.id, status="error"), pack_error(e))
+
+
+def _takes_arg(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False

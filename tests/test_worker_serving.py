@@ -1,0 +1,128 @@
+"""A worker's (and a nanny's) peer listener, without a scheduler: ``get-data``,
+``update-data`` and ``run`` over a real loopback connection, and what a request that
+does not validate does."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import cloudpickle
+import msgpack
+import pytest
+
+from squall._core import encode_keys
+from squall.protocol import comm
+from squall.protocol import messages as m
+from squall.protocol.peers import MISSING, UNPICKLABLE, Peers
+from squall.worker.nanny import Nanny
+from squall.worker.worker import Worker
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 20))  # type: ignore[arg-type]
+
+
+async def serving(
+    serve: Callable[[comm.Comm], Awaitable[None]],
+) -> tuple[comm.Listener, Peers]:
+    listener = await comm.listen("tcp://127.0.0.1:0", serve, roles=frozenset({"peer"}))
+    return listener, Peers(reply_timeout=10)
+
+
+def worker() -> Worker:
+    return Worker("tcp://127.0.0.1:1", nthreads=1, memory_limit=0, dashboard_address=None)
+
+
+class Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("not this one")
+
+
+def test_update_data_stages_values_and_get_data_serves_results() -> None:
+    async def main() -> None:
+        w = worker()
+        listener, peers = await serving(w._peer_service.serve)
+        addr = listener.address
+        keys = encode_keys(["a", "b"])
+        blobs = [pickle.dumps(1), pickle.dumps([1, 2, 3])]
+        msg = m.UpdateData(keys_bytes=len(keys), sizes=[len(b) for b in blobs])
+        reply, _ = await peers.request(addr, msg, keys + b"".join(blobs), reply=m.DataUpdated)
+        assert reply.error is None and len(reply.nbytes) == 2
+        assert set(w._staged) == {"a", "b"}
+        # Staged values are not served until the scheduler's ``scattered`` names them.
+        assert (await peers.get_data(addr, ["a"])).sizes == [MISSING]
+        w._scattered(m.Scattered(tasks=[3, -1]), memoryview(encode_keys(["a", "b"])))
+        w._core.put_scattered(4, "u", Unpicklable(), 10)
+        got = await peers.get_data(addr, ["a", "b", "u"])
+        assert got.sizes[1:] == [MISSING, UNPICKLABLE] and "not this one" in got.failed[2][0]
+        first = got.values()[0]
+        assert isinstance(first, memoryview) and pickle.loads(first) == 1
+        assert w.transfers.outgoing_total == 2  # each data reply counts
+        bad = m.UpdateData(keys_bytes=len(keys), sizes=[1, 1])
+        reply, _ = await peers.request(addr, bad, keys + b"xy", reply=m.DataUpdated)
+        assert reply.error is not None and not w._staged
+        await peers.close()
+        await listener.close()
+        await w.close()
+
+    run(main())
+
+
+def test_run_calls_the_function_with_the_worker() -> None:
+    async def main() -> None:
+        w = worker()
+        listener, peers = await serving(w._peer_service.serve)
+
+        def where(dask_worker: Worker, plus: int) -> str:
+            return f"{dask_worker.address}+{plus}"
+
+        blob = cloudpickle.dumps((where, (), {"plus": 1}))
+        assert await peers.run(listener.address, blob) == f"{w.address}+1"
+        with pytest.raises(ZeroDivisionError):
+            await peers.run(listener.address, cloudpickle.dumps((divmod, (1, 0), {})))
+        await peers.close()
+        await listener.close()
+        await w.close()
+
+    run(main())
+
+
+def test_a_malformed_request_is_refused_and_closes_that_connection() -> None:
+    async def main() -> None:
+        w = worker()
+        listener, peers = await serving(w._peer_service.serve)
+        c = await comm.connect(listener.address, role="peer")
+        head = msgpack.packb(
+            {"op": "batch", "msgs": [{"op": "get-data", "n": "x"}], "spans": [[0, 0]]}
+        )
+        c._writer.write(len(head).to_bytes(4, "little") + (0).to_bytes(4, "little") + head)
+        reply, _ = await c.read()
+        assert isinstance(reply, m.Error) and "get-data" in reply.message
+        with pytest.raises(comm.CommClosedError):
+            await c.read()
+        await c.close()
+        # Other connections are served.
+        assert (await peers.get_data(listener.address, ["k"])).sizes == [MISSING]
+        await peers.close()
+        await listener.close()
+        await w.close()
+
+    run(main())
+
+
+def test_a_nanny_serves_run_and_refuses_data_requests() -> None:
+    async def main() -> None:
+        nanny = Nanny("tcp://127.0.0.1:1", ["true"])
+        listener, peers = await serving(nanny._serve_peer)
+        blob = cloudpickle.dumps((lambda dask_worker: type(dask_worker).__name__, (), {}))
+        assert await peers.run(listener.address, blob) == "Nanny"
+        with pytest.raises(comm.CommError, match="holds no data"):
+            await peers.get_data(listener.address, ["k"])
+        await peers.close()
+        await listener.close()
+        nanny._record.unlink()
+
+    run(main())
