@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from squall._core import encode_keys
 from squall.protocol import messages as m
 from squall.protocol import ops
+from squall.protocol.remote_errors import error_fields
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
@@ -97,13 +98,13 @@ class Outbox:
         if peer is None:
             return
         info = self._server.core.task_info(task)
-        exc, tb = info.get("exception", b""), info.get("traceback", b"")
         key = encode_keys([info["key"]])
-        msg = m.TaskErred(
-            exception_text=info.get("exception_text", ""),
-            traceback_text=info.get("traceback_text", ""),
-            error_kind=info.get("error_kind", "Remote"),
-            n_key=len(key),
-            n_exception=len(exc),
+        err = (
+            info.get("exception_text", ""),
+            info.get("traceback_text", ""),
+            info.get("exception", b""),
+            info.get("traceback", b""),
         )
-        peer.send(msg, key + exc + tb)
+        kind = info.get("error_kind", "Remote")
+        msg, payload = error_fields(m.TaskErred(error_kind=kind, n_key=len(key)), err)
+        peer.send(msg, key + payload)
