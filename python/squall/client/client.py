@@ -31,6 +31,7 @@ from squall.client.submission import Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
 from squall.security import Security
+from squall.tracebacks import user_frames
 
 
 class Client:
@@ -276,21 +277,22 @@ class Client:
     ) -> Any:
         """Compute a dask graph (a dict, a HighLevelGraph or an expression) for ``keys``;
         the scheduler function behind ``dask.compute(..., scheduler=client)``."""
-        return self.submission.get(
-            dsk,
-            keys,
-            workers,
-            allow_other_workers,
-            resources,
-            sync,
-            asynchronous,
-            direct,
-            retries,
-            priority,
-            fifo_timeout,
-            actors,
-            **kwargs,
-        )
+        with user_frames():  # no frame of squall's in a task's traceback
+            return self.submission.get(
+                dsk,
+                keys,
+                workers,
+                allow_other_workers,
+                resources,
+                sync,
+                asynchronous,
+                direct,
+                retries,
+                priority,
+                fifo_timeout,
+                actors,
+                **kwargs,
+            )
 
     def compute(
         self,
@@ -309,20 +311,21 @@ class Client:
     ) -> Any:
         """Start computing dask collections: a future per collection (values with
         ``sync=True``); a single collection gives a single future."""
-        return self.submission.compute(
-            collections,
-            sync,
-            optimize_graph,
-            workers,
-            allow_other_workers,
-            resources,
-            retries,
-            priority,
-            fifo_timeout,
-            actors,
-            traverse,
-            **kwargs,
-        )
+        with user_frames():
+            return self.submission.compute(
+                collections,
+                sync,
+                optimize_graph,
+                workers,
+                allow_other_workers,
+                resources,
+                retries,
+                priority,
+                fifo_timeout,
+                actors,
+                traverse,
+                **kwargs,
+            )
 
     def persist(
         self,
@@ -377,7 +380,8 @@ class Client:
         asynchronous: bool | None = None,
     ) -> Any:
         """Values of futures, in the same (nested list/tuple/set/dict) structure."""
-        return self.data.gather(futures, errors, direct, asynchronous)
+        with user_frames():
+            return self.data.gather(futures, errors, direct, asynchronous)
 
     def scatter(
         self,
@@ -573,6 +577,7 @@ class Client:
     ) -> Any:
         """Run coroutine function ``func``: returns an awaitable on an asynchronous
         client, otherwise blocks for its result."""
-        return self.connection.sync(
-            func, *args, asynchronous=asynchronous, callback_timeout=callback_timeout, **kwargs
-        )
+        with user_frames():
+            return self.connection.sync(
+                func, *args, asynchronous=asynchronous, callback_timeout=callback_timeout, **kwargs
+            )

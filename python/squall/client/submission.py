@@ -53,7 +53,6 @@ from squall.diagnostics.dask_progress import dask_progress_bars
 from squall.gc_pause import gc_paused
 from squall.protocol import ops, update_graph
 from squall.protocol.specs import call_prefix, make_spec
-from squall.tracebacks import user_frames
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -338,7 +337,7 @@ class Submission:
         if not sync:
             return packed
         try:
-            with user_frames(), dask_progress_bars(self.client, futures.values(), asynchronous):
+            with dask_progress_bars(self.client, futures.values(), asynchronous):
                 return self.data.gather(packed, asynchronous=asynchronous)
         finally:
             for f in futures.values():
@@ -382,8 +381,7 @@ class Submission:
             )
         found = iter(names)
         out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
-        with user_frames():
-            result = self.data.gather(out) if sync else out
+        result = self.data.gather(out) if sync else out
         return result[0] if singleton else result
 
     def persist(
