@@ -200,6 +200,7 @@ class ClientConnection:
         self.status = "running"
 
     def close(self, timeout: float | str | None = None) -> Any:
+        """``Client.close``: awaitable on an asynchronous client, else blocking."""
         if self.asynchronous:
             return self.close_async(timeout)
         # Not on status: a client that lost its scheduler is "closed" already, but its
@@ -285,6 +286,7 @@ class ClientConnection:
         callback_timeout: float | str | None = None,
         **kwargs: Any,
     ) -> Any:
+        """``Client.sync``; the traceback of what it raises shows the user's frames."""
         coro = timed(func(*args, **kwargs), callback_timeout)
         if asynchronous if asynchronous is not None else self.asynchronous:
             return coro

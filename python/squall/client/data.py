@@ -46,7 +46,8 @@ class WhoHas(NamedTuple):
 class DataMovement:
     """The methods of :class:`~squall.client.client.Client` that move data, over its
     connection; the futures they take and make are ``client``'s, and the workers
-    data is scattered to are found by ``cluster``."""
+    data is scattered to are found by ``cluster``. ``gather`` and ``scatter`` are
+    documented on ``Client``'s of the same names."""
 
     def __init__(self, client: Client, connection: ClientConnection, cluster: ClusterOps) -> None:
         self.client = client

@@ -24,14 +24,14 @@ logger = logging.getLogger("squall.client")
 
 class Diagnostics:
     """The methods of :class:`~squall.client.client.Client` that inspect the cluster,
-    over its connection (``data`` asks who holds keys)."""
+    over its connection (``data`` asks who holds keys); those named as ``Client``'s
+    are documented there."""
 
     def __init__(self, connection: ClientConnection, data: DataMovement) -> None:
         self.connection = connection
         self.data = data
 
     def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
-
         async def run() -> dict[Key, list[str]]:
             if futures is None:
                 holders: defaultdict[Key, list[str]] = defaultdict(list)
@@ -54,7 +54,6 @@ class Diagnostics:
         return self.connection.sync(self._keys_by_worker, "processing", workers, **kwargs)
 
     def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
-
         async def run() -> dict[Any, int]:
             wanted = None if keys is None else {getattr(k, "key", k) for k in keys}
             sizes: dict[Any, int] = {}
@@ -95,7 +94,6 @@ class Diagnostics:
         return self.connection.sync(run, **kwargs)
 
     def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
-
         async def run() -> list[tuple[str, str]]:
             h, _ = await self.connection.request(
                 {"op": ops.GET_LOGS, "which": "scheduler", "n": n}
@@ -107,7 +105,6 @@ class Diagnostics:
     def get_worker_logs(
         self, n: int | None = None, workers: Any = None, nanny: bool = False, **kwargs: Any
     ) -> Any:
-
         async def run() -> dict[str, list[tuple[str, str]]]:
             wanted = None if workers is None else await self._worker_addresses(workers)
             header = {"op": ops.GET_LOGS, "which": "workers", "n": n, "nanny": nanny}
@@ -125,7 +122,6 @@ class Diagnostics:
     def get_versions(
         self, check: bool = False, packages: Sequence[str] | None = None, **kwargs: Any
     ) -> Any:
-
         async def run() -> dict[str, Any]:
             names = list(packages or [])
             h, _ = await self.connection.request({"op": ops.VERSIONS, "packages": names})

@@ -97,7 +97,8 @@ class CallOptions(NamedTuple):
 class Submission:
     """The methods of :class:`~squall.client.client.Client` that submit work, over its
     connection; the futures they make are ``client``'s, and ``data`` gathers the
-    results of the calls that wait for them."""
+    results of the calls that wait for them. The public methods are documented on
+    ``Client``'s of the same names."""
 
     def __init__(self, client: Client, connection: ClientConnection, data: DataMovement) -> None:
         self.client = client

@@ -45,7 +45,8 @@ _NO_FIGURES = (
 
 class TaskStreamReader:
     """The task stream, read over a client's connection: ``Client.get_task_stream``
-    and the blocks of ``get_task_stream`` and ``performance_report``."""
+    (documented there) and the blocks of ``get_task_stream`` and
+    ``performance_report``."""
 
     def __init__(self, connection: ClientConnection) -> None:
         self.connection = connection

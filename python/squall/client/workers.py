@@ -22,7 +22,7 @@ logger = logging.getLogger("squall.client")
 
 class ClusterOps:
     """The methods of :class:`~squall.client.client.Client` about the cluster, over
-    its connection."""
+    its connection; those named as ``Client``'s are documented there."""
 
     def __init__(self, connection: ClientConnection) -> None:
         self.connection = connection
@@ -47,7 +47,6 @@ class ClusterOps:
             await asyncio.sleep(0.1)
 
     def scheduler_info(self, n_workers: int = -1, **kwargs: Any) -> Any:
-
         async def run() -> dict[str, Any]:
             h = await self.identity()
             listed = h["workers"] if n_workers < 0 else h["workers"][:n_workers]
@@ -67,7 +66,6 @@ class ClusterOps:
         return self.connection.sync(run, **kwargs)
 
     def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
-
         async def run() -> dict[str, int]:
             h = await self.identity()
             return {
@@ -136,7 +134,6 @@ class ClusterOps:
         remove: bool = True,
         **kwargs: Any,
     ) -> Any:
-
         async def run() -> dict[str, Any]:
             header = {
                 "op": ops.RETIRE_WORKERS,
@@ -194,7 +191,6 @@ class ClusterOps:
         return self.connection.sync(run)
 
     def shutdown(self) -> Any:
-
         async def run() -> None:
             with contextlib.suppress(comm.CommError):  # it may be gone already
                 await self.connection.request({"op": ops.SHUTDOWN})
