@@ -16,7 +16,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 import tblib  # type: ignore[import-untyped]
 
-import squall.client.client
+import squall.client.submission
 from squall import Client, Future, as_completed, wait
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.errors import CancelledError, KilledWorker
@@ -261,7 +261,7 @@ def test_map_sends_one_graph_per_batch(client: Client, cluster: Cluster) -> None
 def test_map_streams_chunks_that_all_land_in_order(
     client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(squall.client.client, "MAP_CHUNK", 100)
+    monkeypatch.setattr(squall.client.submission, "MAP_CHUNK", 100)
     before = cluster.graphs
     futures = client.map(inc, range(1050))
     assert len({f.key for f in futures}) == 1050 and futures[1049].key.endswith("-1049")
@@ -311,7 +311,7 @@ def test_map_pauses_the_cyclic_gc_only_while_it_runs(client: Client) -> None:
 def test_streamed_map_futures_release(
     client: Client, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(squall.client.client, "MAP_CHUNK", 64)
+    monkeypatch.setattr(squall.client.submission, "MAP_CHUNK", 64)
     futures = client.map(inc, range(500))
     duplicates = client.map(inc, [7, 7, 8], key=["d", "d", "e"])  # two futures, key "d"
     assert duplicates[0]._state is duplicates[1]._state

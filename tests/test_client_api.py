@@ -325,8 +325,9 @@ def test_dropped_futures_die_at_once(client: Client) -> None:
     gc.disable()
     try:
         alive: weakref.WeakSet[Future] = weakref.WeakSet()
-        assert client._loop is not None
-        client._loop.call_soon_threadsafe(time.sleep, 0.3)  # the graph waits on the loop
+        loop = client.connection.loop
+        assert loop is not None
+        loop.call_soon_threadsafe(time.sleep, 0.3)  # the graph waits on the loop
         futures = client.map(inc, range(10), pure=False)
         alive.update(futures)
         del futures
@@ -347,7 +348,7 @@ def test_dropped_futures_die_at_once(client: Client) -> None:
     # Releases still follow the graphs naming the keys: a dependency dropped at once is
     # not forgotten before its dependent's graph arrives, and nothing stays held.
     for i in range(10):
-        client._loop.call_soon_threadsafe(time.sleep, 0.05)  # both graphs and the release wait
+        loop.call_soon_threadsafe(time.sleep, 0.05)  # both graphs and the release wait
         assert client.submit(inc, client.submit(inc, i, pure=False)).result(timeout=10) == i + 2
     eventually(lambda: client.scheduler_info()["n_tasks"] == baseline)
 

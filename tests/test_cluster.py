@@ -49,7 +49,7 @@ def test_default_shape_follows_dask() -> None:
 
 def test_client_starts_and_stops_its_own_local_cluster() -> None:
     with Client() as client:
-        cluster = client._own_cluster
+        cluster = client.connection.own_cluster
         assert isinstance(cluster, LocalCluster)
         assert len(cluster.scheduler_info()["workers"]) == cluster.n_workers
         assert client.submit(inc, 1).result(timeout=30) == 2
@@ -171,7 +171,7 @@ def test_local_cluster_processes_end_with_the_process_that_started_them() -> Non
     program = """if True:
         import os, sys, time
         from squall import Client
-        cluster = Client()._own_cluster
+        cluster = Client().connection.own_cluster
         if os.fork():
             print(cluster.scheduler_process.pid, *[p.pid for p in cluster.worker_processes])
             sys.stdout.flush()

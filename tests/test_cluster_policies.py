@@ -491,8 +491,8 @@ def test_futures_dropped_before_the_client_sends_their_graph_are_released(
     # forever (or a fire-and-forget task is forgotten before it runs).
     with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as c:
         gate = threading.Event()
-        assert c._loop is not None
-        c._loop.call_soon_threadsafe(gate.wait, TIMEOUT)  # stall the client's loop
+        assert c.connection.loop is not None
+        c.connection.loop.call_soon_threadsafe(gate.wait, TIMEOUT)  # stall the client's loop
         try:
             parts = c.map(make_bytes, range(20))
             total = c.submit(lambda *p: sum(map(len, p)), *parts)

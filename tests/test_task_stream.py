@@ -120,10 +120,10 @@ def test_get_task_stream_windows(client: Client) -> None:
 
 def test_many_tiny_tasks_are_sampled_within_the_bound(client: Client) -> None:
     n = 50_000
-    begun = client.sync(client._task_stream, {"count": 0})
+    begun = client.sync(client.task_stream.read, {"count": 0})
     start = time.monotonic()
     client.gather(client.map(inc, range(n), pure=False))
-    ended = client.sync(client._task_stream, {"cursor": begun.cursor})
+    ended = client.sync(client.task_stream.read, {"cursor": begun.cursor})
     elapsed = time.monotonic() - start
     assert ended.tasks - begun.tasks == n  # the samples stand for every task
     # At most 200 records per worker and heartbeat (0.5 s apart), plus the flush's.

@@ -29,14 +29,14 @@ def test_versions_of_client_scheduler_and_workers(cluster: LocalCluster) -> None
 
 def pretend(client: Client, monkeypatch: pytest.MonkeyPatch, **changed: str) -> None:
     """The client reports these package versions instead of its own."""
-    real = client._versions
+    real = client.diagnostics.client_versions
 
     def fake(packages: list[str]) -> dict[str, Any]:
         mine = copy.deepcopy(real(packages))
         mine["packages"].update(changed)
         return mine
 
-    monkeypatch.setattr(client, "_versions", fake)
+    monkeypatch.setattr(client.diagnostics, "client_versions", fake)
 
 
 def test_check_warns_with_the_packages_that_differ_required_first(

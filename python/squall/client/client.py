@@ -6,100 +6,35 @@ thread and the API blocks, as Dask's synchronous client does; with
 ``asynchronous=True`` the client uses the running loop and its coroutine methods
 (``gather``, ``result``, ``close``, …) return awaitables.
 
-Protocol choices (see the message table in docs/runtime.md):
-
-* ``submit`` and every batch of ``map`` send ONE ``update-graph`` (a ``map`` without
-  ``batch_size`` sends chunks of ``MAP_CHUNK`` items while it builds the next ones, each
-  chunk a new FIFO generation so they run in order). Dependencies are the
-  futures found in the arguments (also nested in lists, tuples, sets and dicts); all of
-  them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
-  ``n`` task keys in the keys payload. Keys this client already holds a future for are
-  not resubmitted.
-* Run specs are :mod:`squall.protocol.specs` call specs (the pickled function's bytes,
-  then ``pickle((args, kwargs))`` with ``Dep`` markers). ``map`` pickles the function
-  once and every per-item spec shares those bytes; workers unpickle the function once
-  per process (cached by content).
-* ``map`` keys are ``{funcname}-{token}-{i}`` (``i`` the item's index in the map); the
-  token is one hash per batch over the pickled function and the batch's specs (pure) or
-  a uuid (``pure=False``).
-* ``submit`` and ``map`` keep no reference to their futures, which die on ``del``. A
-  ``map`` makes its futures and states in bulk, under one lock acquisition per batch
-  and without cyclic GC runs while it does.
+The client is composed: each of its public methods hands the call to one collaborator,
+a plain object holding the connection (and what else it needs), which does the work —
+``submission`` (graphs: ``submit``, ``map``, ``compute``, …), ``data`` (``gather``,
+``scatter``), ``cluster_ops`` (the workers, ``run``, ``restart``, …), ``diagnostics``
+(``who_has``, the logs, the versions, …), ``task_stream`` (``get_task_stream``) and
+``connection`` itself (``sync``, ``close``, the futures' reference counts). Futures,
+``wait`` and ``as_completed`` use the connection (and ``data`` to fetch a result).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import itertools
-import uuid
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
+from typing import Any, Literal
 
-import cloudpickle  # type: ignore[import-untyped]
-from dask.base import is_dask_collection, tokenize
-from dask.delayed import delayed
-from dask.utils import funcname
-
-from squall._core import encode_keys
 from squall.client import display
+from squall.client.connection import ClientConnection
+from squall.client.data import DataMovement
+from squall.client.default import become_default, prefer_task_shuffle, stop_being_default
 from squall.client.diagnostics import Diagnostics
-from squall.client.futures import Future, Key, dep_key, futures_of
-from squall.client.loop import timeout_seconds
-from squall.client.task_stream import TaskStreamMethods
-from squall.client.unique import unique_ids
-from squall.dask.graphs import (
-    compute_expr,
-    expr_of_graph,
-    flatten_keys,
-    materialize,
-    pack_data,
-    persist_expr,
-)
-from squall.diagnostics.dask_progress import dask_progress_bars
-from squall.gc_pause import gc_paused
-from squall.protocol import ops, update_graph
-from squall.protocol.specs import call_prefix, make_spec
+from squall.client.futures import Future, FutureState, Key
+from squall.client.submission import Submission
+from squall.client.task_stream import TaskStreamReader
+from squall.client.workers import ClusterOps
+from squall.security import Security
 from squall.tracebacks import user_frames
 
-#: Items per ``update-graph`` of a ``map`` without ``batch_size``: sent as built, so the
-#: scheduler and workers start early, and large enough that per-message costs vanish.
-MAP_CHUNK = 20_000
 
-
-class CallOptions(NamedTuple):
-    """Where and how the tasks of one call run: the options ``submit``, ``map`` and the
-    collection methods share, sent in the ``update-graph`` header."""
-
-    workers: Any
-    resources: dict[str, float] | None
-    retries: int | None
-    priority: int
-    fifo_timeout: float | str
-    allow_other_workers: bool
-
-    def header(self) -> dict[str, Any]:
-        """The header fields; raises on a combination distributed refuses."""
-        workers, allow_other_workers = self.workers, self.allow_other_workers
-        if allow_other_workers not in (True, False):
-            raise TypeError("allow_other_workers= must be True or False")
-        if allow_other_workers and workers is None:
-            raise ValueError("Only use allow_other_workers= if using workers=")
-        if isinstance(workers, str):
-            workers = [workers]
-        return {
-            "priority": int(self.priority),
-            "fifo_timeout": timeout_seconds(self.fifo_timeout) or 0.0,
-            "retries": self.retries,
-            "workers": None if workers is None else list(workers),
-            "resources": (
-                [[k, float(v)] for k, v in self.resources.items()] if self.resources else None
-            ),
-            "allow_other_workers": allow_other_workers,
-        }
-
-
-class Client(Diagnostics, TaskStreamMethods):
+class Client:
     """Connect to a squall scheduler: ``Client("tcp://host:8786")``.
 
     ``Client()`` without an address starts a :class:`~squall.deploy.local.LocalCluster`
@@ -108,23 +43,52 @@ class Client(Diagnostics, TaskStreamMethods):
     distributed's). ``timeout`` (for connecting) defaults to
     ``squall.comm.timeouts.connect``."""
 
+    def __init__(
+        self,
+        address: str | Any = None,
+        loop: Any = None,
+        timeout: float | str | None = None,
+        set_as_default: bool = True,
+        asynchronous: bool = False,
+        name: str | None = None,
+        direct_to_workers: bool | None = None,
+        security: Security | bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # ``direct_to_workers`` is accepted and ignored: results always come straight
+        # from the workers.
+        self.connection = ClientConnection(
+            address,
+            loop,
+            timeout,
+            asynchronous,
+            name,
+            security,
+            on_closed=partial(stop_being_default, self),
+            **kwargs,
+        )
+        self.cluster_ops = ClusterOps(self.connection)
+        self.data = DataMovement(self, self.connection, self.cluster_ops)
+        self.submission = Submission(self, self.connection, self.data)
+        self.diagnostics = Diagnostics(self.connection, self.data)
+        self.task_stream = TaskStreamReader(self.connection)
+        if set_as_default:
+            become_default(self)
+        prefer_task_shuffle()
+
     def __await__(self) -> Any:
         async def start() -> Client:
-            if self._started is None:
-                self._started = asyncio.ensure_future(self._start())
-            await self._started
+            await self.connection.started()
             return self
 
         return start().__await__()
 
     async def __aenter__(self) -> Client:
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._start())
-        await self._started
+        await self.connection.started()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._close_async(None)
+        await self.connection.close_async(None)
 
     def __enter__(self) -> Client:
         if self.asynchronous:
@@ -134,10 +98,72 @@ class Client(Diagnostics, TaskStreamMethods):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ----- state, as distributed's attributes (the connection's) ----------------------
+
+    @property
+    def address(self) -> str:
+        """The scheduler's address."""
+        return self.connection.address
+
+    @property
+    def id(self) -> str:
+        """This client's name at the scheduler (``Client-<uuid>`` unless ``name``)."""
+        return self.connection.id
+
+    @property
+    def status(self) -> str:
+        """``"newly-created"``, ``"running"``, ``"closing"`` or ``"closed"``."""
+        return self.connection.status
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the methods return awaitables (``asynchronous=True``)."""
+        return self.connection.asynchronous
+
+    @property
+    def cluster(self) -> Any:
+        """The cluster object this client was given or started (``Client(cluster)``,
+        ``Client()``); None for an address."""
+        return self.connection.cluster
+
+    @property
+    def security(self) -> Security | None:
+        """TLS and token for the scheduler and workers (docs/security.md); None: the
+        process's, from config."""
+        return self.connection.security
+
+    @property
+    def futures(self) -> dict[Key, FutureState]:
+        """The state of each key this client holds futures for."""
+        return self.connection.futures
+
+    @property
+    def refcount(self) -> dict[Key, int]:
+        """How many futures this client holds per key."""
+        return self.connection.refcount
+
+    @property
+    def generation(self) -> int:
+        """How many times the scheduler restarted since this client connected."""
+        return self.connection.generation
+
+    @property
+    def dashboard_port(self) -> int | None:
+        """The port of the scheduler's dashboard (None: it serves none)."""
+        return self.connection.dashboard_port
+
+    @property
+    def dashboard_scheme(self) -> str:
+        """``"http"`` or ``"https"``: how the dashboard is reached."""
+        return self.connection.dashboard_scheme
+
     @property
     def dashboard_link(self) -> str | None:
         """The scheduler's dashboard, as a person reaches it (None if it serves none)."""
-        return display.dashboard_link(self.address, self.dashboard_port, self.dashboard_scheme)
+        connection = self.connection
+        return display.dashboard_link(
+            connection.address, connection.dashboard_port, connection.dashboard_scheme
+        )
 
     def _identity_for_display(self) -> dict[str, Any] | None:
         """The cluster's shape for a repr: asked now on a running synchronous client
@@ -145,7 +171,7 @@ class Client(Diagnostics, TaskStreamMethods):
         if self.asynchronous or self.status != "running":
             return None
         try:
-            return dict(self.sync(self._identity, callback_timeout=2))
+            return dict(self.sync(self.cluster_ops.identity, callback_timeout=2))
         except Exception:
             return None
 
@@ -159,40 +185,7 @@ class Client(Diagnostics, TaskStreamMethods):
             self.id, self.address, self.status, self.dashboard_link, self._identity_for_display()
         )
 
-    def _send_graph(
-        self,
-        keys: list[Key],
-        specs: list[bytes],
-        deps: list[list[Key]] | None,
-        options: CallOptions,
-        *,
-        order: str = "sequential",
-        wanted: list[Key] | None = None,
-        task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
-        data_producers: list[int] | None = None,
-        keep: object = None,
-    ) -> None:
-        """Queue one ``update-graph`` (``_send_soon``: releases of the futures it
-        defines or depends on follow it, however soon they are dropped)."""
-        fields = options.header()
-        header, payload, index = update_graph.encode(keys, specs, deps)
-        rid = next(self._ids)
-        header |= {
-            "id": rid,
-            "order": order,
-            # Indices of the keys the client holds futures for (default: all).
-            "wanted": None if wanted is None else [index[k] for k in wanted if k in index],
-            "task_options": task_options or None,
-            "data_producers": data_producers or None,
-            **fields,
-        }
-        self._graphs[rid] = keys
-        self._send_soon(header, payload, keep)
-
-    def _check_running(self) -> None:
-        if self.status != "running":
-            hint = " (await the client first)" if self.status == "newly-created" else ""
-            raise RuntimeError(f"the client is {self.status}{hint}")
+    # ----- submitting work (submission.py) ---------------------------------
 
     def submit(
         self,
@@ -212,28 +205,21 @@ class Client(Diagnostics, TaskStreamMethods):
     ) -> Future:
         """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments
         are replaced by their values."""
-        if not callable(func):
-            raise TypeError("First input to submit must be a callable function")
-        if actor or actors:
-            raise NotImplementedError("actors are not supported yet")
-        self._check_running()
-        if key is None:
-            if pure:
-                key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
-            else:
-                key = f"{funcname(func)}-{unique_ids.next()}"
-        with self._refcount_lock:
-            if key in self.futures:
-                return Future(key, self)
-            future = Future(key, self)
-        spec, deps = make_spec(call_prefix(cloudpickle.dumps(func)), args, kwargs, dep_key)
-        self._send_graph(
-            [key],
-            [spec],
-            [deps],
-            CallOptions(workers, resources, retries, priority, fifo_timeout, allow_other_workers),
+        return self.submission.submit(
+            func,
+            *args,
+            key=key,
+            workers=workers,
+            resources=resources,
+            retries=retries,
+            priority=priority,
+            fifo_timeout=fifo_timeout,
+            allow_other_workers=allow_other_workers,
+            actor=actor,
+            actors=actors,
+            pure=pure,
+            **kwargs,
         )
-        return future
 
     def map(
         self,
@@ -256,115 +242,22 @@ class Client(Diagnostics, TaskStreamMethods):
         batch of ``batch_size`` items. Without ``batch_size`` the items are sent in
         chunks of ``MAP_CHUNK`` as they are built, so the cluster starts on the first
         ones while the client still builds the rest."""
-        if not callable(func):
-            raise TypeError("First input to map must be a callable function")
-        if actor or actors:
-            raise NotImplementedError("actors are not supported yet")
-        if iterables and all(isinstance(it, Iterator) for it in iterables):
-            raise TypeError(
-                "Dask no longer supports mapping over Iterators or Queues."
-                "Consider using a normal for loop and Client.submit"
-            )
-        self._check_running()
-        # Batches are columns (a list per iterable): no tuple per item to allocate.
-        sources = [iter(it) for it in iterables]
-        keys_given = list(key) if isinstance(key, list) else None
-        if keys_given is not None:
-            lists = [list(it) for it in sources]
-            if len(keys_given) != min(map(len, lists), default=0):
-                raise ValueError("key= list must have one key per item")
-            set(keys_given)  # an unhashable key raises TypeError before anything is held
-            sources = [iter(x) for x in lists]
-        size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
-        options = CallOptions(
-            workers, resources, retries, priority, fifo_timeout, allow_other_workers
+        return self.submission.map(
+            func,
+            *iterables,
+            key=key,
+            workers=workers,
+            retries=retries,
+            resources=resources,
+            priority=priority,
+            allow_other_workers=allow_other_workers,
+            fifo_timeout=fifo_timeout,
+            actor=actor,
+            actors=actors,
+            pure=pure,
+            batch_size=batch_size,
+            **kwargs,
         )
-        blob = cloudpickle.dumps(func)
-        prefix_spec = call_prefix(blob)
-        prefix = key if isinstance(key, str) else funcname(func)
-        out: list[Future] = []
-        with gc_paused():
-            while sources:
-                columns = [list(itertools.islice(it, size)) for it in sources]
-                n = min(map(len, columns))
-                if n < size:  # the shortest iterable ends here, as zip's items do
-                    columns = [c[:n] for c in columns]
-                    sources = []
-                if not n:
-                    break
-                start = len(out)
-                specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
-                if keys_given is not None:
-                    keys = keys_given[start : start + n]
-                else:
-                    if pure:
-                        # The digest of the function then every spec, in one update.
-                        h = hashlib.sha1(blob, usedforsecurity=False)
-                        h.update(b"".join(specs))
-                        token = h.hexdigest()
-                    else:
-                        token = uuid.uuid4().hex
-                    head = f"{prefix}-{token}-"
-                    keys = list(map(head.__add__, map(str, range(start, start + n))))
-                futures, fresh = self._acquire_many(keys)
-                out += futures
-                if fresh is not None:
-                    keys = [keys[i] for i in fresh]
-                    specs = [specs[i] for i in fresh]
-                    deps = None if deps is None else [deps[i] for i in fresh]
-                if keys:
-                    self._send_graph(
-                        keys,
-                        specs,
-                        deps,
-                        # Chunks of one map run in order: each after the previous one
-                        # (a new FIFO generation), as the tasks of a single graph would.
-                        options if batch_size or not start else options._replace(fifo_timeout=0),
-                    )
-        return out
-
-    def _graph_to_futures(
-        self,
-        expr: Any,
-        keys: Iterable[Key],
-        options: CallOptions,
-        *,
-        cull: bool = False,
-        actors: Any = None,
-    ) -> dict[Key, Future]:
-        """Submit a dask expression's tasks; futures for ``keys``."""
-        if actors:
-            raise NotImplementedError("actors are not supported yet")
-        self._check_running()
-        keys = list(dict.fromkeys(keys))
-        g = materialize(expr, keys, cull=cull)
-        # A key whose last future was dropped is released now, as in distributed (its
-        # release still queued for the loop would otherwise make it look held): the
-        # graph defines it again, and the release reaches the scheduler before it.
-        self._settle_releases()
-        with self._refcount_lock:
-            futures = {k: Future(k, self) for k in keys}
-            # Keys this client holds are known to the scheduler: depend on them instead
-            # of defining them again, and hold them until the graph is queued (from
-            # then on ``_unsent`` orders their releases after it), so that a future
-            # dropped meanwhile by another thread cannot release them first.
-            held = [k in self.futures and k not in futures for k in g.keys]
-            holds = [Future(k, self) for k, h in zip(g.keys, held, strict=True) if h]
-        if holds:
-            g = g.without([i for i, h in enumerate(held) if h])
-        if g.keys:
-            self._send_graph(
-                g.keys,
-                g.specs,
-                g.deps,
-                options,
-                order="compute",
-                wanted=keys,
-                task_options=g.task_options,
-                data_producers=g.data_producers,
-                keep=holds,
-            )
-        return futures
 
     def get(
         self,
@@ -384,25 +277,22 @@ class Client(Diagnostics, TaskStreamMethods):
     ) -> Any:
         """Compute a dask graph (a dict, a HighLevelGraph or an expression) for ``keys``;
         the scheduler function behind ``dask.compute(..., scheduler=client)``."""
-        expr, cull = expr_of_graph(dsk)
-        futures = self._graph_to_futures(
-            expr,
-            flatten_keys([keys]),
-            CallOptions(
-                workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
-            ),
-            cull=cull,
-            actors=actors,
-        )
-        packed = pack_data(keys, futures)
-        if not sync:
-            return packed
-        try:
-            with user_frames(), dask_progress_bars(self, futures.values(), asynchronous):
-                return self.gather(packed, asynchronous=asynchronous)
-        finally:
-            for f in futures.values():
-                f.release()
+        with user_frames():  # no frame of squall's in a task's traceback
+            return self.submission.get(
+                dsk,
+                keys,
+                workers,
+                allow_other_workers,
+                resources,
+                sync,
+                asynchronous,
+                direct,
+                retries,
+                priority,
+                fifo_timeout,
+                actors,
+                **kwargs,
+            )
 
     def compute(
         self,
@@ -421,32 +311,21 @@ class Client(Diagnostics, TaskStreamMethods):
     ) -> Any:
         """Start computing dask collections: a future per collection (values with
         ``sync=True``); a single collection gives a single future."""
-        singleton = not isinstance(collections, (list, tuple, set, frozenset))
-        items = [collections] if singleton else list(collections)
-        if traverse:
-            items = [
-                delayed(a) if isinstance(a, (list, set, tuple, dict, Iterator)) else a
-                for a in items
-            ]
-        variables = [a for a in items if is_dask_collection(a)]
-        futures: dict[Key, Future] = {}
-        names: list[Key] = []
-        if variables:
-            expr = compute_expr(variables, optimize_graph, **kwargs)
-            names = flatten_keys(expr.__dask_keys__())
-            futures = self._graph_to_futures(
-                expr,
-                names,
-                CallOptions(
-                    workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
-                ),
-                actors=actors,
-            )
-        found = iter(names)
-        out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
         with user_frames():
-            result = self.gather(out) if sync else out
-        return result[0] if singleton else result
+            return self.submission.compute(
+                collections,
+                sync,
+                optimize_graph,
+                workers,
+                allow_other_workers,
+                resources,
+                retries,
+                priority,
+                fifo_timeout,
+                actors,
+                traverse,
+                **kwargs,
+            )
 
     def persist(
         self,
@@ -463,27 +342,18 @@ class Client(Diagnostics, TaskStreamMethods):
     ) -> Any:
         """Start computing dask collections and return equivalent collections backed by
         the futures (a single collection gives a single collection)."""
-        singleton = not isinstance(collections, (tuple, list, set, frozenset))
-        items = [collections] if singleton else list(collections)
-        if not all(map(is_dask_collection, items)):
-            raise TypeError("persist takes dask collections")
-        expr = persist_expr(items, optimize_graph)
-        keys = expr.__dask_keys__()
-        futures = self._graph_to_futures(
-            expr,
-            flatten_keys(keys),
-            CallOptions(
-                workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
-            ),
-            actors=actors,
+        return self.submission.persist(
+            collections,
+            optimize_graph,
+            workers,
+            allow_other_workers,
+            resources,
+            retries,
+            priority,
+            fifo_timeout,
+            actors,
+            **kwargs,
         )
-        result = [
-            rebuild({k: futures[k] for k in flatten_keys(ks)}, *args)
-            for (rebuild, args), ks in zip(
-                (c.__dask_postpersist__() for c in items), keys, strict=True
-            )
-        ]
-        return result[0] if singleton else result
 
     def cancel(
         self,
@@ -494,28 +364,220 @@ class Client(Diagnostics, TaskStreamMethods):
         msg: str | None = None,
     ) -> Any:
         """Stop computing the futures; their ``result()`` raises CancelledError."""
-        keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
-
-        async def run() -> None:
-            self._send({"op": ops.CANCEL, "force": force}, encode_keys(keys))
-            for k in keys:
-                with self._refcount_lock:
-                    st = self.futures.pop(k, None)
-                if st is not None:
-                    st.cancel(reason or "cancelled by the client", msg)
-
-        return self.sync(run, asynchronous=asynchronous)
+        return self.submission.cancel(futures, asynchronous, force, reason, msg)
 
     def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
         """Run erred futures (and erred dependencies) again."""
-        keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+        return self.submission.retry(futures, asynchronous)
 
-        async def run() -> None:
-            with self._refcount_lock:
-                states = [st for st in map(self.futures.get, keys) if st is not None]
-            for st in states:
-                if st.status == "error":
-                    st.retry()
-            self._send({"op": ops.RETRY}, encode_keys(keys))
+    # ----- moving data (data.py) -------------------------------------------
 
-        return self.sync(run, asynchronous=asynchronous)
+    def gather(
+        self,
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: bool | None = None,
+    ) -> Any:
+        """Values of futures, in the same (nested list/tuple/set/dict) structure."""
+        with user_frames():
+            return self.data.gather(futures, errors, direct, asynchronous)
+
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: float | str | None = None,
+        asynchronous: bool | None = None,
+    ) -> Any:
+        """Put local data on workers; returns futures in the shape of ``data`` (a list,
+        tuple, set or dict of futures, or one future for any other object).
+
+        Keys are ``{type}-{token}`` (``hash=False``: a random token; a dict's keys are
+        kept). Items go round robin to the ``workers`` (addresses, names or hosts;
+        default all), or each to every one of them with ``broadcast=True`` (to that
+        many with an int). Data always goes straight to the workers, whatever
+        ``direct``. ``timeout`` (default the client's) bounds the wait for workers."""
+        return self.data.scatter(data, workers, broadcast, direct, hash, timeout, asynchronous)
+
+    # ----- the cluster (workers.py) ----------------------------------------
+
+    def scheduler_info(self, n_workers: int = -1, **kwargs: Any) -> Any:
+        """The scheduler and its workers, in ``distributed``'s shape: ``{"type",
+        "id", "address", "services", "started", "n_workers", "total_threads",
+        "total_memory", "workers": {address: {"nthreads", "name", "memory_limit",
+        "resources", …}}}`` (``n_workers`` ≥ 0 limits the workers listed)."""
+        return self.cluster_ops.scheduler_info(n_workers, **kwargs)
+
+    def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
+        """``{worker address: number of threads}`` (of ``workers``, default all)."""
+        return self.cluster_ops.nthreads(workers, **kwargs)
+
+    ncores = nthreads
+
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: Literal["raise", "return", "ignore"] = "raise",
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``function(*args, **kwargs)`` on every worker (or ``workers``), outside
+        the task system, on the worker's event loop: ``{address: result}``. A
+        ``dask_worker`` parameter receives the worker; coroutine functions are awaited
+        (not with ``wait=False``, which returns None). Failures raise, or with
+        ``on_error="return"``/``"ignore"`` are returned/left out. With ``nanny=True``
+        it runs in the workers' nannies instead (still keyed by worker address;
+        ``dask_worker`` receives the nanny)."""
+        return self.cluster_ops.run(
+            function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs
+        )
+
+    def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
+        """Restart every worker and forget every task: all futures (of every client)
+        are cancelled. Waits for the workers to come back (unless not
+        ``wait_for_workers``), ``TimeoutError`` after ``timeout`` (default four times
+        the client's timeout)."""
+        return self.cluster_ops.restart(timeout, wait_for_workers)
+
+    def retire_workers(
+        self,
+        workers: list[str] | str | None = None,
+        close_workers: bool = True,
+        remove: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Retire workers (addresses or names; default: the idle ones Dask's
+        ``workers_to_close`` picks) gracefully: they get no new tasks, their running
+        tasks finish and every result only they hold is copied to another worker, so
+        nothing is recomputed; then they leave the scheduler (``remove``) and, with
+        ``close_workers``, close (with their nannies). Returns ``{address: worker
+        info}`` of those retired. A worker whose results could not all be copied
+        (no other worker, or not within ``squall.retire.timeout``) is kept, and a
+        warning says why."""
+        return self.cluster_ops.retire_workers(workers, close_workers, remove, **kwargs)
+
+    def restart_workers(
+        self,
+        workers: list[str],
+        timeout: float | str | None = None,
+        raise_for_error: bool = True,
+    ) -> Any:
+        """Restart these workers (addresses or names) through their nannies and wait
+        for them to come back: ``{worker: "OK" or "timed out"}``, keyed as given.
+        ``ValueError`` if one has no nanny; ``TimeoutError`` on a time-out unless not
+        ``raise_for_error``. Their tasks are rescheduled, their results recomputed if
+        needed; other workers and tasks are untouched (unlike :meth:`restart`)."""
+        return self.cluster_ops.restart_workers(workers, timeout, raise_for_error)
+
+    def wait_for_workers(self, n_workers: int, timeout: float | str | None = None) -> Any:
+        """Wait until ``n_workers`` workers are running; ``TimeoutError`` saying how
+        many arrived after ``timeout`` (default: no limit). The scheduler answers as
+        soon as they are there, so nothing polls over the network."""
+        return self.cluster_ops.wait_for_workers(n_workers, timeout)
+
+    def shutdown(self) -> Any:
+        """Close the scheduler, every worker and nanny, then this client."""
+        return self.cluster_ops.shutdown()
+
+    # ----- diagnostics (diagnostics.py) ------------------------------------
+
+    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+        """``{key: [worker address, …]}`` for the given futures; by default for every
+        result held on the cluster, any client's, as distributed's."""
+        return self.diagnostics.who_has(futures, **kwargs)
+
+    def has_what(self, workers: Any = None, **kwargs: Any) -> Any:
+        """``{worker address: (keys it holds, …)}`` of ``workers`` (addresses or names;
+        default all); an unknown worker holds ``()``."""
+        return self.diagnostics.has_what(workers, **kwargs)
+
+    def processing(self, workers: Any = None, **kwargs: Any) -> Any:
+        """``{worker address: (keys it runs or has queued, …)}``, as ``has_what``."""
+        return self.diagnostics.processing(workers, **kwargs)
+
+    def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
+        """Bytes of each result held on the cluster, ``{key: bytes}``, or with
+        ``summary`` summed per key prefix (``{"inc": bytes}``), as distributed's."""
+        return self.diagnostics.nbytes(keys, summary, **kwargs)
+
+    def story(self, *keys_or_futures: Any, on_error: str = "raise", **kwargs: Any) -> Any:
+        """The scheduler's retained transitions of these keys (or futures' keys), oldest
+        first, as distributed's rows: ``("scheduler", key, start state, finish state,
+        {}, stimulus id, epoch seconds)``. The core keeps no recommendations (``{}``)
+        and workers keep no stories, so only the scheduler's rows come; a stimulus id
+        is not looked up. ``on_error="ignore"``: no rows instead of an error."""
+        return self.diagnostics.story(*keys_or_futures, on_error=on_error, **kwargs)
+
+    def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
+        """The scheduler's newest ``n`` log lines (all it keeps if None or 0, up to
+        ``squall.admin.log-length``), newest first (as distributed's), as ``(level, line)``."""
+        return self.diagnostics.get_scheduler_logs(n, **kwargs)
+
+    def get_worker_logs(
+        self, n: int | None = None, workers: Any = None, nanny: bool = False, **kwargs: Any
+    ) -> Any:
+        """``{worker address: [(level, line), …]}``: each worker's (or with ``nanny``,
+        its nanny's) newest ``n`` log lines, newest first. The scheduler asks them; a
+        worker that does not answer within ``squall.comm.timeouts.connect`` gets one
+        ``("ERROR", why)`` line instead."""
+        return self.diagnostics.get_worker_logs(n, workers, nanny, **kwargs)
+
+    def get_versions(
+        self, check: bool = False, packages: Sequence[str] | None = None, **kwargs: Any
+    ) -> Any:
+        """``{"scheduler": …, "workers": {address: …}, "client": …}``, each
+        ``{"host": {...}, "packages": {name: version}}`` (``packages`` adds names).
+        With ``check``, versions that differ between the client, the scheduler and the
+        workers are warned about with a table (``VersionMismatchWarning``; required
+        packages first), as distributed warns."""
+        return self.diagnostics.get_versions(check, packages, **kwargs)
+
+    # ----- the task stream (task_stream.py) --------------------------------
+
+    def get_task_stream(
+        self,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The records of the tasks that ended between ``start`` and ``stop`` (epoch
+        seconds, or durations before now like ``"10s"``), ``count`` of them at most,
+        as distributed's. ``plot="save"`` also writes them to ``filename`` as a
+        self-contained HTML page and returns ``(records, filename)``;
+        ``bokeh_resources`` has no effect (the page has no script)."""
+        return self.task_stream.get_task_stream(
+            start, stop, count, plot, filename, bokeh_resources, **kwargs
+        )
+
+    # ----- the connection (connection.py) ----------------------------------
+
+    def close(self, timeout: float | str | None = None) -> Any:
+        """Close the connection (the scheduler releases this client's keys) and the
+        LocalCluster the client started, if any."""
+        return self.connection.close(timeout)
+
+    def sync(
+        self,
+        func: Callable[..., Awaitable[Any]],
+        *args: Any,
+        asynchronous: bool | None = None,
+        callback_timeout: float | str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run coroutine function ``func``: returns an awaitable on an asynchronous
+        client, otherwise blocks for its result."""
+        with user_frames():
+            return self.connection.sync(
+                func, *args, asynchronous=asynchronous, callback_timeout=callback_timeout, **kwargs
+            )

@@ -19,11 +19,10 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from squall import config
 from squall._core import decode_keys, encode_keys
-from squall.client.default import become_default, prefer_task_shuffle, stop_being_default
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
 from squall.protocol import comm, liveness, ops
@@ -61,31 +60,33 @@ CONNECTION_LOST = "scheduler-connection-lost"
 class ClientConnection:
     """A client's connection to the scheduler and the event loop it runs on; the
     reference counts of the client's futures and the messages that change their
-    states. :class:`~squall.client.client.Client` builds the API on it."""
+    states. :class:`~squall.client.client.Client` and its other collaborators build
+    the API on it (requests, ``sync``, the refcount lock around ``futures``).
+
+    Connects on construction (a blocking client) or when first awaited (an
+    asynchronous one, :meth:`started`); ``on_closed`` runs on the loop once closed."""
 
     def __init__(
         self,
-        address: str | Any = None,
-        loop: Any = None,
-        timeout: float | str | None = None,
-        set_as_default: bool = True,
-        asynchronous: bool = False,
-        name: str | None = None,
-        direct_to_workers: bool | None = None,
-        security: Security | bool | None = None,
+        address: str | Any,
+        loop: Any,
+        timeout: float | str | None,
+        asynchronous: bool,
+        name: str | None,
+        security: Security | bool | None,
+        on_closed: Callable[[], None],
         **kwargs: Any,
     ) -> None:
-        # ``direct_to_workers`` is accepted and ignored: results always come straight
-        # from the workers. Without an address, ``kwargs`` go to the LocalCluster started
-        # (``n_workers=``, ``processes=``, ...), which ignores distributed's options it
-        # does not know, as it does otherwise.
+        # Without an address, ``kwargs`` go to the LocalCluster started (``n_workers=``,
+        # ``processes=``, ...), which ignores distributed's options it does not know, as
+        # it does otherwise.
         if asynchronous:
             require_running_loop()  # before starting a cluster nothing would close
-        self._own_cluster: Any = None
+        self.own_cluster: Any = None
         if address is None:
             from squall.deploy.local import LocalCluster
 
-            self._own_cluster = address = LocalCluster(security=security, **kwargs)
+            self.own_cluster = address = LocalCluster(security=security, **kwargs)
         #: The cluster object this client was given or started (``Client(cluster)``,
         #: ``Client()``), as distributed's ``Client.cluster``; None for an address.
         self.cluster: Any = None if isinstance(address, str) else address
@@ -107,10 +108,13 @@ class ClientConnection:
         self.asynchronous = asynchronous
         self.id = name or f"Client-{uuid.uuid4()}"
         self.status = "newly-created"
+        #: The state of every key this client holds futures for, under ``refcount_lock``.
         self.futures: dict[Key, FutureState] = {}
         self.generation = 0  # restarts so far
-        self._refcount_lock = threading.RLock()
-        self._timeout = timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
+        self.refcount_lock = threading.RLock()
+        self._on_closed = on_closed
+        #: Seconds to connect (to the scheduler, and to workers for data and ``run``).
+        self.timeout = timeout_seconds(timeout) or config.seconds("comm.timeouts.connect")
         self._comm: comm.Comm | None = None
         #: The port of the scheduler's dashboard (None: it serves none), told on connecting.
         self.dashboard_port: int | None = None
@@ -126,24 +130,24 @@ class ClientConnection:
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
         self._releasing: deque[FutureState] = deque()
         self._drain_scheduled = False
-        self._peers = Peers(connect_timeout=self._timeout, security=self.security)
+        self.peers = Peers(connect_timeout=self.timeout, security=self.security)
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._started: asyncio.Future[None] | None = None
         if asynchronous:
-            self._loop = asyncio.get_running_loop()
+            self.loop = asyncio.get_running_loop()
             self._started = asyncio.ensure_future(self._start())
         else:
-            self._loop = asyncio.new_event_loop()
+            self.loop = asyncio.new_event_loop()
             ready = threading.Event()
 
             def run_loop() -> None:
-                assert self._loop is not None
-                asyncio.set_event_loop(self._loop)
+                assert self.loop is not None
+                asyncio.set_event_loop(self.loop)
                 self._thread_id = threading.get_ident()
-                self._loop.call_soon(ready.set)
-                self._loop.run_forever()
+                self.loop.call_soon(ready.set)
+                self.loop.run_forever()
 
             self._thread = threading.Thread(target=run_loop, name="squall-client", daemon=True)
             self._thread.start()
@@ -153,22 +157,25 @@ class ClientConnection:
             except BaseException:
                 self._stop_loop()
                 raise
-        if set_as_default:
-            become_default(cast("Client", self))
-        prefer_task_shuffle()
 
     # ----- lifecycle ------------------------------------------------------------------
 
+    async def started(self) -> None:
+        """Connect if not yet connected (an asynchronous client's first await)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await self._started
+
     async def _start(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
         if self._thread is None:
             self._thread_id = threading.get_ident()
         c = await comm.connect(
             self.address,
             role="client",
             info={"client": self.id},
-            timeout=self._timeout,
+            timeout=self.timeout,
             security=self.security,
         )
         header, _ = await c.read()
@@ -186,34 +193,33 @@ class ClientConnection:
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())
         self._watchdog = liveness.Watchdog(
             liveness.silence_timeout(),
-            lambda: self._send({"op": ops.HEARTBEAT_CLIENT}),
+            lambda: self.send({"op": ops.HEARTBEAT_CLIENT}),
             self._scheduler_silent,
             keep_alive=True,
         )
         self.status = "running"
 
     def close(self, timeout: float | str | None = None) -> Any:
-        """Close the connection (the scheduler releases this client's keys) and the
-        LocalCluster the client started, if any."""
+        """``Client.close``: awaitable on an asynchronous client, else blocking."""
         if self.asynchronous:
-            return self._close_async(timeout)
+            return self.close_async(timeout)
         # Not on status: a client that lost its scheduler is "closed" already, but its
         # loop and the cluster it started still run until this.
-        if self._loop is None or self._loop.is_closed():
+        if self.loop is None or self.loop.is_closed():
             return None
         try:
             self._run_sync(timed(self._close(), timeout))
         finally:
             self._stop_loop()
-            if self._own_cluster is not None:
-                self._own_cluster.close()
+            if self.own_cluster is not None:
+                self.own_cluster.close()
         return None
 
-    async def _close_async(self, timeout: float | str | None) -> None:
+    async def close_async(self, timeout: float | str | None) -> None:
         try:
             await timed(self._close(), timeout)
         finally:
-            cluster, self._own_cluster = self._own_cluster, None
+            cluster, self.own_cluster = self.own_cluster, None
             if cluster is not None:  # its close blocks while the processes stop
                 await asyncio.get_running_loop().run_in_executor(None, cluster.close)
 
@@ -232,14 +238,14 @@ class ClientConnection:
                 await self._reader
         if self._comm is not None:
             await self._comm.close()
-        await self._peers.close()
+        await self.peers.close()
         self._fail_everything("client closed")
         self.status = "closed"
         await asyncio.sleep(0)  # let watchers of the now-cancelled futures finish
-        stop_being_default(cast("Client", self))
+        self._on_closed()
 
     def _stop_loop(self) -> None:
-        loop, thread = self._loop, self._thread
+        loop, thread = self.loop, self._thread
         if loop is None or thread is None or loop.is_closed():
             return
 
@@ -260,7 +266,7 @@ class ClientConnection:
     # ----- running things on the loop -------------------------------------------------
 
     def _run_sync(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        loop = self._loop
+        loop = self.loop
         if loop is None or loop.is_closed():
             coro.close()
             raise RuntimeError("the client is closed")
@@ -280,23 +286,22 @@ class ClientConnection:
         callback_timeout: float | str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run coroutine function ``func``: returns an awaitable on an asynchronous
-        client, otherwise blocks for its result."""
+        """``Client.sync``; the traceback of what it raises shows the user's frames."""
         coro = timed(func(*args, **kwargs), callback_timeout)
         if asynchronous if asynchronous is not None else self.asynchronous:
             return coro
         with user_frames():
             return self._run_sync(coro)
 
-    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, after everything scheduled before (any thread)."""
-        loop = self._loop
+        loop = self.loop
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(fn, *args)
 
-    def _send(self, header: comm.Header, payload: bytes = b"") -> None:
+    def send(self, header: comm.Header, payload: bytes = b"") -> None:
         """On the loop: send one message (pending releases go first)."""
         self._drain_releasing()
         self._flush_releases()
@@ -323,27 +328,35 @@ class ClientConnection:
     #: graph needs. The futures themselves are not held, so they die on ``del``.
     _unsent = 0
 
-    def _send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
+    def send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
         """Any thread: send from the loop, after everything queued before; futures
         released meanwhile are released after it. ``keep`` stays referenced until then."""
-        with self._refcount_lock:
+        with self.refcount_lock:
             self._unsent += 1
-        self._call_soon(self._send_queued, header, payload, keep)
+        self.call_soon(self._send_queued, header, payload, keep)
 
     def _send_queued(self, header: comm.Header, payload: bytes, _keep: object) -> None:
         try:
-            self._send(header, payload)
+            self.send(header, payload)
         finally:
-            with self._refcount_lock:
+            with self.refcount_lock:
                 self._unsent -= 1
         self._drain_releasing()
 
-    async def _request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
+    def track_graph(self, keys: list[Key]) -> int:
+        """A request id for an ``update-graph`` defining ``keys``: if the scheduler
+        refuses it, or it cannot be sent, their pending futures err."""
+        rid = next(self._ids)
+        self._graphs[rid] = keys
+        return rid
+
+    async def request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
+        """Send a request (any thread's coroutine on the loop) and wait for its reply."""
         rid = next(self._ids)
         fut: asyncio.Future[comm.Message] = asyncio.get_running_loop().create_future()
         self._requests[rid] = fut
         try:
-            self._send({**header, "id": rid}, payload)
+            self.send({**header, "id": rid}, payload)
             if self.status != "running":
                 raise comm.CommClosedError("the client is not connected")
             return await fut
@@ -355,11 +368,11 @@ class ClientConnection:
     @property
     def refcount(self) -> dict[Key, int]:
         """How many futures this client holds per key."""
-        with self._refcount_lock:
+        with self.refcount_lock:
             return {k: st.refs for k, st in self.futures.items()}
 
-    def _inc_ref(self, key: Key) -> FutureState:
-        with self._refcount_lock:
+    def hold(self, key: Key) -> FutureState:
+        with self.refcount_lock:
             st = self.futures.get(key)
             if st is None:
                 st = self.futures[key] = FutureState(key, self.generation)
@@ -367,11 +380,13 @@ class ClientConnection:
                 st.refs += 1
             return st
 
-    def _acquire_many(self, keys: list[Key]) -> tuple[list[Future], list[int] | None]:
-        """Futures for ``keys`` (a bulk ``Future(key)``, one lock acquisition) and the
-        indices of the keys this client did not hold before (None: all of them)."""
+    def acquire_many(
+        self, keys: list[Key], client: Client
+    ) -> tuple[list[Future], list[int] | None]:
+        """Futures of ``client`` for ``keys`` (a bulk ``Future(key, client)``, one lock
+        acquisition) and the indices of the keys it did not hold before (None: all)."""
         futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
-        with self._refcount_lock:
+        with self.refcount_lock:
             made = list(map(FutureState, keys, itertools.repeat(self.generation)))
             # One C loop and one lookup per key: a held key (or one earlier in ``keys``)
             # keeps its state and the state made for it is dropped.
@@ -384,24 +399,23 @@ class ClientConnection:
                         fresh.append(i)
                     else:
                         st.refs += 1
-            client = cast("Client", self)  # the API's class, this one's only subclass
             for f, k, st in zip(futures, keys, states, strict=True):
                 f._bind(k, client, st)
         return futures, fresh
 
-    def _release_soon(self, state: FutureState) -> None:
+    def release_soon(self, state: FutureState) -> None:
         """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
         ``__del__``): appending to and popping from a deque are atomic, and a drain is
         scheduled whenever none is pending after the append."""
         self._releasing.append(state)
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            self._call_soon(self._drain_releasing)
+            self.call_soon(self._drain_releasing)
 
     def _drain_releasing(self) -> None:
         """On the loop: apply the queued releases and send the keys they free."""
         self._drain_scheduled = False
-        settled = self._settle_releases()
+        settled = self.settle_releases()
         if settled is None:
             # A message naming futures waits to be sent: sending it drains, so until
             # then no release needs a wake-up.
@@ -410,11 +424,11 @@ class ClientConnection:
             self._release_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_releases)
 
-    def _settle_releases(self) -> bool | None:
+    def settle_releases(self) -> bool | None:
         """Any thread: drop the references queued by released futures now; the keys
         they free join the next ``release-keys``. True if any did; None (and nothing
         done) while a message naming futures is unsent (``_unsent``)."""
-        with self._refcount_lock:
+        with self.refcount_lock:
             if self._unsent:
                 return None
             releasing = self._releasing
@@ -440,7 +454,7 @@ class ClientConnection:
 
     def _flush_releases(self) -> None:
         self._release_scheduled = False
-        with self._refcount_lock:
+        with self.refcount_lock:
             keys, self._to_release = self._to_release, []
         if keys and self._stream is not None and self.status == "running":
             with contextlib.suppress(comm.CommClosedError):
@@ -494,7 +508,7 @@ class ClientConnection:
         for fut in self._requests.values():
             if not fut.done():
                 fut.set_exception(comm.CommClosedError(msg or reason))
-        with self._refcount_lock:
+        with self.refcount_lock:
             states = list(self.futures.values())
         for st in states:
             if not st.done():
@@ -502,7 +516,7 @@ class ClientConnection:
 
     def _states(self, payload: memoryview) -> list[FutureState]:
         keys = decode_keys(bytes(payload))
-        with self._refcount_lock:
+        with self.refcount_lock:
             return list(filter(None, map(self.futures.get, keys)))
 
     def _handle(self, h: comm.Header, payload: memoryview) -> None:
@@ -511,7 +525,7 @@ class ClientConnection:
             FutureState.finish_all(self._states(payload))
         elif op == ops.TASK_ERRED:
             key, exc, tb = parse_task_erred(h, payload)
-            with self._refcount_lock:
+            with self.refcount_lock:
                 erred = self.futures.get(key)
             if erred is not None:
                 erred.set_error(exc, tb)
@@ -545,7 +559,7 @@ class ClientConnection:
 
     def _graph_failed(self, keys: list[Key], message: str) -> None:
         exc = RuntimeError(message)
-        with self._refcount_lock:
+        with self.refcount_lock:
             states = [st for st in map(self.futures.get, keys) if st is not None]
         for st in states:
             if st.status == "pending":
@@ -553,7 +567,7 @@ class ClientConnection:
 
     def _restarted(self) -> None:
         """On the loop: the scheduler forgot every task."""
-        with self._refcount_lock:
+        with self.refcount_lock:
             states = list(self.futures.values())
             self.futures.clear()
             self._to_release.clear()
@@ -569,7 +583,7 @@ class ClientConnection:
             await st.wait()
         callback(future)
 
-    def _watch(self, future: Future, callback: Callable[[Future], Any]) -> None:
+    def watch(self, future: Future, callback: Callable[[Future], Any]) -> None:
         """On the loop: call ``callback(future)`` on the loop once it is done."""
         if future._state.done():
             callback(future)

@@ -16,12 +16,13 @@ import random
 import uuid
 from array import array
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask.base import tokenize
 
 from squall._core import encode_keys
+from squall.client.connection import ClientConnection
 from squall.client.futures import Future, FutureState, Key, futures_of, pack_results
 from squall.client.loop import timeout_seconds
 from squall.client.workers import ClusterOps
@@ -35,13 +36,23 @@ if TYPE_CHECKING:
 logger = logging.getLogger("squall.client")
 
 
-class _WhoHas(NamedTuple):
+class WhoHas(NamedTuple):
+    """A ``who-has`` reply: the workers holding each key."""
+
     keys: list[Key]
     holders: list[list[str]]
 
 
-class DataMovement(ClusterOps):
-    """The methods of :class:`~squall.client.client.Client` that move data."""
+class DataMovement:
+    """The methods of :class:`~squall.client.client.Client` that move data, over its
+    connection; the futures they take and make are ``client``'s, and the workers
+    data is scattered to are found by ``cluster``. ``gather`` and ``scatter`` are
+    documented on ``Client``'s of the same names."""
+
+    def __init__(self, client: Client, connection: ClientConnection, cluster: ClusterOps) -> None:
+        self.client = client
+        self.connection = connection
+        self.cluster = cluster
 
     def gather(
         self,
@@ -50,27 +61,27 @@ class DataMovement(ClusterOps):
         direct: bool | None = None,
         asynchronous: bool | None = None,
     ) -> Any:
-        """Values of futures, in the same (nested list/tuple/set/dict) structure."""
         if errors not in ("raise", "skip"):
             raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, asynchronous=asynchronous) for f in futures)
         with user_frames():
-            return self.sync(self._gather, futures, errors, asynchronous=asynchronous)
+            return self.connection.sync(self._gather, futures, errors, asynchronous=asynchronous)
 
     async def _gather(self, futures: Any, errors: str = "raise") -> Any:
         found = futures_of(futures)
         for f in found:
-            if f.client is not self:
+            if f.client is not self.client:
                 raise ValueError("Cannot gather Futures created by another client")
         states: dict[Key, FutureState] = {f.key: f._state for f in found}
-        data = await self._gather_keys(list(states), list(states.values()), errors)
+        data = await self.gather_keys(list(states), list(states.values()), errors)
         return pack_results(futures, data)
 
-    async def _gather_keys(
+    async def gather_keys(
         self, keys: list[Key], states: list[FutureState], errors: str
     ) -> dict[Key, Any]:
-        """Wait for the keys, then fetch the finished ones from workers."""
+        """Wait for the keys (of these futures' states), then fetch the finished ones
+        from workers."""
         data: dict[Key, Any] = {}
         todo = list(zip(keys, states, strict=True))
         delay = 0.02  # between rounds that miss keys, doubling: no busy loop
@@ -93,13 +104,14 @@ class DataMovement(ClusterOps):
                 delay = min(2 * delay, 1.0)
         return data
 
-    async def _who_has(self, keys: list[Key]) -> _WhoHas:
-        h, payload = await self._request({"op": ops.WHO_HAS}, encode_keys(keys))
-        return _WhoHas(keys, holders_of(list(h["addresses"]), bytes(payload), len(keys)))
+    async def holders(self, keys: list[Key]) -> WhoHas:
+        """Asks the scheduler which workers hold ``keys``."""
+        h, payload = await self.connection.request({"op": ops.WHO_HAS}, encode_keys(keys))
+        return WhoHas(keys, holders_of(list(h["addresses"]), bytes(payload), len(keys)))
 
     async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
         """One round: ask who has the keys and get them; missing keys are left out."""
-        answer = await self._who_has(keys)
+        answer = await self.holders(keys)
         by_worker: dict[str, list[Key]] = {}
         for k, holders in zip(answer.keys, answer.holders, strict=False):
             if holders:
@@ -121,7 +133,7 @@ class DataMovement(ClusterOps):
         """The values ``address`` holds of ``keys``; a value it cannot pickle errs its
         future with the worker's error (no retrying what can never arrive)."""
         data: dict[Key, Any] = {}
-        reply = await self._peers.get_data(address, keys)
+        reply = await self.connection.peers.get_data(address, keys)
         for k, blob in zip(keys, reply.values(), strict=True):
             if isinstance(blob, memoryview):
                 data[k] = pickle.loads(blob)
@@ -136,8 +148,8 @@ class DataMovement(ClusterOps):
         except Exception:
             exc = RemoteError(text)
         exc.add_note(f"The result of {key!r} on {address} could not be pickled to send it.")
-        with self._refcount_lock:
-            st = self.futures.get(key)
+        with self.connection.refcount_lock:
+            st = self.connection.futures.get(key)
         if st is not None:
             st.set_error(exc, None)
 
@@ -151,16 +163,8 @@ class DataMovement(ClusterOps):
         timeout: float | str | None = None,
         asynchronous: bool | None = None,
     ) -> Any:
-        """Put local data on workers; returns futures in the shape of ``data`` (a list,
-        tuple, set or dict of futures, or one future for any other object).
-
-        Keys are ``{type}-{token}`` (``hash=False``: a random token; a dict's keys are
-        kept). Items go round robin to the ``workers`` (addresses, names or hosts;
-        default all), or each to every one of them with ``broadcast=True`` (to that
-        many with an int). Data always goes straight to the workers, whatever
-        ``direct``. ``timeout`` (default the client's) bounds the wait for workers."""
-        seconds = self._timeout if timeout is None else timeout_seconds(timeout)
-        return self.sync(
+        seconds = self.connection.timeout if timeout is None else timeout_seconds(timeout)
+        return self.connection.sync(
             self._scatter, data, workers, broadcast, hash, seconds, asynchronous=asynchronous
         )
 
@@ -180,7 +184,7 @@ class DataMovement(ClusterOps):
             ]
             items = dict(zip(names, seq, strict=True))
         blobs = {k: cloudpickle.dumps(v) for k, v in items.items()}
-        targets = await self._running_workers(workers, timeout)
+        targets = await self.cluster.running_workers(workers, timeout)
         keys = list(items)
         holders = [_place(targets, broadcast) for _ in keys]
         by_worker: dict[str, list[Key]] = {}
@@ -206,11 +210,12 @@ class DataMovement(ClusterOps):
         if errors:
             # Still tell the scheduler: it has the workers drop what they staged.
             with contextlib.suppress(RuntimeError, comm.CommError):
-                await self._request({**header, "error": "; ".join(errors)}, encode_keys(keys))
+                await self.connection.request(
+                    {**header, "error": "; ".join(errors)}, encode_keys(keys)
+                )
             raise RuntimeError(f"could not scatter to {'; '.join(errors)}")
-        await self._request(header, encode_keys(keys))
-        client = cast("Client", self)
-        futures = {k: Future(k, client) for k in keys}
+        await self.connection.request(header, encode_keys(keys))
+        futures = {k: Future(k, self.client) for k in keys}
         for k, f in futures.items():
             f._state.type = type(items[k])
             f._state.finish()
@@ -231,7 +236,7 @@ class DataMovement(ClusterOps):
             "keys_bytes": len(kb),
             "sizes": [len(blobs[k]) for k in keys],
         }
-        h, _ = await self._peers.request(
+        h, _ = await self.connection.peers.request(
             address, header, b"".join([kb, *(blobs[k] for k in keys)])
         )
         if "error" in h:

@@ -13,21 +13,25 @@ from dask.utils import key_split
 
 from squall import versions
 from squall._core import decode_keys, encode_keys
+from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
 from squall.client.futures import Key, futures_of
-from squall.client.workers import _select
+from squall.client.workers import select_workers
 from squall.protocol import ops
 
 logger = logging.getLogger("squall.client")
 
 
-class Diagnostics(DataMovement):
-    """The methods of :class:`~squall.client.client.Client` that inspect the cluster."""
+class Diagnostics:
+    """The methods of :class:`~squall.client.client.Client` that inspect the cluster,
+    over its connection (``data`` asks who holds keys); those named as ``Client``'s
+    are documented there."""
+
+    def __init__(self, connection: ClientConnection, data: DataMovement) -> None:
+        self.connection = connection
+        self.data = data
 
     def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
-        """``{key: [worker address, …]}`` for the given futures; by default for every
-        result held on the cluster, any client's, as distributed's."""
-
         async def run() -> dict[Key, list[str]]:
             if futures is None:
                 holders: defaultdict[Key, list[str]] = defaultdict(list)
@@ -38,24 +42,18 @@ class Diagnostics(DataMovement):
             keys: list[Key] = list(dict.fromkeys(f.key for f in futures_of(futures)))
             if not keys:
                 return {}
-            answer = await self._who_has(keys)
+            answer = await self.data.holders(keys)
             return dict(zip(answer.keys, answer.holders, strict=False))
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
     def has_what(self, workers: Any = None, **kwargs: Any) -> Any:
-        """``{worker address: (keys it holds, …)}`` of ``workers`` (addresses or names;
-        default all); an unknown worker holds ``()``."""
-        return self.sync(self._keys_by_worker, "has_what", workers, **kwargs)
+        return self.connection.sync(self._keys_by_worker, "has_what", workers, **kwargs)
 
     def processing(self, workers: Any = None, **kwargs: Any) -> Any:
-        """``{worker address: (keys it runs or has queued, …)}``, as ``has_what``."""
-        return self.sync(self._keys_by_worker, "processing", workers, **kwargs)
+        return self.connection.sync(self._keys_by_worker, "processing", workers, **kwargs)
 
     def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
-        """Bytes of each result held on the cluster, ``{key: bytes}``, or with
-        ``summary`` summed per key prefix (``{"inc": bytes}``), as distributed's."""
-
         async def run() -> dict[Any, int]:
             wanted = None if keys is None else {getattr(k, "key", k) for k in keys}
             sizes: dict[Any, int] = {}
@@ -70,14 +68,9 @@ class Diagnostics(DataMovement):
                 total[key_split(key)] += n
             return dict(total)
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
     def story(self, *keys_or_futures: Any, on_error: str = "raise", **kwargs: Any) -> Any:
-        """The scheduler's retained transitions of these keys (or futures' keys), oldest
-        first, as distributed's rows: ``("scheduler", key, start state, finish state,
-        {}, stimulus id, epoch seconds)``. The core keeps no recommendations (``{}``)
-        and workers keep no stories, so only the scheduler's rows come; a stimulus id
-        is not looked up. ``on_error="ignore"``: no rows instead of an error."""
         if on_error not in ("raise", "ignore"):
             raise ValueError(f"on_error must be 'raise' or 'ignore', not {on_error!r}")
 
@@ -86,7 +79,7 @@ class Diagnostics(DataMovement):
                 k for k in keys_or_futures if not hasattr(k, "key")
             ]
             try:
-                h, _ = await self._request({"op": ops.STORY}, encode_keys(keys))
+                h, _ = await self.connection.request({"op": ops.STORY}, encode_keys(keys))
             except Exception:
                 if on_error == "raise":
                     raise
@@ -98,30 +91,24 @@ class Diagnostics(DataMovement):
             ]
             return sorted(events, key=lambda e: float(e[6]))
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
     def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
-        """The scheduler's newest ``n`` log lines (all it keeps if None or 0, up to
-        ``squall.admin.log-length``), newest first (as distributed's), as ``(level, line)``."""
-
         async def run() -> list[tuple[str, str]]:
-            h, _ = await self._request({"op": ops.GET_LOGS, "which": "scheduler", "n": n})
+            h, _ = await self.connection.request(
+                {"op": ops.GET_LOGS, "which": "scheduler", "n": n}
+            )
             return [(str(level), str(line)) for level, line in h["logs"]]
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
     def get_worker_logs(
         self, n: int | None = None, workers: Any = None, nanny: bool = False, **kwargs: Any
     ) -> Any:
-        """``{worker address: [(level, line), …]}``: each worker's (or with ``nanny``,
-        its nanny's) newest ``n`` log lines, newest first. The scheduler asks them; a
-        worker that does not answer within ``squall.comm.timeouts.connect`` gets one
-        ``("ERROR", why)`` line instead."""
-
         async def run() -> dict[str, list[tuple[str, str]]]:
             wanted = None if workers is None else await self._worker_addresses(workers)
             header = {"op": ops.GET_LOGS, "which": "workers", "n": n, "nanny": nanny}
-            h, _ = await self._request({**header, "workers": wanted})
+            h, _ = await self.connection.request({**header, "workers": wanted})
             out = {
                 a: [(str(level), str(line)) for level, line in logs]
                 for a, logs in h["workers"].items()
@@ -130,46 +117,40 @@ class Diagnostics(DataMovement):
                 out[address] = [("ERROR", f"no logs from {address}: {why}")]
             return out
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
     def get_versions(
         self, check: bool = False, packages: Sequence[str] | None = None, **kwargs: Any
     ) -> Any:
-        """``{"scheduler": …, "workers": {address: …}, "client": …}``, each
-        ``{"host": {...}, "packages": {name: version}}`` (``packages`` adds names).
-        With ``check``, versions that differ between the client, the scheduler and the
-        workers are warned about with a table (``VersionMismatchWarning``; required
-        packages first), as distributed warns."""
-
         async def run() -> dict[str, Any]:
             names = list(packages or [])
-            h, _ = await self._request({"op": ops.VERSIONS, "packages": names})
+            h, _ = await self.connection.request({"op": ops.VERSIONS, "packages": names})
             for address, why in h["errors"].items():
                 logger.warning("no versions from worker %s: %s", address, why)
-            mine = self._versions(names)
+            mine = self.client_versions(names)
             found = {"scheduler": h["scheduler"], "workers": h["workers"], "client": mine}
             if check:
                 _check_versions(found)
             return found
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
-    def _versions(self, packages: list[str]) -> dict[str, Any]:
+    def client_versions(self, packages: list[str]) -> dict[str, Any]:
         """This client's versions (a method, so that tests can pretend others)."""
         return versions.get_versions(packages)
 
     async def _worker_addresses(self, workers: Any) -> list[str]:
         """The addresses of the workers named by ``workers`` (addresses, names or
         hosts), as ``Client.run`` selects them."""
-        h, _ = await self._request({"op": ops.SCHEDULER_INFO})
-        return [w["address"] for w in _select(h["workers"], workers)]
+        h, _ = await self.connection.request({"op": ops.SCHEDULER_INFO})
+        return [w["address"] for w in select_workers(h["workers"], workers)]
 
     async def _keys_by_worker(self, which: str, workers: Any) -> dict[str, tuple[Key, ...]]:
         if workers is not None:
             if isinstance(workers, str):
                 workers = [workers]
             # Names become addresses, as distributed's scheduler resolves its aliases.
-            h, _ = await self._request({"op": ops.SCHEDULER_INFO})
+            h, _ = await self.connection.request({"op": ops.SCHEDULER_INFO})
             address_of = {w["name"]: w["address"] for w in h["workers"]}
             address_of |= {w["address"]: w["address"] for w in h["workers"]}
             workers = [address_of.get(w, w) for w in workers]
@@ -181,7 +162,7 @@ class Diagnostics(DataMovement):
         self, which: str, workers: list[str] | None
     ) -> dict[str, list[tuple[Key, int]]]:
         header = {"op": ops.WORKER_KEYS, "which": which, "workers": workers}
-        h, payload = await self._request(header)
+        h, payload = await self.connection.request(header)
         keys, sizes = decode_keys(bytes(payload)), h["nbytes"]
         out: dict[str, list[tuple[Key, int]]] = {}
         i = 0

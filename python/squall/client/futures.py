@@ -124,8 +124,9 @@ class Future(TaskRef):
     def __init__(self, key: Key, client: Client | None = None) -> None:
         self._cleared = True
         client = client if client is not None else default_client()
-        with client._refcount_lock:
-            self._bind(key, client, client._inc_ref(key))
+        connection = client.connection
+        with connection.refcount_lock:
+            self._bind(key, client, connection.hold(key))
 
     def _bind(self, key: Key, client: Client, state: FutureState) -> None:
         """Set up a future whose reference to ``key`` the caller has counted (holding
@@ -174,7 +175,7 @@ class Future(TaskRef):
                         raise st.exception.with_traceback(st.traceback)
                     return st.exception
                 if st.status == "finished":
-                    data = await self._client._gather_keys([self.key], [st], "raise")
+                    data = await self._client.data.gather_keys([self.key], [st], "raise")
                     if self.key in data:
                         return data[self.key]
 
@@ -214,12 +215,13 @@ class Future(TaskRef):
             except BaseException:
                 logger.exception("error in callback %s of %s", fn, fut)
 
-        self._client._call_soon(self._client._watch, self, lambda f: executor.submit(run, f))
+        connection = self._client.connection
+        connection.call_soon(connection.watch, self, lambda f: executor.submit(run, f))
 
     def release(self) -> None:
         if not self._cleared:
             self._cleared = True
-            self._client._release_soon(self._state)
+            self._client.connection.release_soon(self._state)
 
     def __del__(self) -> None:
         # try rather than contextlib.suppress: this runs once per future of a map.
@@ -269,7 +271,9 @@ def fire_and_forget(obj: Any) -> None:
         by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
     for client, futures in by_client.values():
         # After the graph that made them (loop order) and before any release of them.
-        client._send_soon({"op": ops.FIRE_AND_FORGET}, encode_keys([f.key for f in futures]))
+        client.connection.send_soon(
+            {"op": ops.FIRE_AND_FORGET}, encode_keys([f.key for f in futures])
+        )
 
 
 def dep_key(obj: Any) -> Key | None:

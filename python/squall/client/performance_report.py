@@ -66,7 +66,7 @@ class performance_report:  # distributed's name
     async def __aenter__(self) -> performance_report:
         if self._client is None:
             self._client = default_client()
-        begun = await self._client._task_stream({"count": 0})
+        begun = await self._client.task_stream.read({"count": 0})
         self._cursor, self._tasks = begun.cursor, begun.tasks
         self._start = time.time()
         await self._sample_memory()
@@ -82,7 +82,7 @@ class performance_report:  # distributed's name
                 await self._sampler
         await self._sample_memory()
         stop = time.time()
-        ended = await self._client._task_stream({"cursor": self._cursor})
+        ended = await self._client.task_stream.read({"cursor": self._cursor})
         ran = ended.tasks - self._tasks
         sampled = len(ended.records) / ran if ran else 1.0
         page = report_page(ended.records, self._memory, self._start, stop, sampled, code)
@@ -100,7 +100,7 @@ class performance_report:  # distributed's name
                 logger.debug("performance_report: no memory sample: %s", e)
 
     async def _sample_memory(self) -> None:
-        info = await self._client._identity()
+        info = await self._client.cluster_ops.identity()
         memory = {
             w["address"]: (
                 int((w.get("metrics") or {}).get("memory", 0)),

@@ -43,8 +43,13 @@ _NO_FIGURES = (
 )
 
 
-class TaskStreamMethods(ClientConnection):
-    """The methods of :class:`~squall.client.client.Client` about the task stream."""
+class TaskStreamReader:
+    """The task stream, read over a client's connection: ``Client.get_task_stream``
+    (documented there) and the blocks of ``get_task_stream`` and
+    ``performance_report``."""
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
 
     def get_task_stream(
         self,
@@ -56,24 +61,19 @@ class TaskStreamMethods(ClientConnection):
         bokeh_resources: Any = None,
         **kwargs: Any,
     ) -> Any:
-        """The records of the tasks that ended between ``start`` and ``stop`` (epoch
-        seconds, or durations before now like ``"10s"``), ``count`` of them at most,
-        as distributed's. ``plot="save"`` also writes them to ``filename`` as a
-        self-contained HTML page and returns ``(records, filename)``;
-        ``bokeh_resources`` has no effect (the page has no script)."""
         _check_plot(plot)
         query = {"start": start, "stop": stop, "count": count}
 
         async def run() -> Any:
-            records = (await self._task_stream(query)).records
+            records = (await self.read(query)).records
             return _saved(records, plot, filename)
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
-    async def _task_stream(self, query: dict[str, Any]) -> StreamSlice:
+    async def read(self, query: dict[str, Any]) -> StreamSlice:
         """Asks for ``query`` (``cursor`` and ``limit``, or ``start``, ``stop`` and
         ``count``), after a flush (docs/protocol.md)."""
-        h, payload = await self._request({"op": ops.TASK_STREAM, "flush": True, **query})
+        h, payload = await self.connection.request({"op": ops.TASK_STREAM, "flush": True, **query})
         workers = h["workers"]
         keys = decode_keys(bytes(payload))
         records = [
@@ -133,12 +133,12 @@ class get_task_stream:  # distributed's name
 
     async def __aenter__(self) -> get_task_stream:
         # After a flush, so that tasks which ended before the block are not in it.
-        begun = await self.client._task_stream({"count": 0})
+        begun = await self.client.task_stream.read({"count": 0})
         self._cursor, self._ran_before = begun.cursor, begun.tasks
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        ended = await self.client._task_stream({"cursor": self._cursor})
+        ended = await self.client.task_stream.read({"cursor": self._cursor})
         ran = ended.tasks - self._ran_before
         self.data.extend(ended.records)
         self.tasks += ran

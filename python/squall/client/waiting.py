@@ -148,11 +148,11 @@ class as_completed:
                 self._pending[id(f)] = (f, self._pending.get(id(f), (f, 0))[1] + 1)
                 by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
         for client, group in by_client.values():
-            client._call_soon(self._watch, client, group)
+            client.connection.call_soon(self._watch, client, group)
 
     def _watch(self, client: Client, fs: list[Future]) -> None:
         for f in fs:  # one watch per addition: each completes one of them
-            client._watch(f, self._notify)
+            client.connection.watch(f, self._notify)
 
     def _notify(self, future: Future) -> None:
         with self._cond:

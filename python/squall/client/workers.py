@@ -15,25 +15,31 @@ import cloudpickle  # type: ignore[import-untyped]
 from squall.client.connection import ClientConnection
 from squall.client.loop import timeout_seconds
 from squall.protocol import comm, ops
+from squall.protocol.identity import worker_identity
 
 logger = logging.getLogger("squall.client")
 
 
-class ClusterOps(ClientConnection):
-    """The methods of :class:`~squall.client.client.Client` about the cluster."""
+class ClusterOps:
+    """The methods of :class:`~squall.client.client.Client` about the cluster, over
+    its connection; those named as ``Client``'s are documented there."""
 
-    async def _identity(self) -> comm.Header:
-        h, _ = await self._request({"op": ops.SCHEDULER_INFO})
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+
+    async def identity(self) -> comm.Header:
+        """The scheduler's ``scheduler-info`` reply: itself and its workers."""
+        h, _ = await self.connection.request({"op": ops.SCHEDULER_INFO})
         return h
 
-    async def _running_workers(self, workers: Any, timeout: float | None) -> list[str]:
+    async def running_workers(self, workers: Any, timeout: float | None) -> list[str]:
         """Addresses of the running workers among ``workers`` (default all), sorted;
         waits up to ``timeout`` for one."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            info = await self._identity()
-            found = [w["address"] for w in _select(info["workers"], workers, running=True)]
+            info = await self.identity()
+            found = [w["address"] for w in select_workers(info["workers"], workers, running=True)]
             if found:
                 return sorted(found)
             if deadline is not None and loop.time() > deadline:
@@ -41,13 +47,8 @@ class ClusterOps(ClientConnection):
             await asyncio.sleep(0.1)
 
     def scheduler_info(self, n_workers: int = -1, **kwargs: Any) -> Any:
-        """The scheduler and its workers, in ``distributed``'s shape: ``{"type",
-        "id", "address", "services", "started", "n_workers", "total_threads",
-        "total_memory", "workers": {address: {"nthreads", "name", "memory_limit",
-        "resources", …}}}`` (``n_workers`` ≥ 0 limits the workers listed)."""
-
         async def run() -> dict[str, Any]:
-            h = await self._identity()
+            h = await self.identity()
             listed = h["workers"] if n_workers < 0 else h["workers"][:n_workers]
             return {
                 "type": "Scheduler",
@@ -59,21 +60,19 @@ class ClusterOps(ClientConnection):
                 "total_threads": h["total_threads"],
                 "total_memory": h["total_memory"],
                 "n_tasks": h["n_tasks"],  # squall's addition: tasks the scheduler holds
-                "workers": {w["address"]: _worker_identity(w) for w in listed},
+                "workers": {w["address"]: worker_identity(w) for w in listed},
             }
 
-        return self.sync(run, **kwargs)
+        return self.connection.sync(run, **kwargs)
 
     def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
-        """``{worker address: number of threads}`` (of ``workers``, default all)."""
-
         async def run() -> dict[str, int]:
-            h = await self._identity()
-            return {w["address"]: int(w["nthreads"]) for w in _select(h["workers"], workers)}
+            h = await self.identity()
+            return {
+                w["address"]: int(w["nthreads"]) for w in select_workers(h["workers"], workers)
+            }
 
-        return self.sync(run, **kwargs)
-
-    ncores = nthreads
+        return self.connection.sync(run, **kwargs)
 
     def run(
         self,
@@ -85,23 +84,16 @@ class ClusterOps(ClientConnection):
         on_error: Literal["raise", "return", "ignore"] = "raise",
         **kwargs: Any,
     ) -> Any:
-        """Call ``function(*args, **kwargs)`` on every worker (or ``workers``), outside
-        the task system, on the worker's event loop: ``{address: result}``. A
-        ``dask_worker`` parameter receives the worker; coroutine functions are awaited
-        (not with ``wait=False``, which returns None). Failures raise, or with
-        ``on_error="return"``/``"ignore"`` are returned/left out. With ``nanny=True``
-        it runs in the workers' nannies instead (still keyed by worker address;
-        ``dask_worker`` receives the nanny)."""
         if on_error not in ("raise", "return", "ignore"):
             raise ValueError(f"on_error must be 'raise', 'return', or 'ignore'; got {on_error!r}")
         blob = cloudpickle.dumps((function, args, kwargs))
 
         async def one(address: str) -> Any:
-            return await self._peers.run(address, blob, wait=wait)
+            return await self.connection.peers.run(address, blob, wait=wait)
 
         async def run_all() -> dict[str, Any] | None:
-            info = await self._identity()
-            selected = _select(info["workers"], workers)
+            info = await self.identity()
+            selected = select_workers(info["workers"], workers)
             addresses = [w["address"] for w in selected]
             targets = addresses
             if nanny:
@@ -120,22 +112,18 @@ class ClusterOps(ClientConnection):
                     results[address] = r
             return results if wait else None
 
-        return self.sync(run_all)
+        return self.connection.sync(run_all)
 
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
-        """Restart every worker and forget every task: all futures (of every client)
-        are cancelled. Waits for the workers to come back (unless not
-        ``wait_for_workers``), ``TimeoutError`` after ``timeout`` (default four times
-        the client's timeout)."""
-        seconds = 4 * self._timeout if timeout is None else timeout_seconds(timeout)
+        seconds = 4 * self.connection.timeout if timeout is None else timeout_seconds(timeout)
 
         async def run() -> None:
             header = {"op": ops.RESTART, "timeout": seconds, "wait_for_workers": wait_for_workers}
-            h, _ = await self._request(header)
+            h, _ = await self.connection.request(header)
             if h.get("error"):
                 raise TimeoutError(h["error"])
 
-        return self.sync(run)
+        return self.connection.sync(run)
 
     # ----- lifecycle (docs/runtime.md#cluster-lifecycle) ------------------------------------
 
@@ -146,15 +134,6 @@ class ClusterOps(ClientConnection):
         remove: bool = True,
         **kwargs: Any,
     ) -> Any:
-        """Retire workers (addresses or names; default: the idle ones Dask's
-        ``workers_to_close`` picks) gracefully: they get no new tasks, their running
-        tasks finish and every result only they hold is copied to another worker, so
-        nothing is recomputed; then they leave the scheduler (``remove``) and, with
-        ``close_workers``, close (with their nannies). Returns ``{address: worker
-        info}`` of those retired. A worker whose results could not all be copied
-        (no other worker, or not within ``squall.retire.timeout``) is kept, and a
-        warning says why."""
-
         async def run() -> dict[str, Any]:
             header = {
                 "op": ops.RETIRE_WORKERS,
@@ -163,12 +142,12 @@ class ClusterOps(ClientConnection):
                 "remove": remove,
                 "n": kwargs.get("n"),
             }
-            h, _ = await self._request(header)
+            h, _ = await self.connection.request(header)
             if h["kept"]:
                 logger.warning("workers not retired: %s", h["kept"])
-            return {a: _worker_identity(w) for a, w in h["retired"].items()}
+            return {a: worker_identity(w) for a, w in h["retired"].items()}
 
-        return self.sync(run)
+        return self.connection.sync(run)
 
     def restart_workers(
         self,
@@ -176,19 +155,14 @@ class ClusterOps(ClientConnection):
         timeout: float | str | None = None,
         raise_for_error: bool = True,
     ) -> Any:
-        """Restart these workers (addresses or names) through their nannies and wait
-        for them to come back: ``{worker: "OK" or "timed out"}``, keyed as given.
-        ``ValueError`` if one has no nanny; ``TimeoutError`` on a time-out unless not
-        ``raise_for_error``. Their tasks are rescheduled, their results recomputed if
-        needed; other workers and tasks are untouched (unlike :meth:`restart`)."""
-        seconds = 4 * self._timeout if timeout is None else timeout_seconds(timeout)
+        seconds = 4 * self.connection.timeout if timeout is None else timeout_seconds(timeout)
         given = [workers] if isinstance(workers, str) else list(workers)
 
         async def run() -> dict[str, str]:
             addresses = await self._addresses(given)
             header = {"op": ops.RESTART_WORKERS, "workers": addresses, "timeout": seconds}
             try:
-                h, _ = await self._request(header)
+                h, _ = await self.connection.request(header)
             except RuntimeError as e:
                 raise ValueError(str(e)) from None
             out = {w: h["results"][a] for w, a in zip(given, addresses, strict=True)}
@@ -196,48 +170,43 @@ class ClusterOps(ClientConnection):
                 raise TimeoutError(f"workers did not restart within {seconds}s: {out}")
             return out
 
-        return self.sync(run)
+        return self.connection.sync(run)
 
     async def _addresses(self, workers: list[str]) -> list[str]:
         """The addresses of workers given by address or name."""
-        by_name = {w["name"]: w["address"] for w in (await self._identity())["workers"]}
+        by_name = {w["name"]: w["address"] for w in (await self.identity())["workers"]}
         return [by_name.get(w, w) for w in workers]
 
     def wait_for_workers(self, n_workers: int, timeout: float | str | None = None) -> Any:
-        """Wait until ``n_workers`` workers are running; ``TimeoutError`` saying how
-        many arrived after ``timeout`` (default: no limit). The scheduler answers as
-        soon as they are there, so nothing polls over the network."""
         if not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers must be a positive integer, not {n_workers!r}")
         seconds = timeout_seconds(timeout) or None
 
         async def run() -> None:
             header = {"op": ops.WAIT_FOR_WORKERS, "n_workers": n_workers, "timeout": seconds}
-            h, _ = await self._request(header)
+            h, _ = await self.connection.request(header)
             if h["error"]:
                 raise TimeoutError(h["error"])
 
-        return self.sync(run)
+        return self.connection.sync(run)
 
     def shutdown(self) -> Any:
-        """Close the scheduler, every worker and nanny, then this client."""
-
         async def run() -> None:
             with contextlib.suppress(comm.CommError):  # it may be gone already
-                await self._request({"op": ops.SHUTDOWN})
+                await self.connection.request({"op": ops.SHUTDOWN})
 
-        if self.asynchronous:
+        if self.connection.asynchronous:
 
             async def both() -> None:
                 await run()
-                await self.close()
+                await self.connection.close()
 
             return both()
-        self.sync(run)
-        return self.close()
+        self.connection.sync(run)
+        return self.connection.close()
 
 
-def _select(
+def select_workers(
     infos: list[dict[str, Any]], workers: Any, *, running: bool = False
 ) -> list[dict[str, Any]]:
     """The workers named by ``workers``: addresses (``host:port`` too, or ``(host,
@@ -259,21 +228,3 @@ def _select(
             w = comm.format_address(str(w[0]), int(w[1]))
         wanted.update((w, f"tcp://{w}") if isinstance(w, str) and "://" not in w else (w,))
     return [w for w in live if wanted & {w["address"], w.get("name"), w.get("host")}]
-
-
-def _worker_identity(w: dict[str, Any]) -> dict[str, Any]:
-    """One worker of ``scheduler_info()``, as ``distributed``'s ``WorkerState.identity``."""
-    return {
-        "type": "Worker",
-        "id": w["name"],
-        "host": w["host"],
-        "name": w["name"],
-        "nthreads": w["nthreads"],
-        "memory_limit": w["memory_limit"],
-        "resources": w["resources"],
-        "status": w["status"],
-        "services": w.get("services", {}),
-        "nanny": w["nanny"],
-        # The worker's memory (docs/runtime.md#memory), with distributed's names.
-        "metrics": {**w["metrics"], "in_memory": w["has_what"], "processing": w["processing"]},
-    }

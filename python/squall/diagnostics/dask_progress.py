@@ -42,7 +42,8 @@ def dask_progress_bars(
     progress; they finish with the block (as erred if it raised). Not for a block that
     only makes an awaitable (``asynchronous``)."""
     bars = active_progress_bars()
-    if not bars or asynchronous or client.asynchronous or client._loop is None:
+    loop = client.connection.loop
+    if not bars or asynchronous or client.asynchronous or loop is None:
         yield
         return
     keys = list(dict.fromkeys(f.key for f in futures))
@@ -57,9 +58,7 @@ def dask_progress_bars(
     for bar in bars:
         bar._start(dsk)
         bar._pretask(None, dsk, state)
-    polls = asyncio.run_coroutine_threadsafe(
-        follow(client, keys, True, interval, draw), client._loop
-    )
+    polls = asyncio.run_coroutine_threadsafe(follow(client, keys, True, interval, draw), loop)
     errored = True
     try:
         yield

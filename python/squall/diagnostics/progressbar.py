@@ -84,7 +84,7 @@ async def follow(
     bound = config.seconds("comm.timeouts.tcp")
     start = time.monotonic()
     header: comm.Header = {"op": ops.PROGRESS, "watch": None, "complete": complete}
-    h, _ = await asyncio.wait_for(client._request(header, encode_keys(keys)), bound)
+    h, _ = await asyncio.wait_for(client.connection.request(header, encode_keys(keys)), bound)
     watch = h["watch"]
     try:
         while True:
@@ -99,11 +99,11 @@ async def follow(
                 return state
             await asyncio.sleep(interval)
             header = {"op": ops.PROGRESS, "watch": watch}
-            h, _ = await asyncio.wait_for(client._request(header), bound)
+            h, _ = await asyncio.wait_for(client.connection.request(header), bound)
     except BaseException:
         # Interrupted, or the client closed: the scheduler may drop the watch now.
         if client.status == "running":
-            client._send({"op": ops.PROGRESS, "watch": watch, "stop": True})
+            client.connection.send({"op": ops.PROGRESS, "watch": watch, "stop": True})
         raise
 
 
@@ -258,9 +258,10 @@ def _futures(items: tuple[Any, ...]) -> list[Future]:
 
 
 def _loop(client: Client) -> asyncio.AbstractEventLoop:
-    if client._loop is None:
+    loop = client.connection.loop
+    if loop is None:
         raise RuntimeError("the client has no event loop")
-    return client._loop
+    return loop
 
 
 def _in_kernel() -> bool:

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from squall import config
-from squall.client.workers import _worker_identity as worker_identity
+from squall.protocol.identity import worker_identity
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer

@@ -1,0 +1,454 @@
+"""Submitting work: ``submit``, ``map``, ``get``, ``compute``, ``persist`` and their
+``update-graph`` messages, ``cancel`` and ``retry``.
+
+Protocol choices (see the message table in docs/runtime.md):
+
+* ``submit`` and every batch of ``map`` send ONE ``update-graph`` (a ``map`` without
+  ``batch_size`` sends chunks of ``MAP_CHUNK`` items while it builds the next ones, each
+  chunk a new FIFO generation so they run in order). Dependencies are the
+  futures found in the arguments (also nested in lists, tuples, sets and dicts); all of
+  them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
+  ``n`` task keys in the keys payload. Keys this client already holds a future for are
+  not resubmitted.
+* Run specs are :mod:`squall.protocol.specs` call specs (the pickled function's bytes,
+  then ``pickle((args, kwargs))`` with ``Dep`` markers). ``map`` pickles the function
+  once and every per-item spec shares those bytes; workers unpickle the function once
+  per process (cached by content).
+* ``map`` keys are ``{funcname}-{token}-{i}`` (``i`` the item's index in the map); the
+  token is one hash per batch over the pickled function and the batch's specs (pure) or
+  a uuid (``pure=False``).
+* ``submit`` and ``map`` keep no reference to their futures, which die on ``del``. A
+  ``map`` makes its futures and states in bulk, under one lock acquisition per batch
+  and without cyclic GC runs while it does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import cloudpickle  # type: ignore[import-untyped]
+from dask.base import is_dask_collection, tokenize
+from dask.delayed import delayed
+from dask.utils import funcname
+
+from squall._core import encode_keys
+from squall.client.connection import ClientConnection
+from squall.client.data import DataMovement
+from squall.client.futures import Future, Key, dep_key, futures_of
+from squall.client.loop import timeout_seconds
+from squall.client.unique import unique_ids
+from squall.dask.graphs import (
+    compute_expr,
+    expr_of_graph,
+    flatten_keys,
+    materialize,
+    pack_data,
+    persist_expr,
+)
+from squall.diagnostics.dask_progress import dask_progress_bars
+from squall.gc_pause import gc_paused
+from squall.protocol import ops, update_graph
+from squall.protocol.specs import call_prefix, make_spec
+
+if TYPE_CHECKING:
+    from squall.client.client import Client
+
+#: Items per ``update-graph`` of a ``map`` without ``batch_size``: sent as built, so the
+#: scheduler and workers start early, and large enough that per-message costs vanish.
+MAP_CHUNK = 20_000
+
+
+class CallOptions(NamedTuple):
+    """Where and how the tasks of one call run: the options ``submit``, ``map`` and the
+    collection methods share, sent in the ``update-graph`` header."""
+
+    workers: Any
+    resources: dict[str, float] | None
+    retries: int | None
+    priority: int
+    fifo_timeout: float | str
+    allow_other_workers: bool
+
+    def header(self) -> dict[str, Any]:
+        """The header fields; raises on a combination distributed refuses."""
+        workers, allow_other_workers = self.workers, self.allow_other_workers
+        if allow_other_workers not in (True, False):
+            raise TypeError("allow_other_workers= must be True or False")
+        if allow_other_workers and workers is None:
+            raise ValueError("Only use allow_other_workers= if using workers=")
+        if isinstance(workers, str):
+            workers = [workers]
+        return {
+            "priority": int(self.priority),
+            "fifo_timeout": timeout_seconds(self.fifo_timeout) or 0.0,
+            "retries": self.retries,
+            "workers": None if workers is None else list(workers),
+            "resources": (
+                [[k, float(v)] for k, v in self.resources.items()] if self.resources else None
+            ),
+            "allow_other_workers": allow_other_workers,
+        }
+
+
+class Submission:
+    """The methods of :class:`~squall.client.client.Client` that submit work, over its
+    connection; the futures they make are ``client``'s, and ``data`` gathers the
+    results of the calls that wait for them. The public methods are documented on
+    ``Client``'s of the same names."""
+
+    def __init__(self, client: Client, connection: ClientConnection, data: DataMovement) -> None:
+        self.client = client
+        self.connection = connection
+        self.data = data
+
+    def _send_graph(
+        self,
+        keys: list[Key],
+        specs: list[bytes],
+        deps: list[list[Key]] | None,
+        options: CallOptions,
+        *,
+        order: str = "sequential",
+        wanted: list[Key] | None = None,
+        task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
+        data_producers: list[int] | None = None,
+        keep: object = None,
+    ) -> None:
+        """Queue one ``update-graph`` (``send_soon``: releases of the futures it
+        defines or depends on follow it, however soon they are dropped)."""
+        fields = options.header()
+        header, payload, index = update_graph.encode(keys, specs, deps)
+        rid = self.connection.track_graph(keys)
+        header |= {
+            "id": rid,
+            "order": order,
+            # Indices of the keys the client holds futures for (default: all).
+            "wanted": None if wanted is None else [index[k] for k in wanted if k in index],
+            "task_options": task_options or None,
+            "data_producers": data_producers or None,
+            **fields,
+        }
+        self.connection.send_soon(header, payload, keep)
+
+    def _check_running(self) -> None:
+        status = self.connection.status
+        if status != "running":
+            hint = " (await the client first)" if status == "newly-created" else ""
+            raise RuntimeError(f"the client is {status}{hint}")
+
+    def submit(
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        key: Key | None = None,
+        workers: Any = None,
+        resources: dict[str, float] | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "100 ms",
+        allow_other_workers: bool = False,
+        actor: bool = False,
+        actors: bool = False,
+        pure: bool = True,
+        **kwargs: Any,
+    ) -> Future:
+        if not callable(func):
+            raise TypeError("First input to submit must be a callable function")
+        if actor or actors:
+            raise NotImplementedError("actors are not supported yet")
+        self._check_running()
+        if key is None:
+            if pure:
+                key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
+            else:
+                key = f"{funcname(func)}-{unique_ids.next()}"
+        client = self.client
+        with self.connection.refcount_lock:
+            if key in self.connection.futures:
+                return Future(key, client)
+            future = Future(key, client)
+        spec, deps = make_spec(call_prefix(cloudpickle.dumps(func)), args, kwargs, dep_key)
+        self._send_graph(
+            [key],
+            [spec],
+            [deps],
+            CallOptions(workers, resources, retries, priority, fifo_timeout, allow_other_workers),
+        )
+        return future
+
+    def map(
+        self,
+        func: Callable[..., Any],
+        *iterables: Iterable[Any],
+        key: str | list[Key] | None = None,
+        workers: Any = None,
+        retries: int | None = None,
+        resources: dict[str, float] | None = None,
+        priority: int = 0,
+        allow_other_workers: bool = False,
+        fifo_timeout: float | str = "100 ms",
+        actor: bool = False,
+        actors: bool = False,
+        pure: bool = True,
+        batch_size: int | None = None,
+        **kwargs: Any,
+    ) -> list[Future]:
+        if not callable(func):
+            raise TypeError("First input to map must be a callable function")
+        if actor or actors:
+            raise NotImplementedError("actors are not supported yet")
+        if iterables and all(isinstance(it, Iterator) for it in iterables):
+            raise TypeError(
+                "Dask no longer supports mapping over Iterators or Queues."
+                "Consider using a normal for loop and Client.submit"
+            )
+        self._check_running()
+        # Batches are columns (a list per iterable): no tuple per item to allocate.
+        sources = [iter(it) for it in iterables]
+        keys_given = list(key) if isinstance(key, list) else None
+        if keys_given is not None:
+            lists = [list(it) for it in sources]
+            if len(keys_given) != min(map(len, lists), default=0):
+                raise ValueError("key= list must have one key per item")
+            set(keys_given)  # an unhashable key raises TypeError before anything is held
+            sources = [iter(x) for x in lists]
+        size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
+        options = CallOptions(
+            workers, resources, retries, priority, fifo_timeout, allow_other_workers
+        )
+        blob = cloudpickle.dumps(func)
+        prefix_spec = call_prefix(blob)
+        prefix = key if isinstance(key, str) else funcname(func)
+        out: list[Future] = []
+        with gc_paused():
+            while sources:
+                columns = [list(itertools.islice(it, size)) for it in sources]
+                n = min(map(len, columns))
+                if n < size:  # the shortest iterable ends here, as zip's items do
+                    columns = [c[:n] for c in columns]
+                    sources = []
+                if not n:
+                    break
+                start = len(out)
+                specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
+                if keys_given is not None:
+                    keys = keys_given[start : start + n]
+                else:
+                    if pure:
+                        # The digest of the function then every spec, in one update.
+                        h = hashlib.sha1(blob, usedforsecurity=False)
+                        h.update(b"".join(specs))
+                        token = h.hexdigest()
+                    else:
+                        token = uuid.uuid4().hex
+                    head = f"{prefix}-{token}-"
+                    keys = list(map(head.__add__, map(str, range(start, start + n))))
+                futures, fresh = self.connection.acquire_many(keys, self.client)
+                out += futures
+                if fresh is not None:
+                    keys = [keys[i] for i in fresh]
+                    specs = [specs[i] for i in fresh]
+                    deps = None if deps is None else [deps[i] for i in fresh]
+                if keys:
+                    self._send_graph(
+                        keys,
+                        specs,
+                        deps,
+                        # Chunks of one map run in order: each after the previous one
+                        # (a new FIFO generation), as the tasks of a single graph would.
+                        options if batch_size or not start else options._replace(fifo_timeout=0),
+                    )
+        return out
+
+    def _graph_to_futures(
+        self,
+        expr: Any,
+        keys: Iterable[Key],
+        options: CallOptions,
+        *,
+        cull: bool = False,
+        actors: Any = None,
+    ) -> dict[Key, Future]:
+        """Submit a dask expression's tasks; futures for ``keys``."""
+        if actors:
+            raise NotImplementedError("actors are not supported yet")
+        self._check_running()
+        keys = list(dict.fromkeys(keys))
+        g = materialize(expr, keys, cull=cull)
+        # A key whose last future was dropped is released now, as in distributed (its
+        # release still queued for the loop would otherwise make it look held): the
+        # graph defines it again, and the release reaches the scheduler before it.
+        self.connection.settle_releases()
+        client = self.client
+        with self.connection.refcount_lock:
+            futures = {k: Future(k, client) for k in keys}
+            # Keys this client holds are known to the scheduler: depend on them instead
+            # of defining them again, and hold them until the graph is queued (from
+            # then on ``send_soon`` orders their releases after it), so that a future
+            # dropped meanwhile by another thread cannot release them first.
+            held = [k in self.connection.futures and k not in futures for k in g.keys]
+            holds = [Future(k, client) for k, h in zip(g.keys, held, strict=True) if h]
+        if holds:
+            g = g.without([i for i, h in enumerate(held) if h])
+        if g.keys:
+            self._send_graph(
+                g.keys,
+                g.specs,
+                g.deps,
+                options,
+                order="compute",
+                wanted=keys,
+                task_options=g.task_options,
+                data_producers=g.data_producers,
+                keep=holds,
+            )
+        return futures
+
+    def get(
+        self,
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: dict[str, float] | None = None,
+        sync: bool = True,
+        asynchronous: bool | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        expr, cull = expr_of_graph(dsk)
+        futures = self._graph_to_futures(
+            expr,
+            flatten_keys([keys]),
+            CallOptions(
+                workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
+            ),
+            cull=cull,
+            actors=actors,
+        )
+        packed = pack_data(keys, futures)
+        if not sync:
+            return packed
+        try:
+            with dask_progress_bars(self.client, futures.values(), asynchronous):
+                return self.data.gather(packed, asynchronous=asynchronous)
+        finally:
+            for f in futures.values():
+                f.release()
+
+    def compute(
+        self,
+        collections: Any,
+        sync: bool = False,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: dict[str, float] | None = None,
+        retries: int | None = 0,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        singleton = not isinstance(collections, (list, tuple, set, frozenset))
+        items = [collections] if singleton else list(collections)
+        if traverse:
+            items = [
+                delayed(a) if isinstance(a, (list, set, tuple, dict, Iterator)) else a
+                for a in items
+            ]
+        variables = [a for a in items if is_dask_collection(a)]
+        futures: dict[Key, Future] = {}
+        names: list[Key] = []
+        if variables:
+            expr = compute_expr(variables, optimize_graph, **kwargs)
+            names = flatten_keys(expr.__dask_keys__())
+            futures = self._graph_to_futures(
+                expr,
+                names,
+                CallOptions(
+                    workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
+                ),
+                actors=actors,
+            )
+        found = iter(names)
+        out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
+        result = self.data.gather(out) if sync else out
+        return result[0] if singleton else result
+
+    def persist(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: dict[str, float] | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: float | str = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        singleton = not isinstance(collections, (tuple, list, set, frozenset))
+        items = [collections] if singleton else list(collections)
+        if not all(map(is_dask_collection, items)):
+            raise TypeError("persist takes dask collections")
+        expr = persist_expr(items, optimize_graph)
+        keys = expr.__dask_keys__()
+        futures = self._graph_to_futures(
+            expr,
+            flatten_keys(keys),
+            CallOptions(
+                workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
+            ),
+            actors=actors,
+        )
+        result = [
+            rebuild({k: futures[k] for k in flatten_keys(ks)}, *args)
+            for (rebuild, args), ks in zip(
+                (c.__dask_postpersist__() for c in items), keys, strict=True
+            )
+        ]
+        return result[0] if singleton else result
+
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: bool | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Any:
+        keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+
+        async def run() -> None:
+            self.connection.send({"op": ops.CANCEL, "force": force}, encode_keys(keys))
+            for k in keys:
+                with self.connection.refcount_lock:
+                    st = self.connection.futures.pop(k, None)
+                if st is not None:
+                    st.cancel(reason or "cancelled by the client", msg)
+
+        return self.connection.sync(run, asynchronous=asynchronous)
+
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
+        keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
+
+        async def run() -> None:
+            with self.connection.refcount_lock:
+                states = [st for st in map(self.connection.futures.get, keys) if st is not None]
+            for st in states:
+                if st.status == "error":
+                    st.retry()
+            self.connection.send({"op": ops.RETRY}, encode_keys(keys))
+
+        return self.connection.sync(run, asynchronous=asynchronous)
