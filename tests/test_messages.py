@@ -3,6 +3,7 @@ handles every message of the routes it reads, and headers are validated when rea
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from squall import _core
 from squall.protocol import messages as m
+from squall.scheduler import outbox
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +35,36 @@ def test_ops_are_unique_on_each_route() -> None:
 
 def test_the_core_commands_are_messages_or_say_they_are_not() -> None:
     sent = {cls.op() for r in m.Route for cls in m.messages(r)}
-    assert set(_core.COMMAND_OPS) - sent == {"compute-task", "close-worker"}
+    assert set(_core.COMMAND_OPS) - sent == {outbox.COMPUTE_TASK, outbox.CLOSE_WORKER}
+    assert set(outbox.NOTICES) <= set(_core.COMMAND_OPS)
+
+
+def hand_written(tree: ast.AST) -> list[str]:
+    """Headers written or read by hand: ``{"op": ...}`` literals and ``x["op"]``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Constant) and k.value == "op" for k in node.keys
+        ):
+            found.append(ast.unparse(node)[:60])
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and node.slice.value in ("op", "id")
+        ):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_python_side_writes_or_reads_a_header_by_hand() -> None:
+    assert hand_written(ast.parse('d = {"op": "x"}; h["op"]; h["id"]')) == [
+        "{'op': 'x'}",
+        "h['op']",
+        "h['id']",
+    ]
+    for path in sorted((ROOT / "python" / "squall").rglob("*.py")):
+        found = hand_written(ast.parse(path.read_text()))
+        assert not found, f"{path.relative_to(ROOT)}: {found}: use squall.protocol.messages"
 
 
 @pytest.mark.parametrize("route", [r for r in m.Route if r is not m.Route.HANDSHAKE])

@@ -30,6 +30,7 @@ from squall.client.futures import Future, FutureState, Key
 from squall.client.submission import Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
+from squall.protocol import messages as m
 from squall.security import Security
 from squall.tracebacks import user_frames
 
@@ -165,13 +166,14 @@ class Client:
             connection.address, connection.dashboard_port, connection.dashboard_scheme
         )
 
-    def _identity_for_display(self) -> dict[str, Any] | None:
+    def _identity_for_display(self) -> m.SchedulerInfoReply | None:
         """The cluster's shape for a repr: asked now on a running synchronous client
         (at most 2 s), else unknown — a repr must not fail or hang."""
         if self.asynchronous or self.status != "running":
             return None
         try:
-            return dict(self.sync(self.cluster_ops.identity, callback_timeout=2))
+            info: m.SchedulerInfoReply = self.sync(self.cluster_ops.identity, callback_timeout=2)
+            return info
         except Exception:
             return None
 

@@ -19,13 +19,15 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from squall import config
 from squall._core import decode_keys, encode_keys
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
-from squall.protocol import comm, liveness, ops
+from squall.protocol import comm, liveness
+from squall.protocol import messages as m
+from squall.protocol.dispatch import Handlers
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
 from squall.security import Security
@@ -36,22 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("squall.client")
 
-#: Scheduler replies to a request, matched to it by ``id``.
-REPLIES = frozenset(
-    {
-        ops.WHO_HAS,
-        ops.GRAPH_ACCEPTED,
-        ops.REQUEST_FAILED,
-        ops.SCHEDULER_INFO,
-        ops.WORKER_KEYS,
-        ops.STORY,
-        ops.TASK_STREAM,
-        *ops.DIAGNOSTIC_REQUESTS,
-        ops.SCATTERED,
-        ops.RESTARTED,
-        *ops.LIFECYCLE_REQUESTS,
-    }
-)
+R = TypeVar("R", bound=m.Message)
 RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
 #: The reason futures are cancelled with when the scheduler is lost (as distributed's).
 CONNECTION_LOST = "scheduler-connection-lost"
@@ -122,8 +109,9 @@ class ClientConnection:
         self._stream: comm.BatchedSend | None = None
         self._reader: asyncio.Task[None] | None = None
         self._watchdog: liveness.Watchdog | None = None
-        self._requests: dict[int, asyncio.Future[comm.Message]] = {}
+        self._requests: dict[int, asyncio.Future[tuple[m.Message, memoryview]]] = {}
         self._graphs: dict[int, list[Key]] = {}
+        self._handlers = self._scheduler_handlers()
         self._ids = itertools.count(1)
         self._to_release: list[Key] = []
         self._release_scheduled = False
@@ -178,22 +166,20 @@ class ClientConnection:
             timeout=self.timeout,
             security=self.security,
         )
-        header, _ = await c.read()
-        if header["op"] != ops.REGISTERED:
+        reply, _ = await c.read()
+        if not isinstance(reply, m.ClientRegistered):
             await c.close()
-            raise comm.HandshakeError(
-                f"scheduler {self.address} refused the client: {header.get('message')}"
-            )
+            why = reply.message if isinstance(reply, m.Error) else reply
+            raise comm.HandshakeError(f"scheduler {self.address} refused the client: {why}")
         self._comm = c
-        port = header.get("dashboard")
-        self.dashboard_port = port if isinstance(port, int) else None
-        self.dashboard_scheme = "https" if header.get("dashboard_scheme") == "https" else "http"
+        self.dashboard_port = reply.dashboard
+        self.dashboard_scheme = "https" if reply.dashboard_scheme == "https" else "http"
         self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())
         self._watchdog = liveness.Watchdog(
             liveness.silence_timeout(),
-            lambda: self.send({"op": ops.HEARTBEAT_CLIENT}),
+            lambda: self.send(m.HeartbeatClient()),
             self._scheduler_silent,
             keep_alive=True,
         )
@@ -301,21 +287,21 @@ class ClientConnection:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(fn, *args)
 
-    def send(self, header: comm.Header, payload: bytes = b"") -> None:
+    def send(self, msg: m.Message, payload: bytes = b"") -> None:
         """On the loop: send one message (pending releases go first)."""
         self._drain_releasing()
         self._flush_releases()
         if self._stream is None or self.status not in ("running",):
             return
         try:
-            self._stream.comm.check(header, payload)
-            self._stream.send(header, payload)
+            self._stream.comm.check(msg, payload)
+            self._stream.send(msg, payload)
         except comm.CommClosedError:
-            logger.debug("dropped %s: the scheduler connection is closed", header["op"])
+            logger.debug("dropped %s: the scheduler connection is closed", msg.op())
         except comm.MessageTooLarge as e:
             # That call fails alone; the connection and other futures are unharmed.
-            rid = header.get("id")
-            keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
+            rid = msg.id if isinstance(msg, m.Request) else None
+            keys = self._graphs.pop(rid, None) if rid is not None else None
             if keys is None:
                 raise
             self._graph_failed(keys, f"the graph was not sent: {e}")
@@ -328,16 +314,16 @@ class ClientConnection:
     #: graph needs. The futures themselves are not held, so they die on ``del``.
     _unsent = 0
 
-    def send_soon(self, header: comm.Header, payload: bytes = b"", keep: object = None) -> None:
+    def send_soon(self, msg: m.Message, payload: bytes = b"", keep: object = None) -> None:
         """Any thread: send from the loop, after everything queued before; futures
         released meanwhile are released after it. ``keep`` stays referenced until then."""
         with self.refcount_lock:
             self._unsent += 1
-        self.call_soon(self._send_queued, header, payload, keep)
+        self.call_soon(self._send_queued, msg, payload, keep)
 
-    def _send_queued(self, header: comm.Header, payload: bytes, _keep: object) -> None:
+    def _send_queued(self, msg: m.Message, payload: bytes, _keep: object) -> None:
         try:
-            self.send(header, payload)
+            self.send(msg, payload)
         finally:
             with self.refcount_lock:
                 self._unsent -= 1
@@ -350,18 +336,26 @@ class ClientConnection:
         self._graphs[rid] = keys
         return rid
 
-    async def request(self, header: comm.Header, payload: bytes = b"") -> comm.Message:
-        """Send a request (any thread's coroutine on the loop) and wait for its reply."""
-        rid = next(self._ids)
-        fut: asyncio.Future[comm.Message] = asyncio.get_running_loop().create_future()
+    async def request(
+        self, msg: m.Request, reply: type[R], payload: bytes = b""
+    ) -> tuple[R, memoryview]:
+        """Send a request (any thread's coroutine on the loop) and wait for its
+        ``reply``; ``request-failed`` raises RuntimeError with the scheduler's reason."""
+        rid = msg.id = next(self._ids)
+        fut: asyncio.Future[tuple[m.Message, memoryview]] = (
+            asyncio.get_running_loop().create_future()
+        )
         self._requests[rid] = fut
         try:
-            self.send({**header, "id": rid}, payload)
+            self.send(msg, payload)
             if self.status != "running":
                 raise comm.CommClosedError("the client is not connected")
-            return await fut
+            answer, data = await fut
         finally:
             self._requests.pop(rid, None)
+        if not isinstance(answer, reply):
+            raise comm.ProtocolError(f"{msg.op()!r} answered with {answer.op()!r}")
+        return answer, data
 
     # ----- reference counting -----------------------------------------------------------
 
@@ -458,7 +452,7 @@ class ClientConnection:
             keys, self._to_release = self._to_release, []
         if keys and self._stream is not None and self.status == "running":
             with contextlib.suppress(comm.CommClosedError):
-                self._stream.send({"op": ops.RELEASE_KEYS}, encode_keys(keys))
+                self._stream.send(m.ReleaseKeys(), encode_keys(keys))
 
     # ----- scheduler messages -----------------------------------------------------------
 
@@ -469,11 +463,11 @@ class ClientConnection:
                 messages = await self._comm.read_messages()
                 if self._watchdog is not None:
                     self._watchdog.heard()
-                for header, payload in messages:
+                for msg, payload in messages:
                     try:
-                        self._handle(header, payload)
+                        self._handlers(msg, payload)
                     except Exception:
-                        logger.exception("client: cannot handle %s", header.get("op"))
+                        logger.exception("client: cannot handle %s", msg)
         except comm.CommError as e:
             self._lost_scheduler(str(e))
 
@@ -519,43 +513,59 @@ class ClientConnection:
         with self.refcount_lock:
             return list(filter(None, map(self.futures.get, keys)))
 
-    def _handle(self, h: comm.Header, payload: memoryview) -> None:
-        op = h["op"]
-        if op == ops.KEY_IN_MEMORY:
-            FutureState.finish_all(self._states(payload))
-        elif op == ops.TASK_ERRED:
-            key, exc, tb = parse_task_erred(h, payload)
-            with self.refcount_lock:
-                erred = self.futures.get(key)
-            if erred is not None:
-                erred.set_error(exc, tb)
-        elif op == ops.LOST_DATA:
-            for st in self._states(payload):
-                st.lose()
-        elif op == ops.TASK_RETRIED:
-            for st in self._states(payload):
-                st.retry()
-        elif op == ops.CANCELLED_KEYS:
-            for st in self._states(payload):
-                if st.status != "cancelled":
-                    st.cancel("cancelled by the scheduler")
-        elif op == ops.RESTART:
-            self._restarted()
-        elif op in REPLIES:
-            rid = h.get("id")
-            keys = self._graphs.pop(rid, None) if isinstance(rid, int) else None
-            if op == ops.REQUEST_FAILED and keys is not None:
-                self._graph_failed(keys, f"the scheduler refused the graph: {h.get('error')}")
-            fut = self._requests.get(rid) if isinstance(rid, int) else None
-            if fut is not None and not fut.done():
-                if op == ops.REQUEST_FAILED:
-                    fut.set_exception(RuntimeError(f"scheduler: {h.get('error')}"))
-                else:
-                    fut.set_result((h, payload))
-            elif op == ops.REQUEST_FAILED and keys is None:
-                logger.debug("scheduler refused a request: %s", h.get("error"))
-        else:
-            logger.debug("client: ignoring %r from the scheduler", op)
+    def _scheduler_handlers(self) -> Handlers[None]:
+        """The handlers of the scheduler's messages (docs/protocol.md#scheduler--client)."""
+        replies = [c for c in m.messages(m.Route.SCHEDULER_TO_CLIENT) if issubclass(c, m.Reply)]
+        table: dict[type[m.Message], Callable[[Any, memoryview], None]] = {
+            m.KeyInMemory: lambda _, p: FutureState.finish_all(self._states(p)),
+            m.TaskErred: self._task_erred,
+            m.LostData: lambda _, p: self._each(p, FutureState.lose),
+            m.TaskRetried: lambda _, p: self._each(p, FutureState.retry),
+            m.CancelledKeys: self._cancelled,
+            m.Restart: lambda _, __: self._restarted(),
+            m.HeartbeatClient: lambda _, __: None,  # the keep-alive's answer
+            m.ClientRegistered: self._unexpected,
+            m.Error: self._unexpected,
+            **dict.fromkeys(replies, self._reply),
+        }
+        return Handlers(m.Route.SCHEDULER_TO_CLIENT, table, malformed=self._malformed)
+
+    def _each(self, payload: memoryview, change: Callable[[FutureState], None]) -> None:
+        for st in self._states(payload):
+            change(st)
+
+    def _task_erred(self, msg: m.TaskErred, payload: memoryview) -> None:
+        key, exc, tb = parse_task_erred(msg, payload)
+        with self.refcount_lock:
+            erred = self.futures.get(key)
+        if erred is not None:
+            erred.set_error(exc, tb)
+
+    def _cancelled(self, msg: m.CancelledKeys, payload: memoryview) -> None:
+        for st in self._states(payload):
+            if st.status != "cancelled":
+                st.cancel("cancelled by the scheduler")
+
+    def _reply(self, msg: m.Reply, payload: memoryview) -> None:
+        """A reply to a request, matched by ``id``; a refused graph errs its futures."""
+        rid = msg.id
+        keys = self._graphs.pop(rid, None) if rid is not None else None
+        if isinstance(msg, m.RequestFailed) and keys is not None:
+            self._graph_failed(keys, f"the scheduler refused the graph: {msg.error}")
+        fut = self._requests.get(rid) if rid is not None else None
+        if fut is not None and not fut.done():
+            if isinstance(msg, m.RequestFailed):
+                fut.set_exception(RuntimeError(f"scheduler: {msg.error}"))
+            else:
+                fut.set_result((msg, payload))
+        elif isinstance(msg, m.RequestFailed) and keys is None:
+            logger.debug("scheduler refused a request: %s", msg.error)
+
+    def _unexpected(self, msg: m.Message, payload: memoryview) -> None:
+        logger.warning("client: unexpected %r from the scheduler", msg.op())
+
+    def _malformed(self, msg: m.Malformed) -> None:
+        logger.warning("client: %s from the scheduler", msg.error)
 
     def _graph_failed(self, keys: list[Key], message: str) -> None:
         exc = RuntimeError(message)

@@ -27,7 +27,8 @@ from squall.client.futures import Future, FutureState, Key, futures_of, pack_res
 from squall.client.loop import timeout_seconds
 from squall.client.workers import ClusterOps
 from squall.errors import RemoteError
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.tracebacks import user_frames
 
 if TYPE_CHECKING:
@@ -106,8 +107,10 @@ class DataMovement:
 
     async def holders(self, keys: list[Key]) -> WhoHas:
         """Asks the scheduler which workers hold ``keys``."""
-        h, payload = await self.connection.request({"op": ops.WHO_HAS}, encode_keys(keys))
-        return WhoHas(keys, holders_of(list(h["addresses"]), bytes(payload), len(keys)))
+        reply, payload = await self.connection.request(
+            m.WhoHas(), m.WhoHasReply, encode_keys(keys)
+        )
+        return WhoHas(keys, holders_of(reply.addresses, bytes(payload), len(keys)))
 
     async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
         """One round: ask who has the keys and get them; missing keys are left out."""
@@ -202,19 +205,14 @@ class DataMovement:
                 errors.append(f"{a}: {r!r}")
             else:
                 nbytes.update(r)
-        header = {
-            "op": ops.SCATTER,
-            "holders": holders,
-            "nbytes": [nbytes.get(k, -1) for k in keys],
-        }
+        request = m.Scatter(holders=holders, nbytes=[nbytes.get(k, -1) for k in keys])
         if errors:
             # Still tell the scheduler: it has the workers drop what they staged.
+            request.error = "; ".join(errors)
             with contextlib.suppress(RuntimeError, comm.CommError):
-                await self.connection.request(
-                    {**header, "error": "; ".join(errors)}, encode_keys(keys)
-                )
+                await self.connection.request(request, m.ScatterDone, encode_keys(keys))
             raise RuntimeError(f"could not scatter to {'; '.join(errors)}")
-        await self.connection.request(header, encode_keys(keys))
+        await self.connection.request(request, m.ScatterDone, encode_keys(keys))
         futures = {k: Future(k, self.client) for k in keys}
         for k, f in futures.items():
             f._state.type = type(items[k])
@@ -231,17 +229,16 @@ class DataMovement:
     ) -> dict[Key, int]:
         """Stage values on a worker (``update-data``); returns their sizes there."""
         kb = encode_keys(keys)
-        header = {
-            "op": ops.UPDATE_DATA,
-            "keys_bytes": len(kb),
-            "sizes": [len(blobs[k]) for k in keys],
-        }
-        h, _ = await self.connection.peers.request(
-            address, header, b"".join([kb, *(blobs[k] for k in keys)])
+        request = m.UpdateData(keys_bytes=len(kb), sizes=[len(blobs[k]) for k in keys])
+        reply, _ = await self.connection.peers.request(
+            address,
+            request,
+            b"".join([kb, *(blobs[k] for k in keys)]),
+            reply=m.DataUpdated,
         )
-        if "error" in h:
-            raise RuntimeError(h["error"])
-        return dict(zip(keys, h["nbytes"], strict=True))
+        if reply.error is not None:
+            raise RuntimeError(reply.error)
+        return dict(zip(keys, reply.nbytes, strict=True))
 
 
 def holders_of(addresses: list[str], packed: bytes, n: int) -> list[list[str]]:

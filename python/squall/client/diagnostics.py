@@ -17,7 +17,7 @@ from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
 from squall.client.futures import Key, futures_of
 from squall.client.workers import select_workers
-from squall.protocol import ops
+from squall.protocol import messages as m
 
 logger = logging.getLogger("squall.client")
 
@@ -79,14 +79,16 @@ class Diagnostics:
                 k for k in keys_or_futures if not hasattr(k, "key")
             ]
             try:
-                h, _ = await self.connection.request({"op": ops.STORY}, encode_keys(keys))
+                reply, _ = await self.connection.request(
+                    m.Story(), m.StoryReply, encode_keys(keys)
+                )
             except Exception:
                 if on_error == "raise":
                     raise
                 return []
             events: list[tuple[Any, ...]] = [
                 ("scheduler", key, str(start), str(finish), {}, f"stimulus-{stimulus}", at)
-                for key, story in zip(keys, h["stories"], strict=True)
+                for key, story in zip(keys, reply.stories, strict=True)
                 for start, finish, stimulus, at in story
             ]
             return sorted(events, key=lambda e: float(e[6]))
@@ -95,10 +97,10 @@ class Diagnostics:
 
     def get_scheduler_logs(self, n: int | None = None, **kwargs: Any) -> Any:
         async def run() -> list[tuple[str, str]]:
-            h, _ = await self.connection.request(
-                {"op": ops.GET_LOGS, "which": "scheduler", "n": n}
+            reply, _ = await self.connection.request(
+                m.GetLogs(which="scheduler", n=n), m.GetLogsReply
             )
-            return [(str(level), str(line)) for level, line in h["logs"]]
+            return reply.logs
 
         return self.connection.sync(run, **kwargs)
 
@@ -107,13 +109,10 @@ class Diagnostics:
     ) -> Any:
         async def run() -> dict[str, list[tuple[str, str]]]:
             wanted = None if workers is None else await self._worker_addresses(workers)
-            header = {"op": ops.GET_LOGS, "which": "workers", "n": n, "nanny": nanny}
-            h, _ = await self.connection.request({**header, "workers": wanted})
-            out = {
-                a: [(str(level), str(line)) for level, line in logs]
-                for a, logs in h["workers"].items()
-            }
-            for address, why in h["errors"].items():
+            request = m.GetLogs(which="workers", n=n, nanny=nanny, workers=wanted)
+            reply, _ = await self.connection.request(request, m.GetLogsReply)
+            out = dict(reply.workers)
+            for address, why in reply.errors.items():
                 out[address] = [("ERROR", f"no logs from {address}: {why}")]
             return out
 
@@ -124,11 +123,11 @@ class Diagnostics:
     ) -> Any:
         async def run() -> dict[str, Any]:
             names = list(packages or [])
-            h, _ = await self.connection.request({"op": ops.VERSIONS, "packages": names})
-            for address, why in h["errors"].items():
+            reply, _ = await self.connection.request(m.Versions(packages=names), m.VersionsReply)
+            for address, why in reply.errors.items():
                 logger.warning("no versions from worker %s: %s", address, why)
             mine = self.client_versions(names)
-            found = {"scheduler": h["scheduler"], "workers": h["workers"], "client": mine}
+            found = {"scheduler": reply.scheduler, "workers": reply.workers, "client": mine}
             if check:
                 _check_versions(found)
             return found
@@ -142,17 +141,17 @@ class Diagnostics:
     async def _worker_addresses(self, workers: Any) -> list[str]:
         """The addresses of the workers named by ``workers`` (addresses, names or
         hosts), as ``Client.run`` selects them."""
-        h, _ = await self.connection.request({"op": ops.SCHEDULER_INFO})
-        return [w["address"] for w in select_workers(h["workers"], workers)]
+        info, _ = await self.connection.request(m.SchedulerInfo(), m.SchedulerInfoReply)
+        return [w["address"] for w in select_workers(info.workers, workers)]
 
     async def _keys_by_worker(self, which: str, workers: Any) -> dict[str, tuple[Key, ...]]:
         if workers is not None:
             if isinstance(workers, str):
                 workers = [workers]
             # Names become addresses, as distributed's scheduler resolves its aliases.
-            h, _ = await self.connection.request({"op": ops.SCHEDULER_INFO})
-            address_of = {w["name"]: w["address"] for w in h["workers"]}
-            address_of |= {w["address"]: w["address"] for w in h["workers"]}
+            info, _ = await self.connection.request(m.SchedulerInfo(), m.SchedulerInfoReply)
+            address_of = {w["name"]: w["address"] for w in info.workers}
+            address_of |= {w["address"]: w["address"] for w in info.workers}
             workers = [address_of.get(w, w) for w in workers]
         held = await self._sized_keys(which, workers)
         out = {address: tuple(k for k, _ in keys) for address, keys in held.items()}
@@ -161,12 +160,12 @@ class Diagnostics:
     async def _sized_keys(
         self, which: str, workers: list[str] | None
     ) -> dict[str, list[tuple[Key, int]]]:
-        header = {"op": ops.WORKER_KEYS, "which": which, "workers": workers}
-        h, payload = await self.connection.request(header)
-        keys, sizes = decode_keys(bytes(payload)), h["nbytes"]
+        request = m.WorkerKeys(which=which, workers=workers)
+        reply, payload = await self.connection.request(request, m.WorkerKeysReply)
+        keys, sizes = decode_keys(bytes(payload)), reply.nbytes
         out: dict[str, list[tuple[Key, int]]] = {}
         i = 0
-        for address, n in h["workers"]:
+        for address, n in reply.workers:
             out[address] = list(zip(keys[i : i + n], sizes[i : i + n], strict=True))
             i += n
         return out

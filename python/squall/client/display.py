@@ -11,6 +11,7 @@ import dask.config
 from dask.utils import format_bytes
 
 from squall.protocol import comm
+from squall.protocol import messages as m
 
 #: The link's template when Dask's ``distributed.dashboard.link`` is not configured.
 DEFAULT_LINK = "{scheme}://{host}:{port}/status"
@@ -28,18 +29,20 @@ def dashboard_link(scheduler_address: str, port: int | None, scheme: str = "http
     return str(template).format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 
-def cluster_summary(identity: dict[str, Any] | None) -> dict[str, Any]:
+def cluster_summary(identity: m.SchedulerInfoReply | None) -> dict[str, Any]:
     """Workers, threads and memory from a ``scheduler-info`` answer (empty if none)."""
     if identity is None:
         return {}
     return {
-        "workers": len(identity["workers"]),
-        "threads": int(identity["total_threads"]),
-        "memory": format_bytes(int(identity["total_memory"])),
+        "workers": len(identity.workers),
+        "threads": identity.total_threads,
+        "memory": format_bytes(identity.total_memory),
     }
 
 
-def text_repr(address: str, status: str, link: str | None, identity: dict[str, Any] | None) -> str:
+def text_repr(
+    address: str, status: str, link: str | None, identity: m.SchedulerInfoReply | None
+) -> str:
     """Dask's, with the dashboard: ``<Client: 'tcp://…' processes=2 threads=4,
     memory=8.00 GiB, dashboard=http://…/status>``; once closed, Dask's ``<Client: No
     scheduler connected>``."""
@@ -56,7 +59,11 @@ def text_repr(address: str, status: str, link: str | None, identity: dict[str, A
 
 
 def html_repr(
-    client_id: str, address: str, status: str, link: str | None, identity: dict[str, Any] | None
+    client_id: str,
+    address: str,
+    status: str,
+    link: str | None,
+    identity: m.SchedulerInfoReply | None,
 ) -> str:
     """A small table for notebooks, with the dashboard as a link."""
     rows: list[tuple[str, str]] = [("Client", html.escape(client_id))]

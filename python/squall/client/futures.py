@@ -23,7 +23,7 @@ from squall._core import encode_keys
 from squall.client.default import default_client
 from squall.errors import FutureCancelledError
 from squall.nested import DESCEND, DROP, rebuild
-from squall.protocol import ops
+from squall.protocol import messages as m
 from squall.tracebacks import user_frames
 
 if TYPE_CHECKING:
@@ -271,9 +271,7 @@ def fire_and_forget(obj: Any) -> None:
         by_client.setdefault(id(f.client), (f.client, []))[1].append(f)
     for client, futures in by_client.values():
         # After the graph that made them (loop order) and before any release of them.
-        client.connection.send_soon(
-            {"op": ops.FIRE_AND_FORGET}, encode_keys([f.key for f in futures])
-        )
+        client.connection.send_soon(m.FireAndForget(), encode_keys([f.key for f in futures]))
 
 
 def dep_key(obj: Any) -> Key | None:

@@ -106,7 +106,7 @@ class performance_report:  # distributed's name
                 int((w.get("metrics") or {}).get("memory", 0)),
                 int((w.get("metrics") or {}).get("managed_bytes", 0)),
             )
-            for w in info["workers"]
+            for w in info.workers
         }
         self._memory.append((time.time(), memory))
 

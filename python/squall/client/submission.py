@@ -51,7 +51,8 @@ from squall.dask.graphs import (
 )
 from squall.diagnostics.dask_progress import dask_progress_bars
 from squall.gc_pause import gc_paused
-from squall.protocol import ops, update_graph
+from squall.protocol import messages as m
+from squall.protocol import update_graph
 from squall.protocol.specs import call_prefix, make_spec
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class CallOptions(NamedTuple):
             "retries": self.retries,
             "workers": None if workers is None else list(workers),
             "resources": (
-                [[k, float(v)] for k, v in self.resources.items()] if self.resources else None
+                [(k, float(v)) for k, v in self.resources.items()] if self.resources else None
             ),
             "allow_other_workers": allow_other_workers,
         }
@@ -121,18 +122,19 @@ class Submission:
         """Queue one ``update-graph`` (``send_soon``: releases of the futures it
         defines or depends on follow it, however soon they are dropped)."""
         fields = options.header()
-        header, payload, index = update_graph.encode(keys, specs, deps)
-        rid = self.connection.track_graph(keys)
-        header |= {
-            "id": rid,
-            "order": order,
+        n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps)
+        msg = m.UpdateGraph(
+            id=self.connection.track_graph(keys),
+            n=n,
+            keys_bytes=keys_bytes,
+            order=order,
             # Indices of the keys the client holds futures for (default: all).
-            "wanted": None if wanted is None else [index[k] for k in wanted if k in index],
-            "task_options": task_options or None,
-            "data_producers": data_producers or None,
+            wanted=None if wanted is None else [index[k] for k in wanted if k in index],
+            task_options=task_options or None,
+            data_producers=data_producers or None,
             **fields,
-        }
-        self.connection.send_soon(header, payload, keep)
+        )
+        self.connection.send_soon(msg, payload, keep)
 
     def _check_running(self) -> None:
         status = self.connection.status
@@ -431,7 +433,7 @@ class Submission:
         keys = list(dict.fromkeys(f.key for f in futures_of(futures)))
 
         async def run() -> None:
-            self.connection.send({"op": ops.CANCEL, "force": force}, encode_keys(keys))
+            self.connection.send(m.Cancel(force=force), encode_keys(keys))
             for k in keys:
                 with self.connection.refcount_lock:
                     st = self.connection.futures.pop(k, None)
@@ -449,6 +451,6 @@ class Submission:
             for st in states:
                 if st.status == "error":
                     st.retry()
-            self.connection.send({"op": ops.RETRY}, encode_keys(keys))
+            self.connection.send(m.Retry(), encode_keys(keys))
 
         return self.connection.sync(run, asynchronous=asynchronous)

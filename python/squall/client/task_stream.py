@@ -22,7 +22,7 @@ from squall._core import decode_keys
 from squall.client.connection import ClientConnection
 from squall.client.default import default_client
 from squall.client.report_html import task_stream_page
-from squall.protocol import ops
+from squall.protocol import messages as m
 
 Record = dict[str, Any]
 
@@ -72,9 +72,10 @@ class TaskStreamReader:
 
     async def read(self, query: dict[str, Any]) -> StreamSlice:
         """Asks for ``query`` (``cursor`` and ``limit``, or ``start``, ``stop`` and
-        ``count``), after a flush (docs/protocol.md)."""
-        h, payload = await self.connection.request({"op": ops.TASK_STREAM, "flush": True, **query})
-        workers = h["workers"]
+        ``count``: fields of ``task-stream``), after a flush (docs/protocol.md)."""
+        request = m.TaskStream(flush=True, **query)
+        reply, payload = await self.connection.request(request, m.TaskStreamReply)
+        workers = reply.workers
         keys = decode_keys(bytes(payload))
         records = [
             {
@@ -88,10 +89,10 @@ class TaskStreamReader:
                 "startstops": [{"action": "compute", "start": start, "stop": stop}],
             }
             for key, (w, thread, ok, start, stop, nbytes, typename) in zip(
-                keys, h["records"], strict=True
+                keys, reply.records, strict=True
             )
         ]
-        return StreamSlice(int(h["cursor"]), int(h["tasks"]), records)
+        return StreamSlice(reply.cursor, reply.tasks, records)
 
 
 class get_task_stream:  # distributed's name

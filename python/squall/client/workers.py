@@ -14,7 +14,8 @@ import cloudpickle  # type: ignore[import-untyped]
 
 from squall.client.connection import ClientConnection
 from squall.client.loop import timeout_seconds
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.protocol.identity import worker_identity
 
 logger = logging.getLogger("squall.client")
@@ -27,10 +28,10 @@ class ClusterOps:
     def __init__(self, connection: ClientConnection) -> None:
         self.connection = connection
 
-    async def identity(self) -> comm.Header:
+    async def identity(self) -> m.SchedulerInfoReply:
         """The scheduler's ``scheduler-info`` reply: itself and its workers."""
-        h, _ = await self.connection.request({"op": ops.SCHEDULER_INFO})
-        return h
+        info, _ = await self.connection.request(m.SchedulerInfo(), m.SchedulerInfoReply)
+        return info
 
     async def running_workers(self, workers: Any, timeout: float | None) -> list[str]:
         """Addresses of the running workers among ``workers`` (default all), sorted;
@@ -39,7 +40,7 @@ class ClusterOps:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             info = await self.identity()
-            found = [w["address"] for w in select_workers(info["workers"], workers, running=True)]
+            found = [w["address"] for w in select_workers(info.workers, workers, running=True)]
             if found:
                 return sorted(found)
             if deadline is not None and loop.time() > deadline:
@@ -48,18 +49,18 @@ class ClusterOps:
 
     def scheduler_info(self, n_workers: int = -1, **kwargs: Any) -> Any:
         async def run() -> dict[str, Any]:
-            h = await self.identity()
-            listed = h["workers"] if n_workers < 0 else h["workers"][:n_workers]
+            info = await self.identity()
+            listed = info.workers if n_workers < 0 else info.workers[:n_workers]
             return {
                 "type": "Scheduler",
-                "id": h["scheduler_id"],
-                "address": h["address"],
-                "services": h.get("services", {}),
-                "started": h["started"],
-                "n_workers": len(h["workers"]),
-                "total_threads": h["total_threads"],
-                "total_memory": h["total_memory"],
-                "n_tasks": h["n_tasks"],  # squall's addition: tasks the scheduler holds
+                "id": info.scheduler_id,
+                "address": info.address,
+                "services": info.services,
+                "started": info.started,
+                "n_workers": len(info.workers),
+                "total_threads": info.total_threads,
+                "total_memory": info.total_memory,
+                "n_tasks": info.n_tasks,  # squall's addition: tasks the scheduler holds
                 "workers": {w["address"]: worker_identity(w) for w in listed},
             }
 
@@ -67,9 +68,9 @@ class ClusterOps:
 
     def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
         async def run() -> dict[str, int]:
-            h = await self.identity()
+            info = await self.identity()
             return {
-                w["address"]: int(w["nthreads"]) for w in select_workers(h["workers"], workers)
+                w["address"]: int(w["nthreads"]) for w in select_workers(info.workers, workers)
             }
 
         return self.connection.sync(run, **kwargs)
@@ -93,7 +94,7 @@ class ClusterOps:
 
         async def run_all() -> dict[str, Any] | None:
             info = await self.identity()
-            selected = select_workers(info["workers"], workers)
+            selected = select_workers(info.workers, workers)
             addresses = [w["address"] for w in selected]
             targets = addresses
             if nanny:
@@ -115,13 +116,13 @@ class ClusterOps:
         return self.connection.sync(run_all)
 
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
-        seconds = 4 * self.connection.timeout if timeout is None else timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout) or 4 * self.connection.timeout
 
         async def run() -> None:
-            header = {"op": ops.RESTART, "timeout": seconds, "wait_for_workers": wait_for_workers}
-            h, _ = await self.connection.request(header)
-            if h.get("error"):
-                raise TimeoutError(h["error"])
+            request = m.RestartCluster(timeout=seconds, wait_for_workers=wait_for_workers)
+            reply, _ = await self.connection.request(request, m.Restarted)
+            if reply.error:
+                raise TimeoutError(reply.error)
 
         return self.connection.sync(run)
 
@@ -135,17 +136,16 @@ class ClusterOps:
         **kwargs: Any,
     ) -> Any:
         async def run() -> dict[str, Any]:
-            header = {
-                "op": ops.RETIRE_WORKERS,
-                "workers": [workers] if isinstance(workers, str) else workers,
-                "close_workers": close_workers,
-                "remove": remove,
-                "n": kwargs.get("n"),
-            }
-            h, _ = await self.connection.request(header)
-            if h["kept"]:
-                logger.warning("workers not retired: %s", h["kept"])
-            return {a: worker_identity(w) for a, w in h["retired"].items()}
+            request = m.RetireWorkers(
+                workers=[workers] if isinstance(workers, str) else workers,
+                close_workers=close_workers,
+                remove=remove,
+                n=kwargs.get("n"),
+            )
+            reply, _ = await self.connection.request(request, m.RetireWorkersReply)
+            if reply.kept:
+                logger.warning("workers not retired: %s", reply.kept)
+            return {a: worker_identity(w) for a, w in reply.retired.items()}
 
         return self.connection.sync(run)
 
@@ -155,17 +155,17 @@ class ClusterOps:
         timeout: float | str | None = None,
         raise_for_error: bool = True,
     ) -> Any:
-        seconds = 4 * self.connection.timeout if timeout is None else timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout) or 4 * self.connection.timeout
         given = [workers] if isinstance(workers, str) else list(workers)
 
         async def run() -> dict[str, str]:
             addresses = await self._addresses(given)
-            header = {"op": ops.RESTART_WORKERS, "workers": addresses, "timeout": seconds}
+            request = m.RestartWorkers(workers=addresses, timeout=seconds)
             try:
-                h, _ = await self.connection.request(header)
+                reply, _ = await self.connection.request(request, m.RestartWorkersReply)
             except RuntimeError as e:
                 raise ValueError(str(e)) from None
-            out = {w: h["results"][a] for w, a in zip(given, addresses, strict=True)}
+            out = {w: reply.results[a] for w, a in zip(given, addresses, strict=True)}
             if raise_for_error and any(v != "OK" for v in out.values()):
                 raise TimeoutError(f"workers did not restart within {seconds}s: {out}")
             return out
@@ -174,7 +174,7 @@ class ClusterOps:
 
     async def _addresses(self, workers: list[str]) -> list[str]:
         """The addresses of workers given by address or name."""
-        by_name = {w["name"]: w["address"] for w in (await self.identity())["workers"]}
+        by_name = {w["name"]: w["address"] for w in (await self.identity()).workers}
         return [by_name.get(w, w) for w in workers]
 
     def wait_for_workers(self, n_workers: int, timeout: float | str | None = None) -> Any:
@@ -183,17 +183,17 @@ class ClusterOps:
         seconds = timeout_seconds(timeout) or None
 
         async def run() -> None:
-            header = {"op": ops.WAIT_FOR_WORKERS, "n_workers": n_workers, "timeout": seconds}
-            h, _ = await self.connection.request(header)
-            if h["error"]:
-                raise TimeoutError(h["error"])
+            request = m.WaitForWorkers(n_workers=n_workers, timeout=seconds)
+            reply, _ = await self.connection.request(request, m.WaitForWorkersReply)
+            if reply.error:
+                raise TimeoutError(reply.error)
 
         return self.connection.sync(run)
 
     def shutdown(self) -> Any:
         async def run() -> None:
             with contextlib.suppress(comm.CommError):  # it may be gone already
-                await self.connection.request({"op": ops.SHUTDOWN})
+                await self.connection.request(m.Shutdown(), m.ShutdownReply)
 
         if self.connection.asynchronous:
 

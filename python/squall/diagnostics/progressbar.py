@@ -27,7 +27,7 @@ from squall._core import encode_keys
 from squall.client.default import default_client
 from squall.client.futures import Future, futures_of
 from squall.client.loop import timeout_seconds
-from squall.protocol import comm, ops
+from squall.protocol import messages as m
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -83,27 +83,27 @@ async def follow(
     the scheduler does not answer a poll within ``squall.comm.timeouts.tcp``."""
     bound = config.seconds("comm.timeouts.tcp")
     start = time.monotonic()
-    header: comm.Header = {"op": ops.PROGRESS, "watch": None, "complete": complete}
-    h, _ = await asyncio.wait_for(client.connection.request(header, encode_keys(keys)), bound)
-    watch = h["watch"]
+    ask = client.connection.request
+    first = m.Progress(complete=complete)
+    reply, _ = await asyncio.wait_for(ask(first, m.ProgressReply, encode_keys(keys)), bound)
+    watch = reply.watch
     try:
         while True:
             state = Progress(
-                {str(name): (int(t), int(d), int(e)) for name, t, d, e in h["counts"]},
-                int(h["remaining"]),
-                int(h["cancelled"]),
+                {name: (t, d, e) for name, t, d, e in reply.counts},
+                reply.remaining,
+                reply.cancelled,
                 time.monotonic() - start,
             )
             draw(state)
             if not state.remaining:
                 return state
             await asyncio.sleep(interval)
-            header = {"op": ops.PROGRESS, "watch": watch}
-            h, _ = await asyncio.wait_for(client.connection.request(header), bound)
+            reply, _ = await asyncio.wait_for(ask(m.Progress(watch=watch), m.ProgressReply), bound)
     except BaseException:
         # Interrupted, or the client closed: the scheduler may drop the watch now.
         if client.status == "running":
-            client.connection.send({"op": ops.PROGRESS, "watch": watch, "stop": True})
+            client.connection.send(m.Progress(watch=watch, stop=True))
         raise
 
 

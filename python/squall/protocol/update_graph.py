@@ -19,7 +19,6 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from squall._core import encode_keys
-from squall.protocol import ops
 from squall.protocol.specs import PLAIN_TYPES, make_spec
 
 Key = Hashable
@@ -32,8 +31,8 @@ def encode(
     keys: Sequence[Key],
     specs: Sequence[bytes | None],
     deps: Sequence[Sequence[Key]] | None = None,
-) -> tuple[dict[str, Any], bytes, dict[Key, int]]:
-    """``(header fields, payload, index of each task key)`` for ``update-graph``;
+) -> tuple[int, int, bytes, dict[Key, int]]:
+    """``(n, keys_bytes, payload, index of each task key)`` for ``update-graph``;
     ``deps=None`` means no task has dependencies."""
     n = len(keys)
     index = dict(zip(keys, range(n), strict=True))
@@ -62,7 +61,7 @@ def encode(
     payload = b"".join(
         chain((keys_bytes, sizes.tobytes(), offsets.tobytes(), indices.tobytes()), parts)
     )
-    return {"op": ops.UPDATE_GRAPH, "n": n, "keys_bytes": len(keys_bytes)}, payload, index
+    return n, len(keys_bytes), payload, index
 
 
 def call_specs(

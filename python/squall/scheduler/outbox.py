@@ -8,13 +8,17 @@ from typing import TYPE_CHECKING
 
 from squall._core import encode_keys
 from squall.protocol import messages as m
-from squall.protocol import ops
 from squall.protocol.remote_errors import error_fields
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
 
 logger = logging.getLogger("squall.scheduler")
+
+#: The core's commands that are no message of their own name (tests/test_messages.py
+#: checks them against ``_core.COMMAND_OPS``): dispatches go out in ``compute`` batches;
+#: a worker removed by the core is disconnected.
+COMPUTE_TASK, CLOSE_WORKER = "compute-task", "close-worker"
 
 #: Per-task notices to workers and clients: one message of that op, a packed payload.
 NOTICES: dict[str, type[m.Message]] = {
@@ -45,7 +49,7 @@ class Outbox:
         if not len(cmds):
             return
         counts = cmds.counts()
-        if counts.keys() - NOTICES.keys() - {ops.COMPUTE_TASK}:
+        if counts.keys() - NOTICES.keys() - {COMPUTE_TASK}:
             for op, target, task, extra in cmds.records():
                 self._rare(op, target, task, extra)
         # Per-task notices travel packed, one payload per peer and op (no Python object
@@ -55,7 +59,7 @@ class Outbox:
             peer = s.workers.get(w)
             if peer is not None:
                 peer.send(NOTICES[op](), tasks)
-        if ops.COMPUTE_TASK in counts:
+        if COMPUTE_TASK in counts:
             for w, (addresses, payload, count) in s.core.encode_compute(cmds).items():
                 peer = s.workers.get(w)
                 if peer is not None:
@@ -67,14 +71,14 @@ class Outbox:
 
     def _rare(self, op: str, target: int, task: int, extra: int) -> None:
         s = self._server
-        if op == ops.STEAL_REQUEST:
+        if op == m.StealRequest.op():
             self._to_worker(target, m.StealRequest(task=task, stimulus=extra))
-        elif op == ops.REMOVE_WORKER:
+        elif op == m.RemoveWorker.op():
             gone = s.core.worker_info(extra)["address"]  # kept after removal
             self._to_worker(target, m.RemoveWorker(worker_id=extra, address=gone))
-        elif op == ops.CLOSE_WORKER:
+        elif op == CLOSE_WORKER:
             self._close_worker(target)
-        elif op == ops.TASK_ERRED:
+        elif op == m.TaskErred.op():
             self._erred_to_client(target, task)
 
     def _to_worker(self, w: int, msg: m.Message) -> None:
