@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -40,7 +40,9 @@ def default_address() -> str:
 
 
 # Commands sent one message each; the per-task ones go packed (encode_notices).
-_RARE_OPS = frozenset({ops.STEAL_REQUEST, ops.REMOVE_WORKER, ops.CLOSE_WORKER, ops.TASK_ERRED})
+_RARE_OPS = frozenset(
+    {ops.STEAL_REQUEST, ops.REMOVE_WORKER, ops.CLOSE_WORKER, ops.TASK_ERRED, ops.RESTART}
+)
 
 #: A connection's reader gives the event loop a turn after handling its messages for
 #: this long: frames already buffered are read without one, so a client streaming a
@@ -118,7 +120,8 @@ class SchedulerServer:
     _tick_interval: float = field(init=False)
     id: str = field(init=False, default_factory=lambda: f"Scheduler-{uuid.uuid4()}")
     started: float = field(init=False, default_factory=time.time)
-    _restart_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    #: Held by a restart (of all workers or some) for its whole course.
+    restart_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
     #: Workers whose connection ended, waiting for their nanny's ``worker-died``.
     _deaths: dict[int, asyncio.Future[DeathReport | None]] = field(
@@ -207,7 +210,7 @@ class SchedulerServer:
             start = time.perf_counter()
             self.core.tick(now=self.now())
             self._failures.tick(self.now())
-            self._dispatch()
+            self.dispatch()
             self.health.tick(time.perf_counter() - start)
 
     def _pace_heartbeats(self, w: int, interval: float) -> None:
@@ -232,7 +235,11 @@ class SchedulerServer:
 
     def _disconnect(self, peer: Peer) -> None:
         """Close a peer's connection; its reader then ends and forgets the peer."""
-        task = asyncio.get_running_loop().create_task(peer.conn.close())
+        self.spawn(peer.conn.close())
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` as a task of the server's (``close()`` cancels it)."""
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -253,7 +260,7 @@ class SchedulerServer:
                     start = time.perf_counter()
                     for header, payload in messages:
                         handle(header, payload)
-                    self._dispatch()
+                    self.dispatch()
                     took = time.perf_counter() - start
                     self.health.batch(len(messages), took)
                     held += took
@@ -303,7 +310,7 @@ class SchedulerServer:
         await c.write({"op": ops.REGISTERED, "worker_id": w})
         stream.start()
         logger.info("worker %s joined (%s threads)", info["address"], info["nthreads"])
-        self._dispatch()
+        self.dispatch()
         try:
             await self._read_until_closed(
                 c, f"worker {info['address']}", lambda h, p: self._worker_message(w, h, p)
@@ -380,7 +387,7 @@ class SchedulerServer:
         await peer.stream.close()
         with contextlib.suppress(SchedulerError):
             remove(i, now=self.now())
-        self._dispatch()
+        self.dispatch()
 
     def _worker_message(self, w: int, h: comm.Header, payload: memoryview) -> None:
         op, now = h["op"], self.now()
@@ -598,9 +605,7 @@ class SchedulerServer:
                 self.core.fire_and_forget(decode_keys(bytes(payload)), now=self.now())
                 return None
             if op == ops.RESTART:
-                task = asyncio.get_running_loop().create_task(self._restart(cid, h))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self.lifecycle.restart(cid, h)
                 return None
             if op in ops.DIAGNOSTIC_REQUESTS:
                 return self.diagnostics.request(cid, h, payload)
@@ -628,9 +633,7 @@ class SchedulerServer:
             if peer is not None:
                 peer.send(*reply)
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.spawn(run())
 
     def _update_graph(
         self, cid: int, h: comm.Header, payload: memoryview
@@ -726,31 +729,21 @@ class SchedulerServer:
 
     def _scatter(self, cid: int, h: comm.Header, keys: list[Any]) -> tuple[comm.Header, bytes]:
         """Register data a client put on workers (``update-data``), then tell each
-        holder to keep it under its task id, or to drop it (-1) if refused."""
+        holder to keep it under its task id, or to drop it (-1) if the client failed to
+        place some of it or the core refused it."""
         holders = [[str(a) for a in hs] for hs in h["holders"]]
         nbytes = [int(n) for n in h["nbytes"]]
         if not len(keys) == len(holders) == len(nbytes):
             raise ValueError("scatter needs one holder list and one size per key")
-        ids = dict(self.core.workers())
-        error: str | None = h.get("error")  # the client failed to place some of it
-        for k, hs in zip(keys, holders, strict=True):
-            gone = [a for a in hs if a not in ids]
-            if error is None and gone:
-                error = f"cannot scatter {k!r}: no worker at {', '.join(gone)}"
-            if error is None and self.core.lookup(k) is not None:
-                state = self.core.state(k)
-                if state != "memory":
-                    error = f"cannot scatter {k!r}: the key exists and is {state}"
+        error: str | None = h.get("error")
         tasks = [-1] * len(keys)
         if error is None:
-            groups: dict[tuple[str, ...], list[int]] = {}
-            for i, hs in enumerate(holders):
-                groups.setdefault(tuple(hs), []).append(i)
-            for group, idx in groups.items():
-                items = [(keys[i], nbytes[i]) for i in idx]
-                got = self.core.scatter(cid, items, [ids[a] for a in group], now=self.now())
-                for i, t in zip(idx, got, strict=True):
-                    tasks[i] = t
+            try:
+                items = list(zip(keys, nbytes, holders, strict=True))
+                tasks = self.core.scatter(cid, items, now=self.now())
+            except SchedulerError as e:
+                error = str(e)
+        ids = dict(self.core.workers())
         per_worker: dict[str, list[int]] = {}
         for i, hs in enumerate(holders):
             for a in hs:
@@ -766,64 +759,9 @@ class SchedulerServer:
             return {"op": ops.REQUEST_FAILED, "id": h.get("id"), "error": error}, b""
         return {"op": ops.SCATTERED, "id": h.get("id")}, b""
 
-    async def _restart(self, cid: int, h: comm.Header) -> None:
-        async with self._restart_lock:
-            try:
-                error = await self._restart_workers(
-                    float(h.get("timeout", 120.0)), bool(h.get("wait_for_workers", True))
-                )
-            except (SchedulerError, *comm.MALFORMED) as e:
-                error = f"restart failed: {e}"
-        peer = self.clients.get(cid)
-        if peer is not None:
-            peer.send({"op": ops.RESTARTED, "id": h.get("id"), "error": error})
-
-    async def _restart_workers(self, timeout: float, wait_for_workers: bool) -> str | None:
-        """Forget every task (clients are told with ``restart``) and restart every
-        worker (:meth:`restart_these`). Returns what went wrong, if anything."""
-        now = self.now()
-        for c in self.clients:
-            self.core.remove_client(c, now=now)  # releases all it wants; it stays connected
-        self.core.release_fire_and_forget_keys(now=now)
-        for peer in self.clients.values():
-            peer.send({"op": ops.RESTART})
-        return await self.restart_these(list(self.workers), timeout, wait_for_workers)
-
-    async def restart_these(
-        self, old: list[int], timeout: float, wait_for_workers: bool
-    ) -> str | None:
-        """Have these workers restart (``restart`` to its nanny, which starts a new
-        worker process, or to the worker itself, whose process re-executes itself) and
-        wait for them to leave and as many to join. They leave the core at once, as
-        expected departures: their tasks go elsewhere without counting as suspicious.
-        Returns what went wrong, if anything."""
-        now = self.now()
-        before = len(self.workers)
-        for w in old:
-            with contextlib.suppress(SchedulerError):
-                self.core.remove_worker(w, now=now, expected=True)
-            peer = self.workers[w]
-            nanny = self.nannies.get(peer.nanny) if peer.nanny is not None else None
-            (nanny or peer).send({"op": ops.RESTART})
-        self._dispatch()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while any(w in self.workers for w in old) and loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        stuck = [self.workers[w] for w in old if w in self.workers]
-        for peer in stuck:
-            await peer.conn.close()  # its reader ends and removes it
-        if stuck:
-            return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
-        while wait_for_workers and len(self.workers) < before:
-            if loop.time() > deadline:
-                return f"{len(self.workers)}/{len(old)} workers came back within {timeout}s"
-            await asyncio.sleep(0.02)
-        return None
-
     # ----- outputs --------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
+    def dispatch(self) -> None:
         """Drain the core's commands into the peers' batched streams, keeping for each
         worker the core's order between freeing a task's old run and a new dispatch."""
         cmds = self.core.take_commands()
@@ -841,6 +779,8 @@ class SchedulerServer:
                     self._close_worker(target)
                 elif op == ops.TASK_ERRED:
                     self._erred_to_client(target, task)
+                elif op == ops.RESTART:
+                    self.lifecycle.close_worker(target, restart=True)
         # Per-task notices travel packed, one payload per peer and op (no Python object
         # per task). Frees first: a batch that frees an old run and re-dispatches the
         # task must not reach the worker the other way round.
@@ -859,6 +799,11 @@ class SchedulerServer:
             client = self.clients.get(cid)
             if client is not None:
                 client.send({"op": op}, keys)
+        if ops.ACQUIRE_REPLICAS in counts:  # a retiring worker's results, copied elsewhere
+            for w, holder, ids, keys in self.core.encode_acquire(cmds):
+                peer = self.workers.get(w)
+                if peer is not None:
+                    peer.send({"op": ops.ACQUIRE_REPLICAS, "holder": holder, "tasks": ids}, keys)
 
     def _to_worker(self, w: int, header: comm.Header) -> None:
         peer = self.workers.get(w)
