@@ -60,6 +60,7 @@ impl Scheduler {
     }
 
     /// Ends the retirement of these workers: `(retired, [(kept, why)])`.
+    #[allow(clippy::type_complexity)]
     #[pyo3(signature = (workers, *, anyway, remove, now))]
     fn end_retirement(
         &mut self,
