@@ -243,32 +243,22 @@ class ClientRoom:
 
     def _scatter(self, cid: int, msg: m.Scatter, payload: memoryview) -> Answer:
         """Register data a client put on workers (``update-data``), then tell each
-        holder to keep it under its task id, or to drop it (-1) if refused."""
+        holder to keep it under its task id, or to drop it (-1) if the client failed to
+        place some of it or the core refused it."""
         s = self._server
         keys = decode_keys(bytes(payload))
         holders = msg.holders
         if not len(keys) == len(holders) == len(msg.nbytes):
             raise ValueError("scatter needs one holder list and one size per key")
-        ids = dict(s.core.workers())
-        error = msg.error  # the client failed to place some of it
-        for k, hs in zip(keys, holders, strict=True):
-            gone = [a for a in hs if a not in ids]
-            if error is None and gone:
-                error = f"cannot scatter {k!r}: no worker at {', '.join(gone)}"
-            if error is None and s.core.lookup(k) is not None:
-                state = s.core.state(k)
-                if state != "memory":
-                    error = f"cannot scatter {k!r}: the key exists and is {state}"
+        error = msg.error
         tasks = [-1] * len(keys)
         if error is None:
-            groups: dict[tuple[str, ...], list[int]] = {}
-            for i, hs in enumerate(holders):
-                groups.setdefault(tuple(hs), []).append(i)
-            for group, idx in groups.items():
-                items = [(keys[i], msg.nbytes[i]) for i in idx]
-                got = s.core.scatter(cid, items, [ids[a] for a in group], now=s.now())
-                for i, t in zip(idx, got, strict=True):
-                    tasks[i] = t
+            try:
+                items = list(zip(keys, msg.nbytes, holders, strict=True))
+                tasks = s.core.scatter(cid, items, now=s.now())
+            except SchedulerError as e:
+                error = str(e)
+        ids = dict(s.core.workers())
         per_worker: dict[str, list[int]] = {}
         for i, hs in enumerate(holders):
             for a in hs:

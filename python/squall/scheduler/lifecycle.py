@@ -1,32 +1,30 @@
 """Cluster lifecycle on the scheduler (docs/runtime.md#cluster-lifecycle): retiring
-workers gracefully, restarting some of them, waiting for workers, the adaptive target
-and shutting the cluster down.
+workers gracefully, restarting the cluster or some workers, waiting for workers, the
+adaptive target and shutting the cluster down.
 
 These are rare, slow requests: each runs as a task of its own and answers the client
 with a message of the request's op (``request-failed`` if it cannot be done). Every
 wait is bounded: by ``squall.retire.timeout``, by the request's timeout, or by the
-client staying connected.
+client staying connected. What to do is the core's to decide (which workers take a
+retiring worker's results, when a retirement is over, what a restart forgets); here
+its commands are sent and its state awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import heapq
 import logging
-import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from squall import config
-from squall._core import SchedulerError, encode_keys
+from squall._core import SchedulerError
 from squall.protocol import comm
 from squall.protocol import messages as m
 
 if TYPE_CHECKING:
-    from squall.scheduler.peer import Peer
     from squall.scheduler.server import SchedulerServer
 
 logger = logging.getLogger("squall.scheduler")
@@ -35,9 +33,6 @@ logger = logging.getLogger("squall.scheduler")
 POLL = 0.02
 #: How long a shutdown waits for workers and nannies to leave before the scheduler goes.
 SHUTDOWN_GRACE = 10.0
-#: A result still held only by retiring workers this long after its copy was asked for
-#: is asked for again (the destination may have died or failed to fetch it).
-REASK = 5.0
 
 
 @dataclass
@@ -57,7 +52,6 @@ class Lifecycle:
         #: Called once a shutdown has closed the workers (``squall scheduler`` then
         #: exits); without it the server closes itself.
         self.on_shutdown: Callable[[], None] | None = None
-        self._retiring: set[int] = set()
         self._closing: asyncio.Task[None] | None = None
         self._idle_since: float | None = None
 
@@ -80,10 +74,6 @@ class Lifecycle:
     def shutdown_request(self, cid: int, msg: m.Shutdown, payload: memoryview) -> None:
         self.server.spawn(self._shut_down())
         self._answer(cid, msg, _done(m.ShutdownReply(id=msg.id)))
-
-    def restart_request(self, cid: int, msg: m.RestartCluster, payload: memoryview) -> None:
-        """Restart the cluster (``Client.restart``): answered ``restarted``."""
-        self._answer(cid, msg, self._restart_cluster(msg))
 
     def _answer(self, cid: int, msg: m.Request, work: Coroutine[Any, Any, m.Message]) -> None:
         """Answer a client's request once ``work`` is done (``request-failed`` if it
@@ -117,73 +107,18 @@ class Lifecycle:
 
     async def _restart_workers(self, msg: m.RestartWorkers) -> m.Message:
         s = self.server
-        ids = self.resolve(msg.workers)
-        peers = [s.workers[w] for w in ids if w in s.workers]
+        ids = [w for w in self.resolve(msg.workers) if w in s.workers]
+        peers = [s.workers[w] for w in ids]
         no_nanny = [p.address for p in peers if p.nanny is None]
         if no_nanny:
             raise ValueError(
                 f"Restarting workers requires a nanny to be used; {', '.join(no_nanny)} have none"
             )
-        addresses = [p.address for p in peers]
-        ids = [w for w in ids if w in s.workers]
         async with s.restart_lock:
-            error = await self.restart_these(ids, msg.timeout, wait_for_workers=True)
-        results = {a: "OK" if error is None else "timed out" for a in addresses}
+            s.core.restart_workers(ids, now=s.now())
+            error = await self._await_restart(ids, msg.timeout, wait_for_workers=True)
+        results = {p.address: "OK" if error is None else "timed out" for p in peers}
         return m.RestartWorkersReply(id=msg.id, results=results)
-
-    async def _restart_cluster(self, msg: m.RestartCluster) -> m.Message:
-        s = self.server
-        async with s.restart_lock:
-            try:
-                error = await self._restart_all(msg.timeout, msg.wait_for_workers)
-            except (SchedulerError, *comm.MALFORMED) as e:
-                error = f"restart failed: {e}"
-        return m.Restarted(id=msg.id, error=error)
-
-    async def _restart_all(self, timeout: float, wait_for_workers: bool) -> str | None:
-        """Forget every task (clients are told with ``restart``) and restart every
-        worker (:meth:`restart_these`). Returns what went wrong, if anything."""
-        s = self.server
-        now = s.now()
-        for c in s.clients:
-            s.core.remove_client(c, now=now)  # releases all it wants; it stays connected
-        s.core.release_fire_and_forget_keys(now=now)
-        for peer in s.clients.values():
-            peer.send(m.Restart())
-        return await self.restart_these(list(s.workers), timeout, wait_for_workers)
-
-    async def restart_these(
-        self, old: list[int], timeout: float, wait_for_workers: bool
-    ) -> str | None:
-        """Have these workers restart (``restart`` to its nanny, which starts a new
-        worker process, or to the worker itself, whose process re-executes itself) and
-        wait for them to leave and as many to join. They leave the core at once, as
-        expected departures: their tasks go elsewhere without counting as suspicious.
-        Returns what went wrong, if anything."""
-        s = self.server
-        now = s.now()
-        before = len(s.workers)
-        for w in old:
-            with contextlib.suppress(SchedulerError):
-                s.core.remove_worker(w, now=now, expected=True)
-            peer = s.workers[w]
-            nanny = s.nannies.get(peer.nanny) if peer.nanny is not None else None
-            (nanny or peer).send(m.Restart())
-        s.dispatch()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while any(w in s.workers for w in old) and loop.time() < deadline:
-            await asyncio.sleep(POLL)
-        stuck = [s.workers[w] for w in old if w in s.workers]
-        for peer in stuck:
-            await peer.conn.close()  # its reader ends and removes it
-        if stuck:
-            return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
-        while wait_for_workers and len(s.workers) < before:
-            if loop.time() > deadline:
-                return f"{len(s.workers)}/{len(old)} workers came back within {timeout}s"
-            await asyncio.sleep(POLL)
-        return None
 
     async def _wait(self, cid: int, msg: m.WaitForWorkers) -> m.Message:
         """Answers once ``n_workers`` workers are running, or at ``timeout`` (null:
@@ -212,6 +147,52 @@ class Lifecycle:
         addresses = [s.core.worker_info(w)["address"] for w in to_close]
         return m.AdaptiveTargetReply(id=msg.id, target=target, to_close=addresses)
 
+    # ----- restarting -----------------------------------------------------------------
+
+    def restart_request(self, cid: int, msg: m.RestartCluster, payload: memoryview) -> None:
+        """``Client.restart``: the core forgets every task and removes every worker, to
+        be restarted; the clients are told (``restart``), then the scheduler waits for
+        the workers to leave and as many to join, and answers ``restarted`` with what
+        went wrong, if anything."""
+        self._answer(cid, msg, self._restart(msg))
+
+    async def _restart(self, msg: m.RestartCluster) -> m.Message:
+        s = self.server
+        async with s.restart_lock:
+            try:
+                workers = s.core.restart(now=s.now())
+                for client in s.clients.values():
+                    client.send(m.Restart())
+                error = await self._await_restart(workers, msg.timeout, msg.wait_for_workers)
+            except (SchedulerError, *comm.MALFORMED) as e:
+                error = f"restart failed: {e}"
+        return m.Restarted(id=msg.id, error=error)
+
+    async def _await_restart(
+        self, old: list[int], timeout: float, wait_for_workers: bool
+    ) -> str | None:
+        """Send the core's ``restart`` commands for the workers it removed (``old``),
+        wait for them to leave — closing the connections of those still there at
+        ``timeout`` — and, with ``wait_for_workers``, for as many to join. Returns what
+        went wrong, if anything."""
+        s = self.server
+        before = len(s.workers)
+        s.dispatch()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(w in s.workers for w in old) and loop.time() < deadline:
+            await asyncio.sleep(POLL)
+        stuck = [s.workers[w] for w in old if w in s.workers]
+        for peer in stuck:
+            await peer.conn.close()  # its reader ends and removes it
+        if stuck:
+            return f"{len(stuck)}/{len(old)} workers did not shut down within {timeout}s"
+        while wait_for_workers and len(s.workers) < before:
+            if loop.time() > deadline:
+                return f"{len(s.workers)}/{len(old)} workers came back within {timeout}s"
+            await asyncio.sleep(POLL)
+        return None
+
     # ----- retiring -------------------------------------------------------------------
 
     async def retire(
@@ -223,123 +204,58 @@ class Lifecycle:
         restart: bool = False,
         anyway: bool = False,
     ) -> Retirement:
-        """Retire workers gracefully: no new tasks for them; the tasks executing there
-        finish; every result only they hold is copied to a running worker; then they
-        are removed from the core as an expected departure (``remove``) and closed
-        (``close``; ``restart`` has their nanny start a fresh one instead). A worker
-        whose results could not all be copied within ``squall.retire.timeout`` is
-        kept, back to running, unless ``anyway``."""
+        """Retire workers gracefully (the core's retirement: no new tasks for them, the
+        tasks executing there finish, every result only they hold is copied to a running
+        worker), then close them (``close``; ``restart`` has their nanny start a fresh
+        one instead). Waits while the core says waiting may help, up to
+        ``squall.retire.timeout``; the core then ends the retirement: a worker whose
+        results were all copied (or any, with ``anyway``) is retired — removed from the
+        core as an expected departure with ``remove`` — the others kept, running again.
+        Workers already being retired are skipped."""
         s = self.server
-        ids = [w for w in dict.fromkeys(ids) if w in s.workers and w not in self._retiring]
+        ids = [w for w in dict.fromkeys(ids) if w in s.workers]
         out = Retirement()
         if not ids:
             return out
         infos = {w: {**s.core.worker_info(w), "nanny": s.workers[w].nanny} for w in ids}
-        self._retiring.update(ids)
-        try:
-            for w in ids:
-                with contextlib.suppress(SchedulerError):  # gone meanwhile
-                    s.core.worker_status_change(w, "closing_gracefully", now=s.now())
-            s.dispatch()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + config.seconds("retire.timeout")
-            while any(self._processing(w) for w in ids) and loop.time() < deadline:
-                await asyncio.sleep(POLL)
-            kept, why = await self._hand_over(ids, deadline)
-            if anyway and kept:
-                logger.warning("workers leave with results nobody else holds: %s", why)
-                kept = set()
-            for w in ids:
-                address = infos[w]["address"]
-                if w in kept:
-                    out.kept[address] = why
-                    with contextlib.suppress(SchedulerError):
-                        s.core.worker_status_change(w, "running", now=s.now())
-                    continue
-                out.retired[address] = infos[w]
-                self._leave(w, close=close, remove=remove, restart=restart)
-            s.dispatch()
-        finally:
-            self._retiring.difference_update(ids)
+        ids = s.core.retire_workers(ids, now=s.now())
+        s.dispatch()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + config.seconds("retire.timeout")
+        while s.core.retirement_pending(ids) and loop.time() < deadline:
+            await asyncio.sleep(POLL)
+        retired, kept = s.core.end_retirement(ids, anyway=anyway, remove=remove, now=s.now())
+        for w, why in kept:
+            out.kept[infos[w]["address"]] = why
+        for w in retired:
+            out.retired[infos[w]["address"]] = infos[w]
+            self._leave(w, close=close, remove=remove, restart=restart)
+        s.dispatch()
         if out.kept:
             logger.warning("workers kept, not retired: %s", out.kept)
         return out
 
-    def _processing(self, w: int) -> int:
-        with contextlib.suppress(SchedulerError):
-            if w in self.server.workers:
-                return int(self.server.core.worker_info(w)["processing"])
-        return 0
-
-    async def _hand_over(self, ids: list[int], deadline: float) -> tuple[set[int], str]:
-        """Have running workers copy the results that only ``ids`` hold, until none
-        is left or ``deadline``; the workers still holding some, and why."""
-        s = self.server
-        asked: dict[int, float] = {}  # task -> when its copy was asked for
-        loop = asyncio.get_running_loop()
-        while True:
-            held = s.core.held_only_by([w for w in ids if w in s.workers])
-            if not held:
-                return set(), ""
-            now = loop.time()
-            new = [h for h in held if now - asked.get(h[0], -math.inf) >= REASK]
-            if new and not self._ask_copies(new, set(ids)):
-                why = "no other running worker can take its results"
-                break
-            asked.update((t, now) for t, *_ in new)
-            if loop.time() > deadline:
-                why = f"{len(held)} results held only here were not copied in time"
-                break
-            await asyncio.sleep(POLL)
-        return {holder for *_, holder in held}, why
-
-    def _ask_copies(self, held: list[tuple[int, Any, int, int]], leaving: set[int]) -> bool:
-        """Send ``acquire-replicas`` for these results, each to the running worker
-        holding the least data so far (as Dask's retirement spreads them); False if
-        there is no such worker."""
-        s = self.server
-        load = [
-            (int(info["nbytes"]), w)
-            for _, w in s.core.workers()
-            if w not in leaving and w not in self._retiring and w in s.workers
-            for info in [s.core.worker_info(w)]
-            if info["status"] == "running"
-        ]
-        if not load:
-            return False
-        heapq.heapify(load)
-        groups: dict[tuple[int, int], list[tuple[int, Any]]] = {}
-        for task, key, nbytes, holder in held:
-            used, dest = heapq.heappop(load)
-            groups.setdefault((dest, holder), []).append((task, key))
-            heapq.heappush(load, (used + max(nbytes, 0), dest))
-        for (dest, holder), items in groups.items():
-            msg = m.AcquireReplicas(
-                holder=s.core.worker_info(holder)["address"], tasks=[t for t, _ in items]
-            )
-            s.workers[dest].send(msg, encode_keys([k for _, k in items]))
-        return True
-
     def _leave(self, w: int, *, close: bool, remove: bool, restart: bool) -> None:
-        s = self.server
-        if remove:
-            with contextlib.suppress(SchedulerError):
-                s.core.remove_worker(w, now=s.now(), expected=True)
-        peer = s.workers.get(w)
+        peer = self.server.workers.get(w)
         if peer is None:
             return
         if close or restart:
-            self._close(peer, restart=restart)
+            self.close_worker(w, restart=restart)
         elif remove:
             # Removed but not closed: told to leave, not to reconnect (a dropped
             # connection alone would bring it back); its nanny, seeing it leave
             # cleanly, leaves too: what is left is for whoever deployed it.
             peer.send(m.Close())
 
-    def _close(self, peer: Peer, *, restart: bool = False) -> None:
+    def close_worker(self, w: int, *, restart: bool = False) -> None:
         """Close a worker for good (its nanny, if any, too: it must not start another),
-        or with ``restart`` have it replaced by a fresh process."""
-        nanny = self.server.nannies.get(peer.nanny) if peer.nanny is not None else None
+        or with ``restart`` have it replaced by a fresh process (through its nanny, or
+        the worker re-executes itself)."""
+        s = self.server
+        peer = s.workers.get(w)
+        if peer is None:
+            return
+        nanny = s.nannies.get(peer.nanny) if peer.nanny is not None else None
         (nanny or peer).send(m.Restart() if restart else m.Close())
 
     def resolve(self, workers: Any) -> list[int]:

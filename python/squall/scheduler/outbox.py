@@ -68,6 +68,11 @@ class Outbox:
             client = s.clients.get(cid)
             if client is not None:
                 client.send(NOTICES[op](), keys)
+        if m.AcquireReplicas.op() in counts:  # a retiring worker's results, copied elsewhere
+            for w, holder, tasks, keys in s.core.encode_acquire(cmds):
+                peer = s.workers.get(w)
+                if peer is not None:
+                    peer.send(m.AcquireReplicas(holder=holder, tasks=tasks), keys)
 
     def _rare(self, op: str, target: int, task: int, extra: int) -> None:
         s = self._server
@@ -80,6 +85,8 @@ class Outbox:
             self._close_worker(target)
         elif op == m.TaskErred.op():
             self._erred_to_client(target, task)
+        elif op == m.Restart.op():  # a worker the core removed, to be restarted
+            s.lifecycle.close_worker(target, restart=True)
 
     def _to_worker(self, w: int, msg: m.Message) -> None:
         peer = self._server.workers.get(w)

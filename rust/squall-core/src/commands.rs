@@ -44,6 +44,19 @@ pub enum Command {
     CloseWorker {
         worker: WorkerId,
     },
+    /// Have `worker` copy `task`'s result from `holder`, a retiring worker
+    /// (docs/runtime.md#retiring-workers); the I/O layer sends one message per
+    /// destination and holder.
+    AcquireReplica {
+        worker: WorkerId,
+        task: TaskId,
+        holder: WorkerId,
+    },
+    /// Restart `worker`, which the core removed (`restart`, `restart_workers`): through
+    /// its nanny, which starts a fresh worker process, or the worker itself.
+    RestartWorker {
+        worker: WorkerId,
+    },
     /// Tell `worker` that `removed` left the cluster.
     WorkerRemoved {
         worker: WorkerId,

@@ -5,7 +5,7 @@ use crate::graph::{GraphOrder, NewTask, Submission};
 use crate::ids::{TaskId, WorkerId};
 use crate::key::Key;
 use crate::state::Scheduler;
-use crate::stimuli::Finished;
+use crate::stimuli::{Finished, Scattered};
 use crate::task::RunSpec;
 use crate::worker::WorkerSpec;
 use crate::{Config, DepRef};
@@ -211,19 +211,20 @@ pub fn worker_choice(n_workers: usize, n: usize) -> f64 {
     let ws: Vec<WorkerId> = (0..n_workers)
         .map(|i| s.add_worker(worker(i, 2), 0.0).expect("new worker"))
         .collect();
-    let data: Vec<(Key, i64)> = (0..n_workers)
-        .map(|i| (Key::str(&format!("data-{i}")), 1000))
+    let data: Vec<Scattered> = (0..n_workers)
+        .map(|i| Scattered {
+            key: Key::str(&format!("data-{i}")),
+            nbytes: 1000,
+            holders: vec![s.worker(ws[i]).address.clone()],
+        })
         .collect();
-    for (i, item) in data.iter().enumerate() {
-        s.scatter(c, std::slice::from_ref(item), &[ws[i]], 0.0)
-            .expect("scatter");
-    }
+    s.scatter(c, &data, 0.0).expect("scatter");
     let sp = spec();
     let tasks: Vec<NewTask> = (0..n)
         .map(|i| {
             let deps = vec![
-                DepRef::Key(data[i % n_workers].0.clone()),
-                DepRef::Key(data[(i * 7 + 1) % n_workers].0.clone()),
+                DepRef::Key(data[i % n_workers].key.clone()),
+                DepRef::Key(data[(i * 7 + 1) % n_workers].key.clone()),
             ];
             NewTask::new(Key::str(&format!("use-{i}")), deps, Some(sp.clone()))
         })

@@ -151,6 +151,9 @@ pub struct Scheduler {
     /// Tasks that needed to wait on an erred dependency during the current fixpoint;
     /// resolved (→ erred) once it settles, see `transitions`.
     pub(crate) blocked: Vec<TaskId>,
+    /// When the copy of each result held only by retiring workers was last asked for
+    /// (docs/runtime.md#retiring-workers).
+    pub(crate) replicas_asked: FxHashMap<TaskId, f64>,
 }
 
 impl Scheduler {
@@ -208,6 +211,7 @@ impl Scheduler {
             transition_counter: 0,
             counters: Default::default(),
             blocked: Vec::new(),
+            replicas_asked: FxHashMap::default(),
         };
         s.client_id(FIRE_AND_FORGET);
         s
@@ -344,6 +348,9 @@ impl Scheduler {
     /// growing, or emptied with the scheduler: a removal costs no random access.
     pub(crate) fn remove_task(&mut self, t: TaskId) {
         self.n_tasks_live -= 1;
+        if !self.replicas_asked.is_empty() {
+            self.replicas_asked.remove(&t); // its slot may be recycled
+        }
         self.stale_keys += 1;
         if self.n_tasks_live == 0 {
             self.key_index = HashTable::new();

@@ -39,6 +39,15 @@ impl Finished {
     }
 }
 
+/// Data a client placed on workers (`scatter`): its key, its size (negative: unknown)
+/// and the addresses of the workers holding it.
+#[derive(Clone, Debug)]
+pub struct Scattered {
+    pub key: Key,
+    pub nbytes: i64,
+    pub holders: Vec<String>,
+}
+
 /// How a worker report was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -78,7 +87,7 @@ pub(crate) enum Slots {
 }
 
 impl Scheduler {
-    fn check_worker(&self, w: WorkerId) -> CoreResult<()> {
+    pub(crate) fn check_worker(&self, w: WorkerId) -> CoreResult<()> {
         if self.is_registered(w) {
             Ok(())
         } else {
@@ -183,7 +192,7 @@ impl Scheduler {
         }))
     }
 
-    fn worker_became_running(&mut self, w: WorkerId, st: &mut Stimulus) -> Slots {
+    pub(crate) fn worker_became_running(&mut self, w: WorkerId, st: &mut Stimulus) -> Slots {
         let rank = self.rank(w);
         self.running.insert(rank, w);
         self.check_idle_saturated(w, None);
@@ -235,7 +244,7 @@ impl Scheduler {
     }
 
     /// Takes `w` out of the sets of workers that may be given tasks.
-    fn leave_worker_sets(&mut self, w: WorkerId) {
+    pub(crate) fn leave_worker_sets(&mut self, w: WorkerId) {
         let rank = self.rank(w);
         for set in [
             &mut self.running,
@@ -279,7 +288,12 @@ impl Scheduler {
         Ok(())
     }
 
-    fn remove_worker_in(&mut self, w: WorkerId, suspects: Suspects<'_>, st: &mut Stimulus) {
+    pub(crate) fn remove_worker_in(
+        &mut self,
+        w: WorkerId,
+        suspects: Suspects<'_>,
+        st: &mut Stimulus,
+    ) {
         let stim = st.id;
         self.leave_worker_sets(w);
         let (address, nthreads, memory) = {
@@ -825,24 +839,35 @@ impl Scheduler {
         self.client_desires_keys(ff, keys, now)
     }
 
-    /// `update_data` (scatter): data now held on `workers`, wanted by `c`.
+    /// `update_data` (scatter): data a client placed on workers, each item on the
+    /// workers at its holders' addresses, now wanted by `c`. An item without holders, a
+    /// holder address no registered worker has, or a key that exists in another state
+    /// than memory refuses the whole call, naming the key, before anything changes.
     pub fn scatter(
         &mut self,
         c: ClientId,
-        items: &[(Key, i64)],
-        workers: &[WorkerId],
+        items: &[Scattered],
         now: f64,
     ) -> CoreResult<Vec<TaskId>> {
         self.check_client(c)?;
-        if workers.is_empty() {
-            return Err(CoreError::Invalid(
-                "scatter needs at least one worker".into(),
-            ));
-        }
-        for &w in workers {
-            self.check_worker(w)?;
-        }
-        for (k, _) in items {
+        let mut holders: Vec<Vec<WorkerId>> = Vec::with_capacity(items.len());
+        for it in items {
+            let k = &it.key;
+            if it.holders.is_empty() {
+                return Err(CoreError::Invalid(format!(
+                    "cannot scatter {k:?}: no worker to hold it"
+                )));
+            }
+            let gone: Vec<&str> = (it.holders.iter())
+                .filter(|a| self.worker_by_address(a).is_none())
+                .map(String::as_str)
+                .collect();
+            if !gone.is_empty() {
+                return Err(CoreError::Invalid(format!(
+                    "cannot scatter {k:?}: no worker at {}",
+                    gone.join(", ")
+                )));
+            }
             if let Some(t) = self.lookup(k) {
                 if self.state_of(t) != S::Memory {
                     return Err(CoreError::Invalid(format!(
@@ -851,22 +876,27 @@ impl Scheduler {
                     )));
                 }
             }
+            holders.push(
+                (it.holders.iter())
+                    .filter_map(|a| self.worker_by_address(a))
+                    .collect(),
+            );
         }
         Ok(self.stimulus(now, |s, _| {
             let mut out = Vec::with_capacity(items.len());
-            for (k, nbytes) in items {
-                let t = match s.lookup(k) {
+            for (it, workers) in items.iter().zip(holders) {
+                let t = match s.lookup(&it.key) {
                     Some(t) => t,
                     None => {
-                        let t = s.create_task(k.clone(), None);
+                        let t = s.create_task(it.key.clone(), None);
                         s.set_state(t, S::Memory);
                         t
                     }
                 };
-                if *nbytes >= 0 {
-                    s.set_nbytes(t, *nbytes);
+                if it.nbytes >= 0 {
+                    s.set_nbytes(t, it.nbytes);
                 }
-                for &w in workers {
+                for w in workers {
                     s.add_replica(t, w);
                 }
                 s.add_want(t, c);
@@ -879,7 +909,8 @@ impl Scheduler {
 
     // ----- time-driven work -------------------------------------------------------------
 
-    /// Periodic work: work stealing, no-worker timeouts, worker TTL (docs/scheduling.md#periodic-work).
+    /// Periodic work: work stealing, no-worker timeouts, worker TTL, the copies retiring
+    /// workers' results still need (docs/scheduling.md#periodic-work).
     pub fn tick(&mut self, now: f64) {
         self.stimulus(now, |s, st| {
             // A driver ticking once per interval must not miss passes to float rounding.
@@ -890,6 +921,7 @@ impl Scheduler {
             }
             s.check_no_workers(now, st);
             s.check_worker_ttl(now);
+            s.ask_replicas(now);
             ((), Slots::Unchanged)
         })
     }
@@ -973,7 +1005,7 @@ impl Scheduler {
 
 /// Which of a departing worker's processing tasks may have killed it.
 #[derive(Clone, Copy)]
-enum Suspects<'a> {
+pub(crate) enum Suspects<'a> {
     /// An expected departure (retirement): none.
     None,
     /// An unexplained death: all of them, as Dask counts.

@@ -5,7 +5,9 @@
 //! The driver plays honest workers: a worker runs what it was sent (`compute-task`)
 //! until it reports it, is told to drop it (`free-keys`), gives it up to a steal, or
 //! dies; it holds a result from its accepted `task-finished` until `free-keys`, its
-//! own `release-worker-data`, or its death. Checked after every step:
+//! own `release-worker-data`, or its death; a worker asked to copy a retiring worker's
+//! result (`acquire-replicas`) holds it once it fetched it while the result was in
+//! memory. Checked after every step:
 //!
 //! * P1: `validate()` (also run inside every stimulus via `Config::validate`);
 //! * the scheduler's view agrees with the workers': processing tasks ⇔ live
@@ -80,10 +82,15 @@ enum Op {
     Fail(u16),
     /// A worker joins (threads; reuse a dead worker's address).
     AddWorker(u8, bool),
-    /// A worker dies (or retires when `expected`).
-    /// A worker leaves: expected (0), dies unexplained (1), or dies with its nanny's
-    /// account of the tasks executing (2: the oldest it was given).
+    /// A worker leaves: expected (0), dies unexplained (1), dies with its nanny's
+    /// account of the tasks executing (2: the oldest it was given), or is restarted (3).
     KillWorker(u16, u8),
+    /// A worker starts retiring.
+    Retire(u16),
+    /// A retiring worker's retirement ends (anyway if true): removed, or kept running.
+    EndRetire(u16, bool),
+    /// A worker asked to copy a retiring worker's result fetches it.
+    Acquire(u16),
     /// Time passes; stealing may balance.
     Tick(u8),
     /// Answer a steal request (which, worker-state selector, mode: 0 = stale id).
@@ -174,7 +181,10 @@ fn op_gen() -> impl Strategy<Value = Op> {
         30 => (any::<u16>(), any::<u8>()).prop_map(|(a, b)| Op::Finish(a, b)),
         4 => any::<u16>().prop_map(Op::Fail),
         3 => (1u8..=3, prop::bool::weighted(0.3)).prop_map(|(a, b)| Op::AddWorker(a, b)),
-        3 => (any::<u16>(), 0..3u8).prop_map(|(a, b)| Op::KillWorker(a, b)),
+        3 => (any::<u16>(), 0..4u8).prop_map(|(a, b)| Op::KillWorker(a, b)),
+        2 => any::<u16>().prop_map(Op::Retire),
+        1 => (any::<u16>(), any::<bool>()).prop_map(|(a, b)| Op::EndRetire(a, b)),
+        3 => any::<u16>().prop_map(Op::Acquire),
         5 => any::<u8>().prop_map(Op::Tick),
         6 => (any::<u16>(), any::<u8>(), 0u8..5).prop_map(|(a, b, c)| Op::Steal(a, b, c)),
         3 => (any::<u16>(), prop::bool::weighted(0.3)).prop_map(|(a, b)| Op::Release(a, b)),
@@ -340,6 +350,8 @@ enum Ev {
     Compute(WorkerId, String, u64),
     Free(WorkerId, String),
     Steal(WorkerId, String, u64),
+    /// (destination, key, retiring holder).
+    Acquire(WorkerId, String, WorkerId),
     Other,
 }
 
@@ -352,6 +364,9 @@ struct World {
     workers: Vec<WorkerId>,
     dead: Vec<WorkerId>,
     paused: BTreeSet<WorkerId>,
+    retiring: BTreeSet<WorkerId>,
+    /// Copies asked for and not fetched yet: (destination, key, holder).
+    acquires: Vec<(WorkerId, String, WorkerId)>,
     next_addr: u32,
     /// Assignments the workers hold (oldest first).
     active: Vec<Rec>,
@@ -394,6 +409,14 @@ fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
         } => (
             format!("steal {} @{} stim={stimulus}", k(task), a(worker)),
             Ev::Steal(*worker, k(task), *stimulus),
+        ),
+        Command::AcquireReplica {
+            worker,
+            task,
+            holder,
+        } => (
+            format!("acquire {} @{} <-{}", k(task), a(worker), a(holder)),
+            Ev::Acquire(*worker, k(task), *holder),
         ),
         other => {
             let txt = match other {
@@ -439,6 +462,8 @@ impl World {
             workers: Vec::new(),
             dead: Vec::new(),
             paused: BTreeSet::new(),
+            retiring: BTreeSet::new(),
+            acquires: Vec::new(),
             next_addr: 0,
             active: Vec::new(),
             stale: Vec::new(),
@@ -521,6 +546,7 @@ impl World {
                         run,
                     });
                 }
+                Ev::Acquire(w, key, holder) => self.acquires.push((w, key, holder)),
                 Ev::Other => {}
             }
         }
@@ -766,21 +792,31 @@ impl World {
     }
 
     fn kill_worker(&mut self, i: usize, how: u8) {
-        let w = self.workers.remove(i);
+        let w = self.workers[i];
         let now = self.tick();
-        if how == 2 {
-            let executing: Vec<TaskId> = (self.active.iter())
-                .filter(|r| r.w == w)
-                .take(1)
-                .filter_map(|r| self.lookup(&r.key))
-                .collect();
-            self.s.worker_died(w, &executing, now)
-        } else {
-            self.s.remove_worker(w, how == 0, now)
+        match how {
+            2 => {
+                let executing: Vec<TaskId> = (self.active.iter())
+                    .filter(|r| r.w == w)
+                    .take(1)
+                    .filter_map(|r| self.lookup(&r.key))
+                    .collect();
+                self.s.worker_died(w, &executing, now)
+            }
+            3 => self.s.restart_workers(&[w], now),
+            _ => self.s.remove_worker(w, how == 0, now),
         }
         .expect("remove worker");
         self.log.push(format!("removed {}", self.addr(w)));
+        self.forget_worker(w);
+    }
+
+    /// The model's side of a worker leaving: it holds and runs nothing any more.
+    fn forget_worker(&mut self, w: WorkerId) {
+        self.workers.retain(|&x| x != w);
         self.dead.push(w);
+        self.retiring.remove(&w);
+        self.acquires.retain(|&(d, _, h)| d != w && h != w);
         self.paused.remove(&w);
         self.active.retain(|r| r.w != w);
         self.stale.retain(|r| r.w != w);
@@ -923,6 +959,59 @@ impl World {
         self.pump();
     }
 
+    fn retire(&mut self, w: WorkerId) {
+        let now = self.tick();
+        let started = self.s.retire_workers(&[w], now).expect("retire");
+        assert_eq!(started, vec![w], "a running worker starts retiring");
+        self.log.push(format!("retire {}", self.addr(w)));
+        self.retiring.insert(w);
+        self.pump();
+    }
+
+    fn end_retirement(&mut self, w: WorkerId, anyway: bool) {
+        let now = self.tick();
+        let state = self.s.retirement(w).expect("retiring");
+        let out = self.s.end_retirement(&[w], anyway, true, now).expect("end");
+        self.log.push(format!(
+            "end-retirement {} {state:?} -> {out:?}",
+            self.addr(w)
+        ));
+        // Retired only if every result it holds is held outside the retiring workers.
+        let done = !self
+            .holders
+            .values()
+            .any(|h| h.contains(&w) && h.iter().all(|x| self.retiring.contains(x)));
+        if out.retired == [w] {
+            assert!(
+                anyway || done,
+                "retired {} with results only it held",
+                self.addr(w)
+            );
+            self.forget_worker(w);
+        } else {
+            assert!(!anyway && !done, "kept {} for nothing", self.addr(w));
+            self.retiring.remove(&w);
+        }
+        self.pump();
+    }
+
+    /// The destination of a copy fetches it from the retiring holder, if that still
+    /// holds it, and announces it; the core counts it only if the result is in memory.
+    fn acquire(&mut self, i: usize) {
+        let (w, key, holder) = self.acquires.remove(i);
+        if !self.holders.get(&key).is_some_and(|h| h.contains(&holder)) {
+            return; // dropped meanwhile: the fetch fails
+        }
+        let t = self.lookup(&key).expect("held keys are live");
+        let now = self.tick();
+        self.s.add_keys(w, &[t], now).expect("add keys");
+        self.log.push(format!("acquired {key} @{}", self.addr(w)));
+        if self.s.state_of(t) == S::Memory {
+            self.holders.entry(key).or_default().insert(w);
+        }
+        self.pump();
+    }
+
     fn step_op(&mut self, op: &Op) {
         self.step += 1;
         let n_active = self.active.len();
@@ -937,6 +1026,25 @@ impl World {
             }
             Op::KillWorker(i, how) if !self.workers.is_empty() => {
                 self.kill_worker(i as usize % self.workers.len(), how)
+            }
+            Op::Retire(i) => {
+                let free: Vec<WorkerId> = (self.workers.iter().copied())
+                    .filter(|w| !self.retiring.contains(w) && !self.paused.contains(w))
+                    .collect();
+                if !free.is_empty() {
+                    self.retire(free[i as usize % free.len()]);
+                }
+            }
+            Op::EndRetire(i, anyway) if !self.retiring.is_empty() => {
+                let w = *self
+                    .retiring
+                    .iter()
+                    .nth(i as usize % self.retiring.len())
+                    .unwrap();
+                self.end_retirement(w, anyway);
+            }
+            Op::Acquire(i) if !self.acquires.is_empty() => {
+                self.acquire(i as usize % self.acquires.len())
             }
             Op::Tick(dt) => {
                 self.now += 1.0 + f64::from(dt) / 100.0;
@@ -1024,6 +1132,9 @@ impl World {
             }
             Op::Pause(i, pause) if !self.workers.is_empty() => {
                 let w = self.workers[i as usize % self.workers.len()];
+                if self.retiring.contains(&w) {
+                    return; // a retiring worker's pausing does not change its status
+                }
                 let status = if pause {
                     self.paused.insert(w);
                     WorkerStatus::Paused
@@ -1057,6 +1168,13 @@ impl World {
     /// dispatched until nothing runs.
     fn settle(&mut self) {
         self.step += 1;
+        for w in std::mem::take(&mut self.retiring) {
+            let now = self.tick();
+            self.s
+                .worker_status_change(w, WorkerStatus::Running, now)
+                .unwrap();
+            self.pump();
+        }
         for w in std::mem::take(&mut self.paused) {
             let now = self.tick();
             self.s

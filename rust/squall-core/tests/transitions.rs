@@ -294,8 +294,12 @@ fn scattered_data_is_forgotten_when_lost_and_dependents_are_cancelled() {
     let mut h = H::new();
     let a = h.worker("tcp://a", 1);
     let now = h.tick_time(0.1);
-    h.s.scatter(h.client, &[(key("data"), 100)], &[a], now)
-        .unwrap();
+    let item = Scattered {
+        key: key("data"),
+        nbytes: 100,
+        holders: vec!["tcp://a".into()],
+    };
+    h.s.scatter(h.client, &[item], now).unwrap();
     h.drain();
     assert_eq!(h.state("data"), S::Memory);
     h.submit(&[("use", &["data"])], &["use"]).unwrap();

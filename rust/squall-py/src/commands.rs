@@ -24,7 +24,7 @@ impl Commands {
 
 /// (recipient, task, extra): recipient is a worker id for worker ops, a client id for
 /// client ops; extra is the run id / steal stimulus / blamed task / removed worker /
-/// cancel reason (0 = cancelled, 1 = lost dependencies).
+/// retiring holder / cancel reason (0 = cancelled, 1 = lost dependencies).
 fn fields(c: &Command) -> (u32, u32, u64) {
     match *c {
         Command::ComputeTask {
@@ -40,7 +40,14 @@ fn fields(c: &Command) -> (u32, u32, u64) {
             task,
             stimulus,
         } => (worker.0, task.0, stimulus),
-        Command::CloseWorker { worker } => (worker.0, u32::MAX, 0),
+        Command::CloseWorker { worker } | Command::RestartWorker { worker } => {
+            (worker.0, u32::MAX, 0)
+        }
+        Command::AcquireReplica {
+            worker,
+            task,
+            holder,
+        } => (worker.0, task.0, u64::from(holder.0)),
         Command::WorkerRemoved { worker, removed } => (worker.0, u32::MAX, u64::from(removed.0)),
         Command::KeyInMemory { client, task }
         | Command::LostData { client, task }

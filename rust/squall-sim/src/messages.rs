@@ -126,6 +126,8 @@ pub(crate) fn translate(
             // Workers learn about departures when a fetch from the dead worker fails.
             // A simulated worker is never silent past the TTL while alive.
             Command::CloseWorker { .. }
+            | Command::AcquireReplica { .. }
+            | Command::RestartWorker { .. }
             | Command::WorkerRemoved { .. }
             | Command::TaskRetried { .. } => {}
         }

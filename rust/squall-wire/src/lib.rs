@@ -6,6 +6,8 @@
 //! The modules that need squall-core's types sit behind the `scheduler` feature.
 
 #[cfg(feature = "scheduler")]
+pub mod acquire;
+#[cfg(feature = "scheduler")]
 mod addresses;
 #[cfg(feature = "scheduler")]
 pub mod compute;

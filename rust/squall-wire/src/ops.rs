@@ -24,6 +24,8 @@ command_ops! {
     StealRequest => "steal-request",
     RemoveReplicas => "remove-replicas",
     CloseWorker => "close-worker",
+    AcquireReplica => "acquire-replicas",
+    RestartWorker => "restart",
     WorkerRemoved => "remove-worker",
     KeyInMemory => "key-in-memory",
     TaskErred => "task-erred",

@@ -152,6 +152,15 @@ impl H {
                     }
                     Command::RemoveReplicas { task, .. } => ("remove-replicas".into(), k(task)),
                     Command::CloseWorker { worker } => ("close-worker".into(), a(worker)),
+                    Command::AcquireReplica {
+                        worker,
+                        task,
+                        holder,
+                    } => (
+                        "acquire".into(),
+                        format!("{}@{}<-{}", k(task), a(worker), a(holder)),
+                    ),
+                    Command::RestartWorker { worker } => ("restart".into(), a(worker)),
                     Command::WorkerRemoved { removed, .. } => ("worker-removed".into(), a(removed)),
                     Command::KeyInMemory { task, .. } => ("key-in-memory".into(), k(task)),
                     Command::TaskErred { task, .. } => ("task-erred".into(), k(task)),

@@ -3,7 +3,7 @@
 use super::Scheduler;
 use crate::convert::{key_from_py, packed};
 use pyo3::prelude::*;
-use squall_core::{ClientId, TaskId, WorkerId};
+use squall_core::{ClientId, Scattered, TaskId};
 
 #[pymethods]
 impl Scheduler {
@@ -78,24 +78,28 @@ impl Scheduler {
         self.on_keys(py, &keys, |s, keys| s.fire_and_forget(keys, now))
     }
 
-    /// Data placed on workers by a client: `items` = [(key, nbytes)]. Returns task ids.
-    #[pyo3(signature = (client, items, workers, *, now))]
+    /// Data a client placed on workers: `items` = [(key, nbytes, holder addresses)].
+    /// Refused as a whole (naming the key) if a holder is unknown or a key exists in
+    /// another state than memory. Returns task ids.
+    #[pyo3(signature = (client, items, *, now))]
     fn scatter(
         &mut self,
         py: Python<'_>,
         client: u32,
-        items: Vec<(Bound<'_, PyAny>, i64)>,
-        workers: Vec<u32>,
+        items: Vec<(Bound<'_, PyAny>, i64, Vec<String>)>,
         now: f64,
     ) -> PyResult<Vec<u32>> {
         let items = items
-            .iter()
-            .map(|(k, n)| Ok((key_from_py(k)?, *n)))
+            .into_iter()
+            .map(|(k, nbytes, holders)| {
+                Ok(Scattered {
+                    key: key_from_py(&k)?,
+                    nbytes,
+                    holders,
+                })
+            })
             .collect::<PyResult<Vec<_>>>()?;
-        let workers: Vec<WorkerId> = workers.into_iter().map(WorkerId).collect();
-        let ids = self.core(py, move |s| {
-            s.scatter(ClientId(client), &items, &workers, now)
-        })?;
+        let ids = self.core(py, move |s| s.scatter(ClientId(client), &items, now))?;
         Ok(ids.into_iter().map(|t| t.0).collect())
     }
 }

@@ -6,7 +6,7 @@ use crate::commands::Commands;
 use crate::errors::wire_error;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use squall_wire::{compute, keys, notices, who_has};
+use squall_wire::{acquire, compute, keys, notices, who_has};
 use std::collections::BTreeMap;
 
 /// Payloads per (recipient, op), as Python data.
@@ -49,6 +49,21 @@ impl Scheduler {
                 .collect()
         };
         (out(n.to_workers), out(n.to_clients))
+    }
+
+    /// The acquire-replica commands of `cmds` as `acquire-replicas` messages, one per
+    /// destination and retiring holder: `[(worker, holder address, task ids, encoded
+    /// keys)]`.
+    #[allow(clippy::type_complexity)]
+    fn encode_acquire<'py>(
+        &self,
+        py: Python<'py>,
+        cmds: &Commands,
+    ) -> Vec<(u32, String, Vec<u32>, Bound<'py, PyBytes>)> {
+        acquire::encode_acquire(&self.inner, cmds.commands())
+            .into_iter()
+            .map(|a| (a.worker, a.holder, a.tasks, PyBytes::new(py, &a.keys)))
+            .collect()
     }
 
     /// Who holds these keys (`encode_keys` form), packed for the `who-has` reply:

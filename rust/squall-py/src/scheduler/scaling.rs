@@ -1,8 +1,8 @@
-//! Scaling queries: the adaptive target, the workers to close first, and what
-//! retiring workers must hand over (docs/runtime.md#adaptive-scaling).
+//! Scaling: the adaptive target, the workers to close first (docs/runtime.md#adaptive-scaling),
+//! and retiring workers (docs/runtime.md#retiring-workers).
 
 use super::Scheduler;
-use crate::convert::key_to_py;
+use crate::errors::to_py;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use squall_core::WorkerId;
@@ -34,23 +34,47 @@ impl Scheduler {
             .collect()
     }
 
-    /// (task id, key, nbytes, a holder's id) of the results held by none but
-    /// `workers` (known worker ids).
-    #[allow(clippy::type_complexity)]
-    fn held_only_by<'py>(
-        &self,
-        py: Python<'py>,
+    /// Starts retiring these workers (docs/runtime.md#retiring-workers); returns those
+    /// whose retirement this started (not those retiring already or gone).
+    #[pyo3(signature = (workers, *, now))]
+    fn retire_workers(
+        &mut self,
+        py: Python<'_>,
         workers: Vec<u32>,
-    ) -> PyResult<Vec<(u32, Bound<'py, PyAny>, i64, u32)>> {
+        now: f64,
+    ) -> PyResult<Vec<u32>> {
         let ids: Vec<WorkerId> = workers.into_iter().map(WorkerId).collect();
-        self.inner
-            .held_only_by(&ids)
-            .into_iter()
-            .map(|(t, w)| {
-                let ts = self.inner.task(t);
-                Ok((t.0, key_to_py(py, &ts.key)?, ts.nbytes, w.0))
-            })
-            .collect()
+        let started = self.core(py, move |s| s.retire_workers(&ids, now))?;
+        Ok(started.into_iter().map(|w| w.0).collect())
+    }
+
+    /// Whether waiting may still change how the retirement of any of these workers
+    /// ends (tasks still run there, or results only they hold are being copied).
+    fn retirement_pending(&self, workers: Vec<u32>) -> PyResult<bool> {
+        for w in workers {
+            if self.inner.retirement(WorkerId(w)).map_err(to_py)?.waiting() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Ends the retirement of these workers: `(retired, [(kept, why)])`.
+    #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (workers, *, anyway, remove, now))]
+    fn end_retirement(
+        &mut self,
+        py: Python<'_>,
+        workers: Vec<u32>,
+        anyway: bool,
+        remove: bool,
+        now: f64,
+    ) -> PyResult<(Vec<u32>, Vec<(u32, String)>)> {
+        let ids: Vec<WorkerId> = workers.into_iter().map(WorkerId).collect();
+        let out = self.core(py, move |s| s.end_retirement(&ids, anyway, remove, now))?;
+        let retired = out.retired.into_iter().map(|w| w.0).collect();
+        let kept = out.kept.into_iter().map(|(w, why)| (w.0, why)).collect();
+        Ok((retired, kept))
     }
 
     /// Workers that may be given tasks now (status running).

@@ -61,6 +61,21 @@ impl Scheduler {
         })
     }
 
+    /// `Client.restart`: every task is forgotten and every worker removed, to be
+    /// restarted (`restart` commands); returns those workers.
+    #[pyo3(signature = (*, now))]
+    fn restart(&mut self, py: Python<'_>, now: f64) -> PyResult<Vec<u32>> {
+        let ids = self.core(py, move |s| Ok(s.restart(now)))?;
+        Ok(ids.into_iter().map(|w| w.0).collect())
+    }
+
+    /// These workers are removed, to be restarted (`restart` commands).
+    #[pyo3(signature = (workers, *, now))]
+    fn restart_workers(&mut self, py: Python<'_>, workers: Vec<u32>, now: f64) -> PyResult<()> {
+        let ids: Vec<WorkerId> = workers.into_iter().map(WorkerId).collect();
+        self.core(py, move |s| s.restart_workers(&ids, now))
+    }
+
     /// The worker's process died while running exactly ``executing`` (task ids, as its
     /// nanny saw): only those become more suspicious (docs/scheduling.md#lost-workers).
     #[pyo3(signature = (worker, executing, *, now))]
