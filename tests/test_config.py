@@ -73,8 +73,9 @@ def test_defaults() -> None:
     assert config.nbytes("comm.max-frame-bytes") == 1 << 30
     assert config.log_level() == "INFO"
     # squall.yaml, parsed, is what the core holds by default: one fact, checked here.
-    assert config.core_config() == _core.default_config()
-    assert set(config._CORE_KEYS) == set(_core.default_config())
+    defaults = {name: default for name, _, _, default in _core.core_settings()}
+    assert config.core_config() == defaults
+    assert set(config.get("scheduler")) - config._SERVER_KEYS == set(defaults)
 
 
 def test_core_defaults_are_dasks() -> None:

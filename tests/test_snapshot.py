@@ -92,6 +92,8 @@ def test_the_snapshot_of_an_embedded_cluster() -> None:
     assert snap["scheduler"]["workers"] == 2 and snap["scheduler"]["threads"] == 4
     assert snap["scheduler"]["clients"] == 1
     assert snap["counts"]["memory"] == 100 and snap["counts"]["erred"] == 1
+    # The pages draw the core's states, which it sends; counts cover the live ones.
+    assert snap["states"] == squall._core.TASK_STATES == (*snap["counts"], "forgotten")
     assert snap["totals"]["tasks_computed"] == 100 and snap["totals"]["tasks_erred"] == 1
     [p] = [p for p in snap["prefixes"] if p["name"] == "inc"]
     assert p["memory"] == p["total"] == 100 and p["compute_total"] > 0

@@ -1,17 +1,20 @@
 """Type stubs for squall._core, the Rust scheduling core's Python face."""
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Literal, final
+from typing import Any, ClassVar, Literal, final
 
 __version__: str
 COMMAND_OPS: tuple[str, ...]
+TASK_STATES: tuple[str, ...]
 __all__ = [
     "COMMAND_OPS",
+    "TASK_STATES",
     "Commands",
     "CycleError",
     "DuplicateKeyError",
     "InternalError",
     "ProgressWatch",
+    "RunAnswer",
     "Scheduler",
     "SchedulerError",
     "StaleReportError",
@@ -23,9 +26,9 @@ __all__ = [
     "__version__",
     "call_prefix",
     "check_config",
+    "core_settings",
     "decode_compute",
     "decode_keys",
-    "default_config",
     "encode_keys",
     "function_cache_size",
     "heap_bytes",
@@ -53,8 +56,8 @@ class UnknownWorkerError(SchedulerError): ...
 class StaleReportError(SchedulerError): ...
 class InternalError(SchedulerError): ...
 
-def check_config(config: dict[str, Any]) -> None: ...
-def default_config() -> dict[str, Any]: ...
+def check_config(config: dict[str, Any]) -> dict[str, Any]: ...
+def core_settings() -> list[tuple[str, str, bool, Any]]: ...
 def order_mapping(
     dsk: dict[_Key, Any], dependencies: Mapping[_Key, Iterable[_Key]] | None = None
 ) -> dict[_Key, int]: ...
@@ -98,6 +101,17 @@ def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 def read_executing_record(data: bytes) -> list[int] | None: ...
 
 @final
+class RunAnswer:
+    """What ``WorkerCore.run`` asks of the task thread that called it."""
+
+    EXIT: ClassVar[RunAnswer]
+    WAKE: ClassVar[RunAnswer]
+    AGAIN: ClassVar[RunAnswer]
+    WAKE_LATER: ClassVar[RunAnswer]
+    SPILL: ClassVar[RunAnswer]
+    def __int__(self) -> int: ...
+
+@final
 class WorkerCore:
     def __new__(
         cls,
@@ -120,7 +134,7 @@ class WorkerCore:
     def free(self, payload: bytes) -> None: ...
     def remove_replicas(self, payload: bytes) -> None: ...
     def steal(self, task: int) -> str | None: ...
-    def run(self) -> int: ...
+    def run(self) -> RunAnswer: ...
     def add_thread(self) -> None: ...
     def close(self) -> None: ...
     def take_reports(

@@ -19,7 +19,7 @@ import dask.config
 import yaml  # type: ignore[import-untyped]
 from dask.utils import parse_bytes, parse_timedelta
 
-from squall._core import check_config
+from squall._core import check_config, core_settings
 
 _DEFAULTS_FILE = pathlib.Path(__file__).with_name("squall.yaml")
 
@@ -145,58 +145,49 @@ def _flag(value: Any, where: str) -> bool:
     return value
 
 
-def _saturation(value: Any, where: str) -> float:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return float(value)  # also "inf"; the range is the core's to check
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected a number or 'inf', got {value!r}") from None
-
-
 def _task_durations(value: Any, where: str) -> dict[str, float]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: expected a mapping of task prefix to duration")
     return {str(k): _duration(v, f"{where}.{k}") for k, v in value.items()}
 
 
-def _optional_duration(value: Any, where: str) -> float | None:
-    return None if value is None else _duration(value, where)
-
-
 def _ms_duration(value: Any, where: str) -> float:
     return _duration(value, where, unit="ms")  # Dask reads bare numbers as milliseconds
 
 
-def _bandwidth(value: Any, where: str) -> float:
-    return float(_bytes(value, where))
+def _as_is(value: Any, where: str) -> Any:
+    return value  # a number or "inf": the core reads it
 
 
-_CORE_KEYS: dict[str, Callable[[Any, str], Any]] = {
-    "worker-saturation": _saturation,
-    "worker-saturation-duration": _duration,
-    "rootish-taskgroup": _count,
-    "rootish-taskgroup-dependencies": _count,
-    "work-stealing": _flag,
-    "work-stealing-interval": _ms_duration,
-    "allowed-failures": _count,
-    "unknown-task-duration": _duration,
-    "default-task-durations": _task_durations,
-    "default-data-size": _bytes,
-    "bandwidth": _bandwidth,
-    "worker-ttl": _optional_duration,
-    "no-workers-timeout": _optional_duration,
-    "transition-log-length": _count,
-    "erred-tasks-max-history": _count,
-    "memory-terminate": _flag,
-    "validate": _flag,
+# How users write each kind of the core's settings (squall_core::Kind's names).
+_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "flag": _flag,
+    "count": _count,
+    "number-or-inf": _as_is,
+    "duration": _duration,
+    "duration-ms": _ms_duration,
+    "bytes": _bytes,
+    "bytes-per-second": _bytes,
+    "durations-by-prefix": _task_durations,
 }
+
+
+def _parser(kind: str, nullable: bool) -> Callable[[Any, str], Any]:
+    parse = _PARSERS[kind]
+    if not nullable:
+        return parse
+    return lambda value, where: None if value is None else parse(value, where)
+
+
+# The core's settings (their names, kinds and defaults are the core's table, docs/config.md).
+_CORE_KEYS = {name: _parser(kind, nullable) for name, kind, nullable, _ in core_settings()}
 
 
 def core_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config dict for ``squall._core.Scheduler``: every core knob of
     ``squall.scheduler``, with ``overrides`` (``worker_saturation`` or
-    ``worker-saturation``) taking precedence, parsed to seconds, bytes and numbers."""
+    ``worker-saturation``) taking precedence, as the core reads them (seconds, bytes
+    and numbers)."""
     section = get("scheduler")
     if not isinstance(section, Mapping):
         raise ConfigError(f"squall.scheduler: expected a mapping, got {section!r}")
@@ -206,18 +197,17 @@ def core_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         if name not in _CORE_KEYS:
             raise ConfigError(_unknown(repr(k), "scheduler option", _CORE_KEYS))
         raw[name] = v
-    out: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
     for name, value in raw.items():
         parse = _CORE_KEYS.get(name)
         if parse is None:
             known = _CORE_KEYS.keys() | _SERVER_KEYS
             raise ConfigError(_unknown(f"squall.scheduler.{name}", "configuration key", known))
-        out[name] = parse(value, f"squall.scheduler.{name}")
+        parsed[name] = parse(value, f"squall.scheduler.{name}")
     try:
-        check_config(out)  # the knobs' ranges live in the core (Config::check)
+        return check_config(parsed)  # the knobs' ranges live in the core (Config::check)
     except ValueError as e:
         raise ConfigError(f"squall.scheduler.{e}") from None
-    return out
 
 
 def inherit(scheduler: Mapping[str, Any] | None = None) -> dict[str, str]:

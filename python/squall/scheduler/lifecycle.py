@@ -275,8 +275,8 @@ class Lifecycle:
         """When (epoch seconds) the cluster last became idle — nothing processing,
         queued or waiting for a worker — as last seen by this call; None while busy
         (Dask's ``check_idle``, polled by Kubernetes' Dask operator)."""
-        counts = self.server.core.state_counts()
-        if any(counts.get(state, 0) for state in ("processing", "queued", "no-worker")):
+        counts = self.server.core.counters()["states"]  # every live state: a bad name fails
+        if any(counts[state] for state in ("processing", "queued", "no-worker")):
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = time.time()

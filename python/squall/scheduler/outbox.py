@@ -34,6 +34,12 @@ NOTICES: dict[str, type[m.Message]] = {
 }
 
 
+#: Commands sent one message each (their records are read only when there are any).
+RARE = frozenset(
+    {m.StealRequest.op(), m.RemoveWorker.op(), CLOSE_WORKER, m.TaskErred.op(), m.Restart.op()}
+)
+
+
 class Outbox:
     """Drains the core's commands into the peers' batched streams."""
 
@@ -49,7 +55,7 @@ class Outbox:
         if not len(cmds):
             return
         counts = cmds.counts()
-        if counts.keys() - NOTICES.keys() - {COMPUTE_TASK}:
+        if counts.keys() & RARE:
             for op, target, task, extra in cmds.records():
                 self._rare(op, target, task, extra)
         # Per-task notices travel packed, one payload per peer and op (no Python object

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from squall import config
+from squall._core import TASK_STATES
 from squall.protocol.identity import worker_identity
 
 if TYPE_CHECKING:
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
 #: At most this many task groups in a snapshot (active ones first, then newest).
 GROUPS_CAP = 200
 
-#: The live task states, in the order of docs/scheduling.md#task-states.
-LIVE_STATES = ("released", "waiting", "queued", "no-worker", "processing", "memory", "erred")
+#: The live task states (all but forgotten), in the core's order
+#: (docs/scheduling.md#task-states).
+LIVE_STATES = tuple(s for s in TASK_STATES if s != "forgotten")
 
 #: A worker's memory as the dashboard splits it (bytes; ``spilled`` is on disk).
 MEMORY_PARTS = ("process", "managed", "unmanaged", "spilled")
@@ -94,6 +96,7 @@ def dashboard_snapshot(server: SchedulerServer) -> dict[str, Any]:
             "occupancy": sum(r["occupancy"] for r in rows),
             "nbytes": sum(r["nbytes"] for r in rows),
         },
+        "states": TASK_STATES,
         "counts": {s: counters["states"][s] for s in LIVE_STATES},
         "totals": totals,
         "worker_states": counters["workers"],

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import psutil  # type: ignore[import-untyped]
 
 from squall import config, log_ring
-from squall._core import WorkerCore, decode_keys, encode_keys
+from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.protocol.remote_errors import error_fields, pack_error
@@ -71,9 +71,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("squall.worker")
 
 Key = Hashable
-
-# The compiled loop's answers (``WorkerCore.run``) that task threads act on.
-_EXIT, _WAKE, _WAKE_LATER, _SPILL = 0, 1, 3, 4
 
 
 class TaskView(NamedTuple):
@@ -575,14 +572,14 @@ class Worker:
         try:
             while True:
                 answer = core.run()
-                if answer == _EXIT:
+                if answer == RunAnswer.EXIT:
                     return
-                if answer == _SPILL:
+                if answer == RunAnswer.SPILL:
                     assert self.memory is not None  # a spill target needs a monitor
                     self.memory.spill()
                     continue
-                if answer in (_WAKE, _WAKE_LATER):
-                    flush = self._flush_buffered if answer == _WAKE else self._flush_soon
+                if answer in (RunAnswer.WAKE, RunAnswer.WAKE_LATER):
+                    flush = self._flush_buffered if answer == RunAnswer.WAKE else self._flush_soon
                     try:
                         loop.call_soon_threadsafe(flush)
                     except RuntimeError:  # the loop closed under us: the worker is gone
@@ -627,7 +624,7 @@ class Worker:
             return self._client
 
     def _flush_buffered(self) -> None:
-        """Send the reports the core buffered. Task threads ask for this (``_WAKE``)
+        """Send the reports the core buffered. Task threads ask for this (``RunAnswer.WAKE``)
         once nothing else is ready or results have waited ``finished-delay``, so that
         completions close together share one ``finished`` message."""
         finished, erred, gained, dropped = self._core.take_reports()

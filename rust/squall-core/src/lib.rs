@@ -34,7 +34,7 @@ mod worker;
 // The public API is what is re-exported here; modules stay private so that their
 // helpers do not become API by accident.
 pub use commands::{CancelReason, Command};
-pub use config::Config;
+pub use config::{Config, Kind, Setting, Value, SETTINGS};
 pub use counters::{Counters, Totals, WorkerStates};
 pub use error::{CoreError, CoreResult};
 pub use graph::{DepRef, GraphOrder, NewTask, Submission, SubmitResult, TaskOptions};

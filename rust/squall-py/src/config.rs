@@ -1,100 +1,98 @@
 //! The core's knobs from and to Python, under Dask's names (`worker-saturation`, …).
-//! `squall.yaml` holds the defaults users see; `default_config` lets a test check them
-//! against `Config::default`, and `Config::check` is the one place their ranges live.
+//! Everything about them (names, defaults, kinds, ranges, "inf") is the core's table
+//! (`squall_core::SETTINGS`, `Config::set`, `Config::check`); this module only converts values, the same way for all.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use squall_core::Config;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use pyo3::IntoPyObjectExt;
+use squall_core::{Config, Value};
 
-fn seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
-    v.extract::<f64>().map_err(|_| {
-        PyValueError::new_err(format!("config {name:?}: expected seconds as a number"))
+/// A Python value as the core reads settings; what it cannot be stays `Other`, shown
+/// by its repr in the core's error.
+fn value_from_py(v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let other = || Ok(Value::Other(v.repr()?.to_string()));
+    Ok(if v.is_none() {
+        Value::Null
+    } else if let Ok(b) = v.cast::<PyBool>() {
+        Value::Flag(b.is_true())
+    } else if v.is_instance_of::<PyInt>() {
+        match v.extract() {
+            Ok(i) => Value::Int(i),
+            Err(_) => return other(),
+        }
+    } else if v.is_instance_of::<PyFloat>() {
+        Value::Number(v.extract()?)
+    } else if let Ok(s) = v.cast::<PyString>() {
+        Value::Text(s.to_str()?.to_owned())
+    } else if let Ok(d) = v.cast::<PyDict>() {
+        let mut entries = Vec::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let Ok(k) = k.extract::<String>() else {
+                return other();
+            };
+            entries.push((k, value_from_py(&v)?));
+        }
+        Value::Map(entries)
+    } else {
+        return other();
     })
 }
 
-/// Seconds, or None to disable.
-fn optional_seconds(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
-    (!v.is_none()).then(|| seconds(v, name)).transpose()
+fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Py<PyAny>> {
+    match v {
+        Value::Null => Ok(py.None()),
+        Value::Flag(b) => b.into_py_any(py),
+        Value::Int(i) => i.into_py_any(py),
+        Value::Number(x) => x.into_py_any(py),
+        Value::Text(s) | Value::Other(s) => s.into_py_any(py),
+        Value::Map(entries) => {
+            let d = PyDict::new(py);
+            for (k, v) in entries {
+                d.set_item(k, value_to_py(py, v)?)?;
+            }
+            d.into_py_any(py)
+        }
+    }
 }
 
-/// Builds a checked core config from Dask-style names; durations in seconds, sizes in
-/// bytes (the Python layer parses "500ms"/"1kiB" first).
+/// Builds a checked core config from Dask-style names (`_` or `-`); durations in
+/// seconds, sizes in bytes (the Python layer parses "500ms"/"1kiB" first).
 pub fn config_from_py(d: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     let mut c = Config::default();
-    let Some(d) = d else { return Ok(c) };
-    for (k, v) in d.iter() {
-        let name: String = k.extract()?;
-        match name.replace('_', "-").as_str() {
-            "worker-saturation" => {
-                c.worker_saturation = match v.extract::<String>() {
-                    Ok(s) if s == "inf" => f64::INFINITY,
-                    _ => v.extract::<f64>()?,
-                }
-            }
-            "worker-saturation-duration" => c.worker_saturation_duration = seconds(&v, &name)?,
-            "rootish-taskgroup" => c.rootish_taskgroup = v.extract()?,
-            "rootish-taskgroup-dependencies" => c.rootish_taskgroup_dependencies = v.extract()?,
-            "work-stealing" => c.work_stealing = v.extract()?,
-            "work-stealing-interval" => c.work_stealing_interval = seconds(&v, &name)?,
-            "allowed-failures" => c.allowed_failures = v.extract()?,
-            "unknown-task-duration" => c.unknown_task_duration = seconds(&v, &name)?,
-            "default-task-durations" => {
-                for (p, s) in v.cast::<PyDict>()?.iter() {
-                    c.default_task_durations
-                        .insert(p.extract()?, seconds(&s, &name)?);
-                }
-            }
-            "default-data-size" => c.default_data_size = v.extract()?,
-            "bandwidth" => c.bandwidth = v.extract()?,
-            "worker-ttl" => c.worker_ttl = optional_seconds(&v, &name)?,
-            "no-workers-timeout" => c.no_workers_timeout = optional_seconds(&v, &name)?,
-            "transition-log-length" => c.transition_log_length = v.extract()?,
-            "erred-tasks-max-history" => c.erred_tasks_max_history = v.extract()?,
-            "memory-terminate" => c.memory_terminate = v.extract()?,
-            "validate" => c.validate = v.extract()?,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown scheduler config option {other:?}"
-                )))
-            }
-        }
+    for (k, v) in d.into_iter().flat_map(|d| d.iter()) {
+        let name = k.extract::<String>()?.replace('_', "-");
+        c.set(&name, value_from_py(&v)?)
+            .map_err(PyValueError::new_err)?;
     }
     c.check().map_err(PyValueError::new_err)?;
     Ok(c)
 }
 
-/// Raises ValueError naming the knob if `config` would not make a scheduler.
+/// The complete config a scheduler made with `config` would run with, under Dask's
+/// names; raises ValueError naming the knob if `config` would not make one.
 #[pyfunction]
 #[pyo3(signature = (config))]
-pub fn check_config(config: &Bound<'_, PyDict>) -> PyResult<()> {
-    config_from_py(Some(config)).map(drop)
+pub fn check_config<'py>(
+    py: Python<'py>,
+    config: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (s, v) in config_from_py(Some(config))?.values() {
+        d.set_item(s.name, value_to_py(py, v)?)?;
+    }
+    Ok(d)
 }
 
-/// The core's defaults, under the names `squall.yaml` uses.
+/// A row of `core_settings`: (name, kind, nullable, default).
+type SettingRow = (&'static str, &'static str, bool, Py<PyAny>);
+
+/// The core's settings table, in its order.
 #[pyfunction]
-pub fn default_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let c = Config::default();
-    let d = PyDict::new(py);
-    d.set_item("worker-saturation", c.worker_saturation)?;
-    d.set_item("worker-saturation-duration", c.worker_saturation_duration)?;
-    d.set_item("rootish-taskgroup", c.rootish_taskgroup)?;
-    d.set_item(
-        "rootish-taskgroup-dependencies",
-        c.rootish_taskgroup_dependencies,
-    )?;
-    d.set_item("work-stealing", c.work_stealing)?;
-    d.set_item("work-stealing-interval", c.work_stealing_interval)?;
-    d.set_item("allowed-failures", c.allowed_failures)?;
-    d.set_item("unknown-task-duration", c.unknown_task_duration)?;
-    d.set_item("default-task-durations", c.default_task_durations)?;
-    d.set_item("default-data-size", c.default_data_size)?;
-    d.set_item("bandwidth", c.bandwidth)?;
-    d.set_item("worker-ttl", c.worker_ttl)?;
-    d.set_item("no-workers-timeout", c.no_workers_timeout)?;
-    d.set_item("transition-log-length", c.transition_log_length)?;
-    d.set_item("erred-tasks-max-history", c.erred_tasks_max_history)?;
-    d.set_item("memory-terminate", c.memory_terminate)?;
-    d.set_item("validate", c.validate)?;
-    Ok(d)
+pub fn core_settings(py: Python<'_>) -> PyResult<Vec<SettingRow>> {
+    Config::default()
+        .values()
+        .into_iter()
+        .map(|(s, v)| Ok((s.name, s.kind.name(), s.nullable, value_to_py(py, v)?)))
+        .collect()
 }

@@ -22,7 +22,7 @@ mod _core {
     #[pymodule_export]
     use super::commands::Commands;
     #[pymodule_export]
-    use super::config::{check_config, default_config};
+    use super::config::{check_config, core_settings};
     #[pymodule_export]
     use super::errors::{
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
@@ -43,12 +43,15 @@ mod _core {
     #[pymodule_export]
     use super::wire::{decode_compute, decode_keys, encode_keys};
     #[pymodule_export]
-    use super::worker::{read_executing_record, WorkerCore};
+    use super::worker::{read_executing_record, RunAnswer, WorkerCore};
     use pyo3::prelude::*;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        // The core's task states, in its order (docs/scheduling.md#task-states).
+        let states = squall_core::TaskState::ALL.map(squall_core::TaskState::name);
+        m.add("TASK_STATES", pyo3::types::PyTuple::new(m.py(), states)?)?;
         // The commands' op names (`Commands.counts`, `records`), which the tests check
         // `squall.protocol.ops` against.
         m.add(

@@ -10,13 +10,15 @@ const STREAM_MAX_RECTS = 30000;
 const HISTORY = 120;           // points kept for the system page's charts
 const DRAW_MS = 200;          // the task stream scrolls at 5 frames a second: cheap
 
-const STATES = ["memory", "released", "forgotten", "erred", "processing", "queued",
-                "no-worker", "waiting"];
+// The task states' colours. The scheduler sends the states (`states`); the bars stack
+// them in this order, one not listed here last, in the released colour.
 const STATE_COLOR = {
   memory: "var(--memory)", released: "var(--released)", forgotten: "var(--released)",
   erred: "var(--erred)", processing: "var(--processing)", queued: "var(--queued)",
   "no-worker": "var(--queued)", waiting: "var(--waiting)",
 };
+// States whose tasks are done, as the bars' "done / total" counts them.
+const DONE_STATES = ["memory", "released", "forgotten"];
 
 const state = {
   cursor: 0,          // the task stream's cursor: records after it come next
@@ -28,7 +30,17 @@ const state = {
   history: {},        // health figure -> recent values
   latencies: [],      // ms from asking for an update to having drawn it (recent ones)
   longestGap: 0,      // ms, the longest time between two updates
+  states: [],         // the scheduler's task states, in the bars' order
 };
+
+// The scheduler's task states in the order the bars stack them (STATE_COLOR's).
+function stackOrder(states) {
+  const order = Object.keys(STATE_COLOR);
+  const rank = s => (order.includes(s) ? order.indexOf(s) : order.length);
+  return states.slice().sort((a, b) => rank(a) - rank(b));
+}
+
+const sumOf = (counts, states) => states.reduce((n, s) => n + (counts[s] || 0), 0);
 
 function fmtBytes(n) {
   if (!isFinite(n)) return "–";
@@ -93,8 +105,7 @@ function renderCounts(d) {
   if (!el) return;
   const c = d.counts || {};
   const figures = [["workers", d.scheduler.workers], ["threads", d.scheduler.threads],
-                   ...["processing", "queued", "waiting", "no-worker", "memory", "erred"]
-                     .map(s => [s, c[s] || 0])];
+                   ...Object.entries(c)];
   el.innerHTML = figures.map(([k, v]) =>
     `<div data-count="${esc(k)}"><b>${fmtCount(v)}</b>${esc(k)}</div>`).join("");
 }
@@ -103,8 +114,9 @@ function renderCounts(d) {
 // with its prefix's colour, the bar over `total`, and
 // done / total (counts: {state: n}; released and forgotten tasks are done).
 function stateRow(cls, attrs, label, prefix, counts, total, extra = "") {
-  const done = (counts.memory || 0) + (counts.released || 0) + (counts.forgotten || 0);
-  const parts = STATES.map(k => [counts[k] || 0, STATE_COLOR[k], `${k}: ${counts[k] || 0}`]);
+  const done = sumOf(counts, DONE_STATES);
+  const parts = state.states.map(k => [counts[k] || 0, STATE_COLOR[k] || "var(--released)",
+                                       `${k}: ${counts[k] || 0}`]);
   return `<div class="name ${cls}" ${attrs}><i style="display:inline-block;width:8px;height:8px;` +
          `border-radius:2px;background:${prefixColor(prefix)};margin-right:6px"></i>` +
          `${esc(label)}</div>` + bar(parts, Math.max(total, 1)) +
@@ -115,15 +127,15 @@ function renderProgress(d) {
   const el = document.getElementById("progress");
   if (!el) return;
   const prefixes = (d.prefixes || []).slice();
-  const live = p => (p.processing || 0) + (p.queued || 0) + (p.waiting || 0) +
-                    (p["no-worker"] || 0);
+  // Tasks still to run: neither done nor erred.
+  const live = p => sumOf(p, state.states) - sumOf(p, DONE_STATES) - (p.erred || 0);
   prefixes.sort((a, b) => live(b) - live(a) || (b.total || 0) - (a.total || 0));
   if (!prefixes.length) {
     el.innerHTML = '<div class="empty">no tasks yet</div>';
     return;
   }
   el.innerHTML = '<div class="bars">' + prefixes.slice(0, 40).map(p => {
-    const total = STATES.reduce((s, k) => s + (p[k] || 0), 0);
+    const total = sumOf(p, state.states);
     const erred = p.erred
       ? ` · <span style="color:var(--erred)">${fmtCount(p.erred)} erred</span>` : "";
     return stateRow("progress-row", `data-prefix="${esc(p.name)}"`, p.name, p.name, p, total, erred);
@@ -416,6 +428,7 @@ async function poll(page) {
       if (state.lastUpdate) state.longestGap = Math.max(state.longestGap, Date.now() - state.lastUpdate);
       state.lastUpdate = Date.now();
       state.updates++;
+      state.states = stackOrder(d.states || []);
       renderHeader(d);
       if (page === "status") {
         renderCounts(d); renderProgress(d); renderGroups(d); renderMemory(d); addStream(d);

@@ -17,6 +17,7 @@ mod threads;
 
 pub use executing_record::read_executing_record;
 use executing_record::ExecutingRecord;
+pub use threads::RunAnswer;
 
 use crate::convert::{key_from_py, key_to_py, packed};
 use crate::errors::wire_error;

@@ -11,12 +11,26 @@ use std::time::{Duration, Instant};
 /// GIL even when tasks are C functions that never offer it.
 const SLICE: Duration = Duration::from_millis(5);
 
-/// `run` results.
-const EXIT: u8 = 0;
-const WAKE: u8 = 1;
-const AGAIN: u8 = 2;
-const WAKE_LATER: u8 = 3;
-const SPILL: u8 = 4;
+/// What `WorkerCore.run` asks of the task thread that called it.
+#[pyclass(module = "squall._core", frozen, eq, eq_int)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum RunAnswer {
+    /// Leave: closing, or a surplus thread.
+    #[pyo3(name = "EXIT")]
+    Exit,
+    /// Results are waiting: have the event loop send them now, then call again.
+    #[pyo3(name = "WAKE")]
+    Wake,
+    /// A time slice ended: call again.
+    #[pyo3(name = "AGAIN")]
+    Again,
+    /// Have the loop send the results `report_delay` from now, then call again.
+    #[pyo3(name = "WAKE_LATER")]
+    WakeLater,
+    /// Managed memory is over the spill target: spill, then call again.
+    #[pyo3(name = "SPILL")]
+    Spill,
+}
 
 thread_local! {
     /// The call this thread is running, as (task id, instance), for `secede` and
@@ -33,18 +47,14 @@ fn current_call(task: u32) -> Option<u64> {
 
 #[pymethods]
 impl WorkerCore {
-    /// A task thread's body: run ready tasks until told otherwise. Returns 0 (leave:
-    /// closing, or a surplus thread), 1 (results are waiting: have the event loop send
-    /// them now, then call again), 2 (a time slice ended: call again), 3 (have the
-    /// loop send the results `report_delay` from now, then call again) or 4 (managed
-    /// memory is over the spill target: spill, then call again).
-    fn run(&self, py: Python<'_>) -> PyResult<u8> {
+    /// A task thread's body: run ready tasks until told otherwise ([`RunAnswer`]).
+    fn run(&self, py: Python<'_>) -> PyResult<RunAnswer> {
         let entered = Instant::now();
         loop {
             let mut g = self.lock();
             if g.closing {
                 g.threads -= 1;
-                return Ok(EXIT);
+                return Ok(RunAnswer::Exit);
             }
             // Results wait up to `report_delay` for more to share their message.
             let due = g
@@ -52,25 +62,25 @@ impl WorkerCore {
                 .is_some_and(|t| t.elapsed() >= self.report_delay);
             if due && !g.wake_pending {
                 g.wake_pending = true;
-                return Ok(WAKE);
+                return Ok(RunAnswer::Wake);
             }
             if entered.elapsed() >= SLICE {
-                return Ok(AGAIN);
+                return Ok(RunAnswer::Again);
             }
             if g.reports_since.is_some() && !g.wake_pending && g.m.runnable() {
                 // The next task may run long: have the loop send these reports
                 // `report_delay` from now whether or not it has finished.
                 g.wake_pending = true;
-                return Ok(WAKE_LATER);
+                return Ok(RunAnswer::WakeLater);
             }
             let Some(job) = g.m.take_ready(self.now()) else {
                 if g.reports_since.is_some() && !g.wake_pending {
                     g.wake_pending = true; // nothing else to run here: report now
-                    return Ok(WAKE);
+                    return Ok(RunAnswer::Wake);
                 }
                 if self.surplus(&g) {
                     g.threads -= 1;
-                    return Ok(EXIT);
+                    return Ok(RunAnswer::Exit);
                 }
                 drop(g);
                 self.wait_for_work(py);
@@ -143,7 +153,7 @@ impl WorkerCore {
             Self::unlock(g);
             drop(unreported);
             if spill {
-                return Ok(SPILL);
+                return Ok(RunAnswer::Spill);
             }
         }
     }
