@@ -16,28 +16,32 @@ pytestmark = pytest.mark.slow
 N = 100_000
 
 
-def test_submit_map(benchmark: Any) -> None:
+def test_submit_wire_map(benchmark: Any) -> None:
+    graph = bench.map_graph(N)
+
     def run() -> None:
         s = squall.Scheduler()
-        s.submit_map(s.client("c"), "inc", N, now=0.0)
+        graph.submit(s, s.client("c"))
 
     benchmark(run)
 
 
 def test_lifecycle_map_16_workers(benchmark: Any) -> None:
-    benchmark(bench.lifecycle_map, N, 16)
+    benchmark(bench.lifecycle, bench.map_graph(N), 16)
 
 
 def test_lifecycle_tree_16_workers(benchmark: Any) -> None:
-    benchmark(bench.lifecycle_tree, N // 2, 16)
+    benchmark(bench.lifecycle, bench.tree_graph(N // 2), 16)
 
 
 def test_tasks_finished_batch(benchmark: Any) -> None:
+    graph = bench.map_graph(N)
+
     def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
         s = squall.Scheduler({"worker-saturation": "inf"})
         c = s.client("c")
         s.add_worker("tcp://10.0.0.1:1", 1, now=0.0)
-        s.submit_map(c, "inc", N, now=0.0)
+        graph.submit(s, c)
         workers, tasks, runs = s.take_commands().compute()
         sizes = array.array("q", [8] * (len(tasks) // 4)).tobytes()
         return (s, workers, tasks, runs, sizes), {}

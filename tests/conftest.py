@@ -13,6 +13,7 @@ import dask.config
 import pytest
 
 import squall
+from squall.protocol import update_graph
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,6 +26,19 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def sched() -> squall.Scheduler:
     return squall.Scheduler({"validate": True})
+
+
+def map_wire(n: int, prefix: str = "inc") -> tuple[bytes, int, int]:
+    """``(payload, n, keys_bytes)`` of the ``update-graph`` of a ``client.map`` of n tasks
+    keyed ``{prefix}-{i}``, for ``Scheduler.submit_wire``."""
+    header, payload, _ = update_graph.encode([f"{prefix}-{i}" for i in range(n)], [b"f"] * n)
+    return payload, header["n"], header["keys_bytes"]
+
+
+def submit_map(s: squall.Scheduler, client: int, n: int, *, now: float) -> bytes:
+    """A ``client.map`` of n tasks keyed ``inc-{i}``, submitted as the scheduler receives
+    it (ordered as a map is); the task ids, packed."""
+    return s.submit_wire(client, *map_wire(n), now=now, order="sequential")
 
 
 @pytest.fixture(scope="module")

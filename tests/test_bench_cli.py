@@ -1,24 +1,60 @@
-"""``squall bench core`` prints one JSON object per row with the documented fields."""
+"""``squall bench`` prints one JSON object per row with the documented fields, and
+``squall demo`` runs."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from squall.cli import main
+from squall.tools import bench
 
 
-def test_bench_core_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "core", "--tasks", "20000", "--repeat", "1", "--json"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    names = {r["name"] for r in rows}
-    assert {"ingest-map", "lifecycle-map", "lifecycle-tree", "order-tree-core"} <= names
-    assert {"order-tree-squall.order", "order-tree-dask.order"} <= names
-    assert {"steal-bin-add-remove", "worker-choice-1000-workers"} <= names
+def bench_core(
+    capsys: pytest.CaptureFixture[str], *flags: str
+) -> tuple[list[dict[str, Any]], str]:
+    """``squall bench core --json`` at a smoke-test size: its rows and its stderr."""
+    assert main(["bench", "core", "--tasks", "20000", "--repeat", "1", "--json", *flags]) == 0
+    out = capsys.readouterr()
+    rows = [json.loads(line) for line in out.out.splitlines()]
     for r in rows:
         assert {"name", "tasks", "seconds", "tasks_per_s"} <= set(r)
         assert r["seconds"] > 0
+    return rows, out.err
+
+
+def test_bench_core_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """What any build measures: the bindings through the runtime's entry points."""
+    rows, _ = bench_core(capsys)
+    names = {r["name"] for r in rows}
+    assert {"ingest-map", "lifecycle-map", "lifecycle-tree"} <= names
+    assert {"order-tree-squall.order", "order-tree-dask.order"} <= names
+
+
+def test_bench_core_without_the_bench_build_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "BENCH_BUILD", False)
+    rows, err = bench_core(capsys, "--no-dask")
+    assert {r["name"] for r in rows} == {"ingest-map", "lifecycle-map", "lifecycle-tree"}
+    assert err == (
+        "squall bench core: skipping memory-per-task, ingest-map-core, order-tree-core, "
+        "order-map-core, steal-bin-add-remove, worker-choice-1000-workers: they need the "
+        "bench build of squall._core (cargo feature 'bench'), not installed; from a source "
+        "checkout, run `maturin develop --release --features bench`\n"
+    )
+
+
+@pytest.mark.skipif(
+    not bench.BENCH_BUILD,
+    reason="needs the bench build: `maturin develop --release --features bench`",
+)
+def test_bench_core_rows_of_the_bench_build(capsys: pytest.CaptureFixture[str]) -> None:
+    rows, err = bench_core(capsys, "--no-dask")
+    assert err == ""
+    assert set(bench.BENCH_ROWS) <= {r["name"] for r in rows}
     assert 0 < next(r for r in rows if r["name"] == "memory-per-task")["bytes_per_task"] < 1000
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 
 import pytest
+from conftest import map_wire, submit_map
 
 import squall
 
@@ -47,7 +48,7 @@ def test_map_batch_lifecycle_leaves_core_empty(sched: squall.Scheduler) -> None:
     c = sched.client("c")
     for i in range(4):
         sched.add_worker(f"tcp://127.0.0.1:{i}", 2, now=0.0)
-    ids = sched.submit_map(c, "inc", 1000, now=0.0, spec=b"f")
+    ids = submit_map(sched, c, 1000, now=0.0)
     assert sched.n_tasks == 1000
     assert sched.key_of(int.from_bytes(ids[:4], "little")) == "inc-0"
     assert sched.n_queued == 1000 - 4 * 3  # ceil(1.1 * 2) = 3 slots per worker
@@ -144,7 +145,7 @@ def test_config_knobs(sched: squall.Scheduler) -> None:
     s = squall.Scheduler({"worker-saturation": "inf", "validate": True})
     c = s.client("c")
     s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
-    s.submit_map(c, "f", 10, now=0.0)
+    submit_map(s, c, 10, now=0.0)
     assert s.n_queued == 0
     with pytest.raises(ValueError):
         squall.Scheduler({"worker-saturation": 0})
@@ -157,12 +158,13 @@ def test_core_work_releases_the_gil() -> None:
 
     s = squall.Scheduler()
     c = s.client("c")
+    wire = map_wire(600_000)
     done = threading.Event()
     took: list[float] = []
 
     def ingest() -> None:
         t0 = time.perf_counter()
-        s.submit_map(c, "inc", 600_000, now=0.0)
+        s.submit_wire(c, *wire, now=0.0)
         took.append(time.perf_counter() - t0)
         done.set()
 

@@ -18,6 +18,7 @@ from typing import Any
 import cloudpickle
 import dask.config
 import pytest
+from conftest import submit_map
 
 from squall import Client, _core, config
 from squall.deploy.local import LocalCluster, scheduler_info
@@ -59,7 +60,7 @@ def n_queued(server: SchedulerServer, n_tasks: int = 10) -> int:
     """Queued tasks after a map of ``n_tasks`` onto one single-threaded worker."""
     core = server.core
     core.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
-    core.submit_map(core.client("c"), "f", n_tasks, now=0.0)
+    submit_map(core, core.client("c"), n_tasks, now=0.0)
     return core.n_queued
 
 

@@ -31,9 +31,7 @@ __all__ = [
     "decode_keys",
     "encode_keys",
     "function_cache_size",
-    "heap_bytes",
     "load_function",
-    "microbench",
     "order_mapping",
     "read_executing_record",
     "simulate",
@@ -92,13 +90,16 @@ def decode_compute(
 ]: ...
 def encode_keys(keys: Sequence[_Key]) -> bytes: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
-def heap_bytes() -> int: ...
 def call_prefix(function: bytes) -> bytes: ...
 def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...
 def load_function(blob: bytes) -> Callable[..., Any]: ...
 def function_cache_size() -> tuple[int, int]: ...
-def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 def read_executing_record(data: bytes) -> list[int] | None: ...
+
+# Only in the bench build (cargo feature "bench", never in the wheel), for `squall bench
+# core`: the live Rust heap of the module, and one of the core's kernels timed (seconds).
+def heap_bytes() -> int: ...
+def microbench(name: str, n: int, *, workers: int = 16) -> float: ...
 
 @final
 class RunAnswer:
@@ -258,31 +259,6 @@ class Scheduler:
         allow_other_workers: bool = False,
         task_options: Sequence[tuple[dict[str, Any], Sequence[int]]] | None = None,
         data_producers: Sequence[int] | None = None,
-    ) -> bytes: ...
-    def submit_csr(
-        self,
-        client: int,
-        keys: list[_Key],
-        dep_offsets: bytes,
-        dep_indices: bytes,
-        *,
-        now: float,
-        order: str = "compute",
-        priority: int = 0,
-        fifo_timeout: float = 0.0,
-        wanted: Sequence[int] | None = None,
-    ) -> bytes: ...
-    def submit_map(
-        self,
-        client: int,
-        prefix: str,
-        n: int,
-        *,
-        now: float,
-        start: int = 0,
-        spec: bytes | None = None,
-        priority: int = 0,
-        fifo_timeout: float = 0.1,
     ) -> bytes: ...
     def task_finished(
         self,

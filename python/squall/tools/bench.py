@@ -1,8 +1,11 @@
 """``squall bench core``: microbenchmarks of the scheduling core and its bindings.
 
 Each row times one thing on this machine. Rows marked "bindings" drive the core from
-Python in batches (the way the runtime does); rows marked "rust" time a kernel inside
-the core. Comparisons with Dask run both in the same process, on the same graph.
+Python in batches, through the entry points the runtime uses; rows marked "rust" time a
+kernel inside the core. Comparisons with Dask run both in the same process, on the same
+graph. The "rust" rows and the core's heap per task need the bench build of
+``squall._core`` (cargo feature ``bench``), which the wheel is not: without it they are
+skipped, saying how to get them.
 """
 
 from __future__ import annotations
@@ -12,12 +15,35 @@ import gc
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from squall._core import Scheduler, heap_bytes, microbench
+from squall import _core
+from squall._core import Scheduler
+from squall.protocol import update_graph
+
+#: Whether ``squall._core`` is the bench build: its counting allocator (``heap_bytes``)
+#: and the core's benchmark kernels (``microbench``).
+BENCH_BUILD = hasattr(_core, "microbench")
+
+#: The rows only the bench build measures.
+BENCH_ROWS = (
+    "memory-per-task",
+    "ingest-map-core",
+    "order-tree-core",
+    "order-map-core",
+    "steal-bin-add-remove",
+    "worker-choice-1000-workers",
+)
+
+NEEDS_BENCH_BUILD = (
+    f"squall bench core: skipping {', '.join(BENCH_ROWS)}: they need the bench build of "
+    "squall._core (cargo feature 'bench'), not installed; from a source checkout, run "
+    "`maturin develop --release --features bench`"
+)
 
 
 @dataclass
@@ -72,22 +98,48 @@ def _tree(n_leaves: int) -> Iterator[tuple[Any, list[Any]]]:
         level = nxt
 
 
-def _tree_csr(n_leaves: int) -> tuple[list[Any], bytes, bytes]:
-    """Keys and CSR dependencies (indices into the keys) of the tree reduction."""
-    keys: list[Any] = []
-    index: dict[Any, int] = {}
-    offsets = array.array("I", [0])
-    indices = array.array("I")
-    for key, deps in _tree(n_leaves):
-        index[key] = len(keys)
-        keys.append(key)
-        indices.extend(index[d] for d in deps)
-        offsets.append(len(indices))
-    return keys, offsets.tobytes(), indices.tobytes()
+@dataclass(frozen=True)
+class Graph:
+    """An ``update-graph`` as a client sends it, encoded once outside the timings."""
+
+    header: dict[str, Any]
+    payload: bytes
+    order: str
+    wanted: list[int] | None = None  # task indices the client holds (default: all)
+
+    @property
+    def n(self) -> int:
+        return int(self.header["n"])
+
+    def submit(self, s: Scheduler, client: int) -> bytes:
+        """What the scheduler does with it (decode and ingest, one call): the task ids."""
+        h = self.header
+        return s.submit_wire(
+            client,
+            self.payload,
+            h["n"],
+            h["keys_bytes"],
+            now=0.0,
+            wanted=self.wanted,
+            order=self.order,
+        )
+
+
+def map_graph(n: int) -> Graph:
+    """``client.map`` of n tasks (keys ``inc-i``, one spec), ordered as a map is."""
+    header, payload, _ = update_graph.encode([f"inc-{i}" for i in range(n)], [b"f"] * n)
+    return Graph(header, payload, "sequential")
+
+
+def tree_graph(n_leaves: int) -> Graph:
+    """The tree reduction, the client holding its root."""
+    keys, deps = map(list, zip(*_tree(n_leaves), strict=True))
+    header, payload, _ = update_graph.encode(keys, [b"f"] * len(keys), deps)
+    return Graph(header, payload, "compute", wanted=[len(keys) - 1])
 
 
 def _drive(s: Scheduler, client: int, ids: bytes, now: float) -> float:
-    """Play the workers until nothing runs (one batch per round), then release all."""
+    """Play the workers until nothing runs (one batch per round), then release ``ids``."""
     nbytes_cache: dict[int, bytes] = {}
     while True:
         workers, tasks, runs = s.take_commands().compute()
@@ -114,11 +166,14 @@ def _cluster(n_workers: int, config: dict[str, Any] | None = None) -> tuple[Sche
     return s, c
 
 
-def lifecycle_map(n: int, n_workers: int, config: dict[str, Any] | None = None) -> float:
+def lifecycle(graph: Graph, n_workers: int, config: dict[str, Any] | None = None) -> float:
+    """Seconds from submitting the graph until its tasks finished and were released."""
     s, c = _cluster(n_workers, config)
     gc.disable()
     t0 = time.perf_counter()
-    ids = s.submit_map(c, "inc", n, now=0.0, spec=b"f")
+    ids = graph.submit(s, c)
+    if graph.wanted is not None:
+        ids = b"".join(ids[4 * i : 4 * i + 4] for i in graph.wanted)
     _drive(s, c, ids, 0.0)
     dt = time.perf_counter() - t0
     gc.enable()
@@ -126,32 +181,19 @@ def lifecycle_map(n: int, n_workers: int, config: dict[str, Any] | None = None) 
     return dt
 
 
-def lifecycle_tree(n_leaves: int, n_workers: int) -> tuple[int, float]:
-    keys, offsets, indices = _tree_csr(n_leaves)
-    s, c = _cluster(n_workers)
-    gc.disable()
-    t0 = time.perf_counter()
-    ids = s.submit_csr(c, keys, offsets, indices, now=0.0, wanted=[len(keys) - 1])
-    _drive(s, c, ids[-4:], 0.0)
-    dt = time.perf_counter() - t0
-    gc.enable()
-    assert s.n_tasks == 0, "the core is empty again"
-    return len(keys), dt
-
-
-def ingest_map(n: int) -> tuple[float, float, float]:
-    """Seconds to submit n map tasks; then the scheduler's heap bytes and the process's
-    resident bytes per task held."""
+def ingest(graph: Graph) -> tuple[float, float | None, float]:
+    """Seconds to submit the graph; then the scheduler's heap bytes (bench build only)
+    and the process's resident bytes per task held."""
     gc.collect()
-    rss, heap = _rss(), heap_bytes()
+    rss, heap = _rss(), _core.heap_bytes() if BENCH_BUILD else 0
     s = Scheduler()
     c = s.client("bench")
     t0 = time.perf_counter()
-    ids = s.submit_map(c, "inc", n, now=0.0, spec=b"f")
+    ids = graph.submit(s, c)
     dt = time.perf_counter() - t0
     s.take_commands()
-    per_task_heap = (heap_bytes() - heap) / n
-    per_task_rss = (_rss() - rss) / n
+    per_task_heap = (_core.heap_bytes() - heap) / graph.n if BENCH_BUILD else None
+    per_task_rss = (_rss() - rss) / graph.n
     del s, ids
     return dt, per_task_heap, per_task_rss
 
@@ -187,41 +229,37 @@ def order_compare(n_leaves: int) -> Iterator[Row]:
 
 
 def run(n: int, repeat: int, compare_dask: bool) -> Iterator[Row]:
-    t, heap, rss = ingest_map(n)
-    yield Row("ingest-map", n, t, note="bindings; map tasks, no workers (all queue)")
-    yield Row(
-        "memory-per-task",
-        n,
-        t,
-        bytes_per_task=heap,
-        note=f"core heap per held task; RSS {rss:.0f}",
-    )
-    yield Row("ingest-map-core", n, _median(lambda: microbench("ingest", n), repeat), note="rust")
-    yield Row(
-        "order-tree-core", n, _median(lambda: microbench("order-tree", n), repeat), note="rust"
-    )
-    yield Row(
-        "order-map-core", n, _median(lambda: microbench("order-map", n), repeat), note="rust"
-    )
+    mapped = map_graph(n)
+    t, heap, rss = ingest(mapped)
+    yield Row("ingest-map", n, t, note="bindings; map update-graph, no workers (all queue)")
+    if BENCH_BUILD:
+        mb = _core.microbench
+        note = f"core heap per held task; RSS {rss:.0f}"
+        yield Row("memory-per-task", n, t, bytes_per_task=heap, note=note)
+        yield Row("ingest-map-core", n, _median(lambda: mb("ingest", n), repeat), note="rust")
+        yield Row("order-tree-core", n, _median(lambda: mb("order-tree", n), repeat), note="rust")
+        yield Row("order-map-core", n, _median(lambda: mb("order-map", n), repeat), note="rust")
     if compare_dask:
         yield from order_compare(n // 2)
-    t = _median(lambda: lifecycle_map(n, 16), repeat)
+    t = _median(lambda: lifecycle(mapped, 16), repeat)
     yield Row(
         "lifecycle-map", n, t, note="bindings; 16 workers x 1 thread; ingest->finished->released"
     )
-    nt, t = lifecycle_tree(n // 2, 16)
-    yield Row("lifecycle-tree", nt, t, note="bindings; ordering included; 16 workers")
-    m = min(n, 1_000_000)
-    t = _median(lambda: microbench("steal-bins", m), repeat)
-    yield Row("steal-bin-add-remove", 2 * m, t, note="rust; one add + one remove per task")
-    decisions = 10_000
-    per = _median(lambda: microbench("worker-choice", decisions, workers=1000), repeat)
-    yield Row(
-        "worker-choice-1000-workers", decisions, per * decisions, note="rust; tasks = decisions"
-    )
+    tree = tree_graph(n // 2)
+    yield Row("lifecycle-tree", tree.n, lifecycle(tree, 16), note="bindings; 16 workers")
+    if BENCH_BUILD:
+        m = min(n, 1_000_000)
+        t = _median(lambda: mb("steal-bins", m), repeat)
+        yield Row("steal-bin-add-remove", 2 * m, t, note="rust; one add + one remove per task")
+        decisions = 10_000
+        per = _median(lambda: mb("worker-choice", decisions, workers=1000), repeat)
+        note = "rust; tasks = decisions"
+        yield Row("worker-choice-1000-workers", decisions, per * decisions, note=note)
 
 
 def main(n: int, repeat: int, as_json: bool, compare_dask: bool) -> None:
+    if not BENCH_BUILD:
+        print(NEEDS_BENCH_BUILD, file=sys.stderr, flush=True)
     rows = run(n, repeat, compare_dask)
     if as_json:
         for r in rows:

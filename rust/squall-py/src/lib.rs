@@ -2,12 +2,12 @@
 //! the GIL while the core works, and maps core errors to Python exceptions in one place
 //! ([`errors::to_py`]). Nothing here is called once per task from Python.
 
+#[cfg(feature = "bench")]
+mod bench;
 mod commands;
 mod config;
 mod convert;
 mod errors;
-mod heap;
-mod microbench;
 mod order;
 mod scheduler;
 mod sim;
@@ -19,6 +19,9 @@ use pyo3::prelude::*;
 
 #[pymodule]
 mod _core {
+    #[cfg(feature = "bench")]
+    #[pymodule_export]
+    use super::bench::{heap_bytes, microbench};
     #[pymodule_export]
     use super::commands::Commands;
     #[pymodule_export]
@@ -28,10 +31,6 @@ mod _core {
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
         UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
     };
-    #[pymodule_export]
-    use super::heap::heap_bytes;
-    #[pymodule_export]
-    use super::microbench::microbench;
     #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]

@@ -1,15 +1,14 @@
-//! Graph submission: from Python lists (`submit`), an `update-graph` payload as it
-//! came off the wire (`submit_wire`), CSR index arrays (`submit_csr`) and `client.map`
-//! batches (`submit_map`).
+//! Graph submission: from Python lists (`submit`) and an `update-graph` payload as it
+//! came off the wire (`submit_wire`).
 
 use super::Scheduler;
-use crate::convert::{key_from_py, packed};
+use crate::convert::key_from_py;
 use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
+use pyo3::types::{PyBool, PyBytes, PyDict};
 use squall_core::{
-    ClientId, DepRef, GraphOrder, Key, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
+    ClientId, DepRef, GraphOrder, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
 };
 use squall_wire::graph::decode_update_graph;
 use std::sync::Arc;
@@ -144,14 +143,6 @@ fn submission(
         fifo_timeout,
         submitting_task: None,
         order,
-    }
-}
-
-/// Defaults for the submit formats that take no per-call options but `priority`.
-fn with_priority(priority: i64) -> TaskOptions {
-    TaskOptions {
-        priority: Some(priority),
-        ..TaskOptions::default()
     }
 }
 
@@ -290,7 +281,9 @@ impl Scheduler {
         task_options: Option<&Bound<'_, PyAny>>,
         data_producers: Option<Vec<u32>>,
     ) -> PyResult<Py<PyBytes>> {
-        let mut tasks = decode_update_graph(payload, n, keys_bytes).map_err(wire_error)?;
+        // The payload is an immutable `bytes` the call holds: decoded with the GIL released.
+        let decoded = py.detach(|| decode_update_graph(payload, n, keys_bytes));
+        let mut tasks = decoded.map_err(wire_error)?;
         annotate(&mut tasks, task_options, data_producers)?;
         let opts = defaults(
             priority,
@@ -304,109 +297,5 @@ impl Scheduler {
         );
         let sub = submission(tasks, wanted, graph_order(order, None)?, opts, fifo_timeout);
         self.submit_graph(py, client, sub, now)
-    }
-
-    /// Submits a graph with dependencies in CSR form: task i depends on
-    /// `dep_indices[dep_offsets[i]..dep_offsets[i+1]]` (packed little-endian u32 buffers).
-    #[pyo3(signature = (client, keys, dep_offsets, dep_indices, *, now, order="compute", priority=0,
-        fifo_timeout=0.0, wanted=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_csr(
-        &mut self,
-        py: Python<'_>,
-        client: u32,
-        keys: &Bound<'_, PyList>,
-        dep_offsets: &[u8],
-        dep_indices: &[u8],
-        now: f64,
-        order: &str,
-        priority: i64,
-        fifo_timeout: f64,
-        wanted: Option<Vec<u32>>,
-    ) -> PyResult<Py<PyBytes>> {
-        let offsets = packed::<u32>(dep_offsets, "dep_offsets")?;
-        let indices = packed::<u32>(dep_indices, "dep_indices")?;
-        if offsets.len() != keys.len() + 1 {
-            return Err(PyValueError::new_err(
-                "dep_offsets must have len(keys) + 1 entries",
-            ));
-        }
-        let empty: RunSpec = Arc::from(&[][..]);
-        let mut tasks = Vec::with_capacity(keys.len());
-        for (i, k) in keys.iter().enumerate() {
-            let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
-            let ds = indices
-                .get(a..b)
-                .ok_or_else(|| PyValueError::new_err("dep_offsets out of range"))?
-                .iter()
-                .map(|&j| DepRef::Local(j))
-                .collect();
-            tasks.push(NewTask::new(key_from_py(&k)?, ds, Some(empty.clone())));
-        }
-        let order = graph_order(order, None)?;
-        let sub = submission(tasks, wanted, order, with_priority(priority), fifo_timeout);
-        self.submit_graph(py, client, sub, now)
-    }
-
-    /// `client.map` in one call: `n` independent tasks keyed `"{prefix}-{start + i}"`,
-    /// sharing one spec, ordered by index. Returns packed u32 task ids.
-    #[pyo3(signature = (client, prefix, n, *, now, start=0, spec=None, priority=0, fifo_timeout=0.1))]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_map(
-        &mut self,
-        py: Python<'_>,
-        client: u32,
-        prefix: &str,
-        n: u64,
-        now: f64,
-        start: u64,
-        spec: Option<Vec<u8>>,
-        priority: i64,
-        fifo_timeout: f64,
-    ) -> PyResult<Py<PyBytes>> {
-        let spec: RunSpec = Arc::from(spec.unwrap_or_default());
-        let prefix = prefix.to_owned();
-        let tasks = py.detach(|| {
-            let mut buf = String::with_capacity(prefix.len() + 12);
-            (start..start + n)
-                .map(|i| {
-                    buf.clear();
-                    buf.push_str(&prefix);
-                    buf.push('-');
-                    buf.push_str(itoa(i).as_str());
-                    NewTask::new(Key::str(&buf), Vec::new(), Some(spec.clone()))
-                })
-                .collect::<Vec<_>>()
-        });
-        let order = GraphOrder::Sequential;
-        let sub = submission(tasks, None, order, with_priority(priority), fifo_timeout);
-        self.submit_graph(py, client, sub, now)
-    }
-}
-
-/// Decimal digits of `i` without going through `format!`.
-fn itoa(mut i: u64) -> ItoaBuf {
-    let mut buf = ItoaBuf {
-        bytes: [0; 20],
-        start: 20,
-    };
-    loop {
-        buf.start -= 1;
-        buf.bytes[buf.start] = b'0' + (i % 10) as u8;
-        i /= 10;
-        if i == 0 {
-            return buf;
-        }
-    }
-}
-
-struct ItoaBuf {
-    bytes: [u8; 20],
-    start: usize,
-}
-
-impl ItoaBuf {
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[self.start..]).expect("ascii digits")
     }
 }

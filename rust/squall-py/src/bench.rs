@@ -1,9 +1,22 @@
-//! `microbench`: runs one of the core's benchmark kernels (seconds, GIL released).
+//! The bench build (cargo feature `bench`, never in the wheel): what `squall bench core`
+//! needs beyond the product. The counting allocator makes `heap_bytes()` the live Rust
+//! heap of this module (the scheduler's own memory); `microbench()` runs one of the
+//! core's benchmark kernels (seconds, GIL released).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use squall_bench::heap::{live_bytes, CountingAlloc};
 use squall_bench::microbench as mb;
 use squall_core::GraphOrder;
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+/// Bytes currently allocated on the Rust heap by squall's core and bindings.
+#[pyfunction]
+pub fn heap_bytes() -> usize {
+    live_bytes()
+}
 
 #[pyfunction]
 #[pyo3(signature = (name, n, *, workers=16))]
