@@ -75,10 +75,10 @@ class Outbox:
             if client is not None:
                 client.send(NOTICES[op](), keys)
         if m.AcquireReplicas.op() in counts:  # a retiring worker's results, copied elsewhere
-            for w, holder, tasks, keys in s.core.encode_acquire(cmds):
+            for w, holder, ids, keys in s.core.encode_acquire(cmds):
                 peer = s.workers.get(w)
                 if peer is not None:
-                    peer.send(m.AcquireReplicas(holder=holder, tasks=tasks), keys)
+                    peer.send(m.AcquireReplicas(holder=holder, tasks=ids), keys)
 
     def _rare(self, op: str, target: int, task: int, extra: int) -> None:
         s = self._server

@@ -102,23 +102,19 @@ def _tree(n_leaves: int) -> Iterator[tuple[Any, list[Any]]]:
 class Graph:
     """An ``update-graph`` as a client sends it, encoded once outside the timings."""
 
-    header: dict[str, Any]
+    n: int
+    keys_bytes: int
     payload: bytes
     order: str
     wanted: list[int] | None = None  # task indices the client holds (default: all)
 
-    @property
-    def n(self) -> int:
-        return int(self.header["n"])
-
     def submit(self, s: Scheduler, client: int) -> bytes:
         """What the scheduler does with it (decode and ingest, one call): the task ids."""
-        h = self.header
         return s.submit_wire(
             client,
             self.payload,
-            h["n"],
-            h["keys_bytes"],
+            self.n,
+            self.keys_bytes,
             now=0.0,
             wanted=self.wanted,
             order=self.order,
@@ -127,15 +123,15 @@ class Graph:
 
 def map_graph(n: int) -> Graph:
     """``client.map`` of n tasks (keys ``inc-i``, one spec), ordered as a map is."""
-    header, payload, _ = update_graph.encode([f"inc-{i}" for i in range(n)], [b"f"] * n)
-    return Graph(header, payload, "sequential")
+    n, keys_bytes, payload, _ = update_graph.encode([f"inc-{i}" for i in range(n)], [b"f"] * n)
+    return Graph(n, keys_bytes, payload, "sequential")
 
 
 def tree_graph(n_leaves: int) -> Graph:
     """The tree reduction, the client holding its root."""
     keys, deps = map(list, zip(*_tree(n_leaves), strict=True))
-    header, payload, _ = update_graph.encode(keys, [b"f"] * len(keys), deps)
-    return Graph(header, payload, "compute", wanted=[len(keys) - 1])
+    n, keys_bytes, payload, _ = update_graph.encode(keys, [b"f"] * len(keys), deps)
+    return Graph(n, keys_bytes, payload, "compute", wanted=[len(keys) - 1])
 
 
 def _drive(s: Scheduler, client: int, ids: bytes, now: float) -> float:
