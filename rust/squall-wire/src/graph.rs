@@ -1,17 +1,97 @@
-//! `update-graph`: a client's graph, decoded straight into the core's new tasks.
+//! `update-graph`: a client's graph, encoded by the client and decoded straight into the
+//! core's new tasks. This is the one description of its layout:
 //!
 //! `keys | i64 spec sizes[n] | u32 dep offsets[n + 1] | u32 dep indices | specs`, where
 //! `keys` (`keys_bytes` long, key-list form) holds the n task keys then the external
-//! keys they depend on; task i depends on `indices[offsets[i]..offsets[i + 1]]`; an
-//! index `>= n` names external key `index - n`; a spec size of -1 marks data (no spec).
-//! `n` and `keys_bytes` travel in the frame header.
+//! keys they depend on (keys of tasks from earlier graphs, in the order first named);
+//! task i depends on `indices[offsets[i]..offsets[i + 1]]`; an index `>= n` names
+//! external key `index - n`; a spec size of -1 marks data (no spec); the specs follow in
+//! task order. `n` and `keys_bytes` travel in the frame header.
 
 use crate::error::{WireError, WireResult};
-use crate::keys::read_keys;
+use crate::keys::{put_key, read_keys};
 use crate::reader::Reader;
-use squall_core::{DepRef, NewTask, RunSpec};
+use rustc_hash::FxHashMap;
+use squall_core::{DepRef, Key, NewTask, RunSpec};
 use std::sync::Arc;
 
+/// Encodes a graph: `(n, keys_bytes, payload)`. `specs[i]` is task `keys[i]`'s run spec
+/// (None: data); `deps` is empty (no task has dependencies) or holds each task's
+/// dependencies, by key: a key that is not one of `keys` becomes an external key.
+///
+/// # Panics
+///
+/// If `specs` (or a non-empty `deps`) is not as long as `keys`, or the graph names more
+/// than `u32::MAX` keys or dependencies.
+pub fn encode_update_graph<D: AsRef<[Key]>>(
+    keys: &[Key],
+    specs: &[Option<&[u8]>],
+    deps: &[D],
+) -> (usize, usize, Vec<u8>) {
+    let n = keys.len();
+    assert_eq!(specs.len(), n, "update-graph: one spec per task");
+    assert!(
+        deps.is_empty() || deps.len() == n,
+        "update-graph: dependencies for every task or none"
+    );
+    let (external, indices) = dependency_indices(keys, deps);
+    let all_keys = || keys.iter().chain(external.iter().copied());
+    let keys_bytes: usize = all_keys().map(|k| 4 + k.as_bytes().len()).sum();
+    let spec_bytes: usize = specs.iter().flatten().map(|s| s.len()).sum();
+    let mut out = Vec::with_capacity(keys_bytes + 12 * n + 4 + 4 * indices.len() + spec_bytes);
+    for k in all_keys() {
+        put_key(&mut out, k.as_bytes());
+    }
+    for s in specs {
+        let size = s.map_or(-1, |s| i64::try_from(s.len()).expect("spec size fits i64"));
+        out.extend_from_slice(&size.to_le_bytes());
+    }
+    let mut offset = 0u32;
+    out.extend_from_slice(&offset.to_le_bytes());
+    for i in 0..n {
+        offset += deps.get(i).map_or(0, |d| as_u32(d.as_ref().len()));
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+    for j in indices {
+        out.extend_from_slice(&j.to_le_bytes());
+    }
+    for s in specs.iter().flatten() {
+        out.extend_from_slice(s);
+    }
+    (n, keys_bytes, out)
+}
+
+/// The external keys (first-named order) and every dependency's index into
+/// `keys ++ external`. The index of the task keys is built only if some task has
+/// dependencies (a map's graph has none).
+fn dependency_indices<'a, D: AsRef<[Key]>>(
+    keys: &'a [Key],
+    deps: &'a [D],
+) -> (Vec<&'a Key>, Vec<u32>) {
+    let n_deps: usize = deps.iter().map(|d| d.as_ref().len()).sum();
+    if n_deps == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let n = as_u32(keys.len());
+    // A key given twice is the later task, as a dict built from the keys would say.
+    let mut index: FxHashMap<&Key, u32> = keys.iter().zip(0..n).collect();
+    let mut external = Vec::new();
+    let mut indices = Vec::with_capacity(n_deps);
+    for d in deps.iter().flat_map(|d| d.as_ref()) {
+        let j = *index.entry(d).or_insert_with(|| {
+            external.push(d);
+            n + as_u32(external.len() - 1)
+        });
+        indices.push(j);
+    }
+    (external, indices)
+}
+
+fn as_u32(x: usize) -> u32 {
+    u32::try_from(x).expect("update-graph: more than u32::MAX keys or dependencies")
+}
+
+/// Decodes a graph encoded by [`encode_update_graph`] into the core's new tasks.
 pub fn decode_update_graph(
     payload: &[u8],
     n: usize,
