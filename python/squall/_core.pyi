@@ -27,6 +27,7 @@ __all__ = [
     "decode_keys",
     "default_config",
     "encode_keys",
+    "encode_update_graph",
     "function_cache_size",
     "heap_bytes",
     "load_function",
@@ -88,6 +89,11 @@ def decode_compute(
     ]
 ]: ...
 def encode_keys(keys: Sequence[_Key]) -> bytes: ...
+def encode_update_graph(
+    keys: Sequence[_Key],
+    specs: Sequence[bytes | None],
+    deps: Sequence[Sequence[_Key]] | None = None,
+) -> tuple[int, int, bytes]: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
 def heap_bytes() -> int: ...
 def call_prefix(function: bytes) -> bytes: ...

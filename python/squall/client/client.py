@@ -175,9 +175,12 @@ class Client(Diagnostics, TaskStreamMethods):
         """Queue one ``update-graph`` (``_send_soon``: releases of the futures it
         defines or depends on follow it, however soon they are dropped)."""
         fields = options.header()
-        header, payload, index = update_graph.encode(keys, specs, deps)
+        n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps)
         rid = next(self._ids)
-        header |= {
+        header = {
+            "op": ops.UPDATE_GRAPH,
+            "n": n,
+            "keys_bytes": keys_bytes,
             "id": rid,
             "order": order,
             # Indices of the keys the client holds futures for (default: all).

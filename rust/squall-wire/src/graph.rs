@@ -12,36 +12,45 @@ use crate::error::{WireError, WireResult};
 use crate::keys::{put_key, read_keys};
 use crate::reader::Reader;
 use rustc_hash::FxHashMap;
-use squall_core::{DepRef, Key, NewTask, RunSpec};
+use squall_core::{DepRef, NewTask, RunSpec};
 use std::sync::Arc;
 
 /// Encodes a graph: `(n, keys_bytes, payload)`. `specs[i]` is task `keys[i]`'s run spec
 /// (None: data); `deps` is empty (no task has dependencies) or holds each task's
-/// dependencies, by key: a key that is not one of `keys` becomes an external key.
+/// dependencies, by key: a key that is not one of `keys` becomes an external key. `put`
+/// appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
+/// to a buffer: the binding encodes Python keys straight into the payload so, with no
+/// allocation per key. Its first error is returned.
 ///
 /// # Panics
 ///
 /// If `specs` (or a non-empty `deps`) is not as long as `keys`, or the graph names more
 /// than `u32::MAX` keys or dependencies.
-pub fn encode_update_graph<D: AsRef<[Key]>>(
-    keys: &[Key],
+pub fn encode_update_graph<K, D: AsRef<[K]>, E>(
+    keys: &[K],
     specs: &[Option<&[u8]>],
     deps: &[D],
-) -> (usize, usize, Vec<u8>) {
+    mut put: impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
+) -> Result<(usize, usize, Vec<u8>), E> {
     let n = keys.len();
     assert_eq!(specs.len(), n, "update-graph: one spec per task");
     assert!(
         deps.is_empty() || deps.len() == n,
         "update-graph: dependencies for every task or none"
     );
-    let (external, indices) = dependency_indices(keys, deps);
-    let all_keys = || keys.iter().chain(external.iter().copied());
-    let keys_bytes: usize = all_keys().map(|k| 4 + k.as_bytes().len()).sum();
-    let spec_bytes: usize = specs.iter().flatten().map(|s| s.len()).sum();
-    let mut out = Vec::with_capacity(keys_bytes + 12 * n + 4 + 4 * indices.len() + spec_bytes);
-    for k in all_keys() {
-        put_key(&mut out, k.as_bytes());
+    let mut out = Vec::new();
+    for k in keys {
+        put_key_with(&mut out, k, &mut put)?;
     }
+    let (external, indices) = if deps.iter().any(|d| !d.as_ref().is_empty()) {
+        dependency_indices(&out, deps, &mut put)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    out.extend_from_slice(&external);
+    let keys_bytes = out.len();
+    let spec_bytes: usize = specs.iter().flatten().map(|s| s.len()).sum();
+    out.reserve_exact(12 * n + 4 + 4 * indices.len() + spec_bytes);
     for s in specs {
         let size = s.map_or(-1, |s| i64::try_from(s.len()).expect("spec size fits i64"));
         out.extend_from_slice(&size.to_le_bytes());
@@ -58,35 +67,62 @@ pub fn encode_update_graph<D: AsRef<[Key]>>(
     for s in specs.iter().flatten() {
         out.extend_from_slice(s);
     }
-    (n, keys_bytes, out)
+    Ok((n, keys_bytes, out))
 }
 
-/// The external keys (first-named order) and every dependency's index into
-/// `keys ++ external`. The index of the task keys is built only if some task has
-/// dependencies (a map's graph has none).
-fn dependency_indices<'a, D: AsRef<[Key]>>(
-    keys: &'a [Key],
-    deps: &'a [D],
-) -> (Vec<&'a Key>, Vec<u32>) {
-    let n_deps: usize = deps.iter().map(|d| d.as_ref().len()).sum();
-    if n_deps == 0 {
-        return (Vec::new(), Vec::new());
-    }
-    let n = as_u32(keys.len());
+/// Appends `u32 length | key bytes`, the bytes written by `put`.
+fn put_key_with<K, E>(
+    out: &mut Vec<u8>,
+    key: &K,
+    put: &mut impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    put(key, out)?;
+    let len = as_u32(out.len() - at - 4);
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+/// The external keys (a key list, in the order first named) and every dependency's
+/// index into the task keys (`task_keys`, a key list) then the external keys.
+fn dependency_indices<K, D: AsRef<[K]>, E>(
+    task_keys: &[u8],
+    deps: &[D],
+    put: &mut impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
+) -> Result<(Vec<u8>, Vec<u32>), E> {
+    let n = as_u32(deps.len());
     // A key given twice is the later task, as a dict built from the keys would say.
-    let mut index: FxHashMap<&Key, u32> = keys.iter().zip(0..n).collect();
+    let mut index =
+        FxHashMap::<&[u8], u32>::with_capacity_and_hasher(deps.len(), Default::default());
+    let mut rest = task_keys;
+    for i in 0..n {
+        let (len, tail) = rest.split_first_chunk::<4>().expect("n keys written");
+        let (key, tail) = tail.split_at(u32::from_le_bytes(*len) as usize);
+        index.insert(key, i);
+        rest = tail;
+    }
+    let mut external_index = FxHashMap::<Box<[u8]>, u32>::default();
     let mut external = Vec::new();
-    let mut indices = Vec::with_capacity(n_deps);
-    for d in deps.iter().flat_map(|d| d.as_ref()) {
-        let j = *index.entry(d).or_insert_with(|| {
-            external.push(d);
-            n + as_u32(external.len() - 1)
-        });
+    let mut indices = Vec::with_capacity(deps.iter().map(|d| d.as_ref().len()).sum());
+    let mut key = Vec::new();
+    for d in deps.iter().flat_map(AsRef::as_ref) {
+        key.clear();
+        put(d, &mut key)?;
+        let j = if let Some(&j) = index.get(&key[..]) {
+            j
+        } else if let Some(&e) = external_index.get(&key[..]) {
+            n + e
+        } else {
+            let e = as_u32(external_index.len());
+            external_index.insert(key[..].into(), e);
+            put_key(&mut external, &key);
+            n + e
+        };
         indices.push(j);
     }
-    (external, indices)
+    Ok((external, indices))
 }
-
 fn as_u32(x: usize) -> u32 {
     u32::try_from(x).expect("update-graph: more than u32::MAX keys or dependencies")
 }

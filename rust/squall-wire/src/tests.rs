@@ -55,8 +55,22 @@ fn encode_graph(tasks: &[GraphTask<'_>]) -> (Vec<u8>, usize, usize) {
     let keys: Vec<Key> = tasks.iter().map(|t| t.0.clone()).collect();
     let specs: Vec<Option<&[u8]>> = tasks.iter().map(|t| t.1).collect();
     let deps: Vec<&[Key]> = tasks.iter().map(|t| &t.2[..]).collect();
-    let (n, keys_bytes, payload) = encode_update_graph(&keys, &specs, &deps);
+    let (n, keys_bytes, payload) = encode_keyed(&keys, &specs, &deps);
     (payload, n, keys_bytes)
+}
+
+/// [`encode_update_graph`] of core keys.
+fn encode_keyed<D: AsRef<[Key]>>(
+    keys: &[Key],
+    specs: &[Option<&[u8]>],
+    deps: &[D],
+) -> (usize, usize, Vec<u8>) {
+    let put = |k: &Key, out: &mut Vec<u8>| {
+        out.extend_from_slice(k.as_bytes());
+        Ok::<_, std::convert::Infallible>(())
+    };
+    let Ok(encoded) = encode_update_graph(keys, specs, deps, put);
+    encoded
 }
 
 fn key(s: &str) -> Key {
@@ -426,7 +440,7 @@ proptest! {
         let keys: Vec<Key> = (0..n).map(dep_key).collect();
         let specs: Vec<Option<&[u8]>> = tasks.iter().map(|(s, _)| s.as_deref()).collect();
         let deps: Vec<Vec<Key>> = tasks.iter().map(|(_, ds)| ds.iter().map(|&d| dep_key(d)).collect()).collect();
-        let (n, keys_bytes, payload) = encode_update_graph(&keys, &specs, &deps);
+        let (n, keys_bytes, payload) = encode_keyed(&keys, &specs, &deps);
         let decoded = decode_update_graph(&payload, n, keys_bytes).unwrap();
         prop_assert_eq!(decoded.len(), tasks.len());
         for (i, (t, (spec, ds))) in decoded.iter().zip(&tasks).enumerate() {
