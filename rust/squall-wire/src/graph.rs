@@ -17,10 +17,11 @@ use std::sync::Arc;
 
 /// Encodes a graph: `(n, keys_bytes, payload)`. `specs[i]` is task `keys[i]`'s run spec
 /// (None: data); `deps` is empty (no task has dependencies) or holds each task's
-/// dependencies, by key: a key that is not one of `keys` becomes an external key. `put`
-/// appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
-/// to a buffer: the binding encodes Python keys straight into the payload so, with no
-/// allocation per key. Its first error is returned.
+/// dependencies, by key: a key that is not one of `keys` becomes an external key.
+///
+/// `put` appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
+/// to a buffer, so that the binding writes Python keys straight into the payload, with
+/// no allocation per key; its first error is returned.
 ///
 /// # Panics
 ///
@@ -123,6 +124,8 @@ fn dependency_indices<K, D: AsRef<[K]>, E>(
     }
     Ok((external, indices))
 }
+
+/// A count or position of the payload's u32 fields.
 fn as_u32(x: usize) -> u32 {
     u32::try_from(x).expect("update-graph: more than u32::MAX keys or dependencies")
 }
