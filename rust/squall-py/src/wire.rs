@@ -61,9 +61,12 @@ pub fn encode_update_graph<'py>(
         .iter()
         .map(|s| s.as_ref().map(|b| b.as_bytes()))
         .collect();
-    let (n, keys_bytes, payload) =
-        squall_wire::graph::encode_update_graph(&keys, &specs, &deps, put_key_from_py)?;
-    Ok((n, keys_bytes, PyBytes::new(py, &payload)))
+    let g = squall_wire::graph::encode_update_graph(&keys, &specs, &deps, put_key_from_py)?;
+    let payload = PyBytes::new_with(py, g.size(), |out| {
+        g.write_to(out);
+        Ok(())
+    })?;
+    Ok((g.n, g.keys_bytes, payload))
 }
 
 /// Encodes Python keys for the wire (a key list: squall-wire's `keys`).

@@ -15,24 +15,81 @@ use rustc_hash::FxHashMap;
 use squall_core::{DepRef, NewTask, RunSpec};
 use std::sync::Arc;
 
-/// Encodes a graph: `(n, keys_bytes, payload)`. `specs[i]` is task `keys[i]`'s run spec
-/// (None: data); `deps` is empty (no task has dependencies) or holds each task's
-/// dependencies, by key: a key that is not one of `keys` becomes an external key.
+/// An encoded graph, to be written out as its payload ([`write_to`](Self::write_to)
+/// a buffer of [`size`](Self::size) bytes, such as the bytes object the binding fills, or
+/// [`to_vec`](Self::to_vec)).
+pub struct GraphPayload<'s> {
+    pub n: usize,
+    pub keys_bytes: usize,
+    /// The task keys then the external keys, a key list.
+    keys: Vec<u8>,
+    offsets: Vec<u32>,
+    indices: Vec<u32>,
+    specs: &'s [Option<&'s [u8]>],
+}
+
+impl GraphPayload<'_> {
+    /// The payload's length in bytes.
+    pub fn size(&self) -> usize {
+        let spec_bytes: usize = self.specs.iter().flatten().map(|s| s.len()).sum();
+        self.keys_bytes + 8 * self.n + 4 * (self.offsets.len() + self.indices.len()) + spec_bytes
+    }
+
+    /// Writes the payload; `out` is [`size`](Self::size) bytes long.
+    pub fn write_to(&self, out: &mut [u8]) {
+        let (keys, rest) = out.split_at_mut(self.keys_bytes);
+        keys.copy_from_slice(&self.keys);
+        let (sizes, rest) = rest.split_at_mut(8 * self.n);
+        for (b, s) in sizes.chunks_exact_mut(8).zip(self.specs) {
+            let size = s.map_or(-1, |s| i64::try_from(s.len()).expect("spec size fits i64"));
+            b.copy_from_slice(&size.to_le_bytes());
+        }
+        let (offsets, rest) = rest.split_at_mut(4 * self.offsets.len());
+        put_u32s(offsets, &self.offsets);
+        let (indices, mut rest) = rest.split_at_mut(4 * self.indices.len());
+        put_u32s(indices, &self.indices);
+        for s in self.specs.iter().flatten() {
+            let (spec, tail) = rest.split_at_mut(s.len());
+            spec.copy_from_slice(s);
+            rest = tail;
+        }
+        assert!(
+            rest.is_empty(),
+            "update-graph: buffer longer than the payload"
+        );
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0; self.size()];
+        self.write_to(&mut out);
+        out
+    }
+}
+
+fn put_u32s(out: &mut [u8], xs: &[u32]) {
+    for (b, x) in out.chunks_exact_mut(4).zip(xs) {
+        b.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Encodes a graph. `specs[i]` is task `keys[i]`'s run spec (None: data); `deps` is
+/// empty (no task has dependencies) or holds each task's dependencies, by key: a key
+/// that is not one of `keys` becomes an external key.
 ///
 /// `put` appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
-/// to a buffer, so that the binding writes Python keys straight into the payload, with
-/// no allocation per key; its first error is returned.
+/// to a buffer, so that the binding writes Python keys straight into it, with no
+/// allocation per key; its first error is returned.
 ///
 /// # Panics
 ///
 /// If `specs` (or a non-empty `deps`) is not as long as `keys`, or the graph names more
 /// than `u32::MAX` keys or dependencies.
-pub fn encode_update_graph<K, D: AsRef<[K]>, E>(
+pub fn encode_update_graph<'s, K, D: AsRef<[K]>, E>(
     keys: &[K],
-    specs: &[Option<&[u8]>],
+    specs: &'s [Option<&'s [u8]>],
     deps: &[D],
     mut put: impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
-) -> Result<(usize, usize, Vec<u8>), E> {
+) -> Result<GraphPayload<'s>, E> {
     let n = keys.len();
     assert_eq!(specs.len(), n, "update-graph: one spec per task");
     assert!(
@@ -49,26 +106,21 @@ pub fn encode_update_graph<K, D: AsRef<[K]>, E>(
         (Vec::new(), Vec::new())
     };
     out.extend_from_slice(&external);
-    let keys_bytes = out.len();
-    let spec_bytes: usize = specs.iter().flatten().map(|s| s.len()).sum();
-    out.reserve_exact(12 * n + 4 + 4 * indices.len() + spec_bytes);
-    for s in specs {
-        let size = s.map_or(-1, |s| i64::try_from(s.len()).expect("spec size fits i64"));
-        out.extend_from_slice(&size.to_le_bytes());
-    }
     let mut offset = 0u32;
-    out.extend_from_slice(&offset.to_le_bytes());
+    let mut offsets = Vec::with_capacity(n + 1);
+    offsets.push(offset);
     for i in 0..n {
         offset += deps.get(i).map_or(0, |d| as_u32(d.as_ref().len()));
-        out.extend_from_slice(&offset.to_le_bytes());
+        offsets.push(offset);
     }
-    for j in indices {
-        out.extend_from_slice(&j.to_le_bytes());
-    }
-    for s in specs.iter().flatten() {
-        out.extend_from_slice(s);
-    }
-    Ok((n, keys_bytes, out))
+    Ok(GraphPayload {
+        n,
+        keys_bytes: out.len(),
+        keys: out,
+        offsets,
+        indices,
+        specs,
+    })
 }
 
 /// Appends `u32 length | key bytes`, the bytes written by `put`.

@@ -69,8 +69,8 @@ fn encode_keyed<D: AsRef<[Key]>>(
         out.extend_from_slice(k.as_bytes());
         Ok::<_, std::convert::Infallible>(())
     };
-    let Ok(encoded) = encode_update_graph(keys, specs, deps, put);
-    encoded
+    let Ok(g) = encode_update_graph(keys, specs, deps, put);
+    (g.n, g.keys_bytes, g.to_vec())
 }
 
 fn key(s: &str) -> Key {
