@@ -66,8 +66,9 @@ async def scheduler_worker_client() -> tuple[SchedulerServer, comm.Comm, comm.Co
 def test_graph_runs_through_worker_and_client_hears_back() -> None:
     async def main() -> None:
         server, w, c = await scheduler_worker_client()
-        header, payload, _ = update_graph.encode(["a", ("b", 0)], [b"sa", b"sb"], [[], ["a"]])
-        await c.write({**header, "id": 1, "wanted": [1]}, payload)
+        n, kb, payload, _ = update_graph.encode(["a", ("b", 0)], [b"sa", b"sb"], [[], ["a"]])
+        header = {"op": "update-graph", "n": n, "keys_bytes": kb, "id": 1, "wanted": [1]}
+        await c.write(header, payload)
         assert (await next_op(c, "graph-accepted"))[0]["id"] == 1
         for expected in ["a", ("b", 0)]:
             h, payload = await next_op(w, "compute")
@@ -101,7 +102,8 @@ def test_graph_runs_through_worker_and_client_hears_back() -> None:
 def test_worker_death_reschedules_and_errors_reach_the_client() -> None:
     async def main() -> None:
         server, w1, c = await scheduler_worker_client()
-        await c.write(*update_graph.encode(["x"], [b"s"], [[]])[:2])
+        n, kb, payload, _ = update_graph.encode(["x"], [b"s"], [[]])
+        await c.write({"op": "update-graph", "n": n, "keys_bytes": kb}, payload)
         await next_op(w1, "compute")
         w2 = await connect_worker(server.address, "9002")
         await w1.close()  # dies while running x: x moves to w2
@@ -159,8 +161,9 @@ def test_bad_peers_are_refused_without_harm() -> None:
         await c.write({"op": "update-graph", "id": 8, "keys_bytes": 0, "n": "x"})
         h, _ = await next_op(c, "request-failed")
         assert h["id"] == 8
-        header, payload, _ = update_graph.encode(["y"], [b"s"], [[]])
-        await c.write({**header, "id": 9}, payload[:-3])  # truncated
+        n, kb, payload, _ = update_graph.encode(["y"], [b"s"], [[]])
+        header = {"op": "update-graph", "n": n, "keys_bytes": kb, "id": 9}
+        await c.write(header, payload[:-3])  # truncated
         h, _ = await next_op(c, "request-failed")
         assert h["id"] == 9 and "malformed" in h["error"]
         await w.close()

@@ -9,7 +9,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 import squall
-from squall._core import decode_compute, split_call
+from squall._core import decode_compute, decode_keys, split_call
 from squall.protocol import update_graph
 from squall.protocol.specs import call_prefix, load_function, make_spec, run_spec
 
@@ -61,20 +61,29 @@ def test_update_graph_payload_is_decoded_in_rust() -> None:
     c = s.client("c")
     s.submit(c, ["old"], specs=[b"o"], now=0.0)
     keys, specs = [("a", 0), "b", "d"], [b"spec-a", b"spec-b", None]
-    header, payload, index = update_graph.encode(keys, specs, [[], [("a", 0), "old"], []])
-    ids = s.submit_wire(c, payload, header["n"], header["keys_bytes"], now=0.1, wanted=[1])
+    n, kb, payload, index = update_graph.encode(keys, specs, [[], [("a", 0), "old"], ["old"]])
+    assert decode_keys(payload[:kb]) == [*keys, "old"]  # an external key once, after
+    ids = s.submit_wire(c, payload, n, kb, now=0.1, wanted=[1])
     assert len(ids) == 12 and index == {("a", 0): 0, "b": 1, "d": 2}
     b = s.lookup("b")
     assert b is not None
     assert sorted(map(str, s.task_info(b)["dependencies"])) == sorted(map(str, [("a", 0), "old"]))
     assert s.state("d") != "forgotten"
-    for bad in (payload[:-1], payload + b"x", payload[: header["keys_bytes"] - 1]):
+    for bad in (payload[:-1], payload + b"x", payload[: kb - 1]):
         with pytest.raises(ValueError, match=r"malformed|truncated"):
-            s.submit_wire(c, bad, header["n"], header["keys_bytes"], now=0.2)
+            s.submit_wire(c, bad, n, kb, now=0.2)
     with pytest.raises(squall.UnknownDependencyError):
-        h2, p2, _ = update_graph.encode(["e"], [b"e"], [["nope"]])
-        s.submit_wire(c, p2, h2["n"], h2["keys_bytes"], now=0.3)
+        n2, kb2, p2, _ = update_graph.encode(["e"], [b"e"], [["nope"]])
+        s.submit_wire(c, p2, n2, kb2, now=0.3)
     s.validate()
+
+
+def test_update_graph_encoder_refuses_what_it_cannot_send() -> None:
+    for keys, specs, deps in [(["a", "b"], [b"s"], None), (["a"], [b"s"], [[], []])]:
+        with pytest.raises(ValueError, match="one spec and one list of dependencies per key"):
+            update_graph.encode(keys, specs, deps)
+    with pytest.raises(TypeError, match="invalid key"):
+        update_graph.encode(["a"], [b"s"], [[True]])
 
 
 def test_update_graph_without_dependencies_and_map_call_specs() -> None:

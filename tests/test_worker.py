@@ -96,11 +96,14 @@ class Client:
             make_spec(call_prefix(cloudpickle.dumps(f)), args, {}, to_dep)
             for f, args in tasks.values()
         ]
-        header, payload, index = update_graph.encode(
+        n, kb, payload, index = update_graph.encode(
             keys, [s for s, _ in made], [d for _, d in made]
         )
         self._next_id += 1
-        header |= {
+        header = {
+            "op": "update-graph",
+            "n": n,
+            "keys_bytes": kb,
             "id": self._next_id,
             "priority": priority,
             "workers": workers,

@@ -30,6 +30,7 @@ __all__ = [
     "decode_compute",
     "decode_keys",
     "encode_keys",
+    "encode_update_graph",
     "function_cache_size",
     "load_function",
     "order_mapping",
@@ -89,6 +90,11 @@ def decode_compute(
     ]
 ]: ...
 def encode_keys(keys: Sequence[_Key]) -> bytes: ...
+def encode_update_graph(
+    keys: Sequence[_Key],
+    specs: Sequence[bytes | None],
+    deps: Sequence[Sequence[_Key]] | None = None,
+) -> tuple[int, int, bytes]: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
 def call_prefix(function: bytes) -> bytes: ...
 def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...

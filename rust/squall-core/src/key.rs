@@ -65,6 +65,14 @@ impl KeyEncoder {
     pub fn new() -> Self {
         Self::default()
     }
+    /// An encoder appending to `buf` (a payload the key is written straight into).
+    pub fn appending(buf: Vec<u8>) -> Self {
+        Self { buf }
+    }
+    /// `buf` with what was encoded appended.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
     pub fn str(&mut self, s: &str) {
         self.buf.push(T_STR);
         put_varint(&mut self.buf, s.len() as u64);

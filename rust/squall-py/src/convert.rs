@@ -16,6 +16,14 @@ pub fn key_from_py(ob: &Bound<'_, PyAny>) -> PyResult<Key> {
     Ok(e.finish())
 }
 
+/// Appends a Dask key's canonical bytes to `out`, allocating nothing of its own.
+pub fn put_key_from_py(ob: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+    let mut e = KeyEncoder::appending(std::mem::take(out));
+    let r = encode(ob, &mut e, 0);
+    *out = e.into_buffer();
+    r
+}
+
 fn encode(ob: &Bound<'_, PyAny>, e: &mut KeyEncoder, depth: usize) -> PyResult<()> {
     if let Ok(s) = ob.cast::<PyString>() {
         e.str(s.to_str()?);

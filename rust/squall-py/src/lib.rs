@@ -40,7 +40,7 @@ mod _core {
     #[pymodule_export]
     use super::specs::{call_prefix, function_cache_size, load_function, split_call};
     #[pymodule_export]
-    use super::wire::{decode_compute, decode_keys, encode_keys};
+    use super::wire::{decode_compute, decode_keys, encode_keys, encode_update_graph};
     #[pymodule_export]
     use super::worker::{read_executing_record, RunAnswer, WorkerCore};
     use pyo3::prelude::*;

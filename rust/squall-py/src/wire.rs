@@ -1,7 +1,8 @@
 //! The wire codecs' Python face (formats: squall-wire, docs/protocol.md#hot-payload-layouts).
 
-use crate::convert::{key_from_py, key_to_py};
+use crate::convert::{key_from_py, key_to_py, put_key_from_py};
 use crate::errors::wire_error;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use squall_wire::keys::{put_key, read_keys};
@@ -37,6 +38,35 @@ pub fn decode_compute<'py>(
         out.push(item.into_pyobject(py)?);
     }
     Ok(out)
+}
+
+/// Encodes an `update-graph` payload (squall-wire's `graph`): `(n, keys_bytes, payload)`.
+/// `specs[i]` is None for data; `deps` holds each task's dependencies (keys), or is None
+/// when no task has any.
+#[pyfunction]
+#[pyo3(signature = (keys, specs, deps=None))]
+pub fn encode_update_graph<'py>(
+    py: Python<'py>,
+    keys: Vec<Bound<'py, PyAny>>,
+    specs: Vec<Option<Bound<'py, PyBytes>>>,
+    deps: Option<Vec<Vec<Bound<'py, PyAny>>>>,
+) -> PyResult<(usize, usize, Bound<'py, PyBytes>)> {
+    let deps = deps.unwrap_or_default();
+    if specs.len() != keys.len() || !(deps.is_empty() || deps.len() == keys.len()) {
+        return Err(PyValueError::new_err(
+            "update-graph: one spec and one list of dependencies per key",
+        ));
+    }
+    let specs: Vec<Option<&[u8]>> = specs
+        .iter()
+        .map(|s| s.as_ref().map(|b| b.as_bytes()))
+        .collect();
+    let g = squall_wire::graph::encode_update_graph(&keys, &specs, &deps, put_key_from_py)?;
+    let payload = PyBytes::new_with(py, g.size(), |out| {
+        g.write_to(out);
+        Ok(())
+    })?;
+    Ok((g.n, g.keys_bytes, payload))
 }
 
 /// Encodes Python keys for the wire (a key list: squall-wire's `keys`).

@@ -1,17 +1,188 @@
-//! `update-graph`: a client's graph, decoded straight into the core's new tasks.
+//! `update-graph`: a client's graph, encoded by the client and decoded straight into the
+//! core's new tasks. This is the one description of its layout:
 //!
 //! `keys | i64 spec sizes[n] | u32 dep offsets[n + 1] | u32 dep indices | specs`, where
 //! `keys` (`keys_bytes` long, key-list form) holds the n task keys then the external
-//! keys they depend on; task i depends on `indices[offsets[i]..offsets[i + 1]]`; an
-//! index `>= n` names external key `index - n`; a spec size of -1 marks data (no spec).
-//! `n` and `keys_bytes` travel in the frame header.
+//! keys they depend on (keys of tasks from earlier graphs, in the order first named);
+//! task i depends on `indices[offsets[i]..offsets[i + 1]]`; an index `>= n` names
+//! external key `index - n`; a spec size of -1 marks data (no spec); the specs follow in
+//! task order. `n` and `keys_bytes` travel in the frame header.
 
 use crate::error::{WireError, WireResult};
-use crate::keys::read_keys;
+use crate::keys::{put_key, read_keys};
 use crate::reader::Reader;
+use rustc_hash::FxHashMap;
 use squall_core::{DepRef, NewTask, RunSpec};
 use std::sync::Arc;
 
+/// An encoded graph, to be written out as its payload ([`write_to`](Self::write_to)
+/// a buffer of [`size`](Self::size) bytes, such as the bytes object the binding fills, or
+/// [`to_vec`](Self::to_vec)).
+pub struct GraphPayload<'s> {
+    pub n: usize,
+    pub keys_bytes: usize,
+    /// The task keys then the external keys, a key list.
+    keys: Vec<u8>,
+    offsets: Vec<u32>,
+    indices: Vec<u32>,
+    specs: &'s [Option<&'s [u8]>],
+}
+
+impl GraphPayload<'_> {
+    /// The payload's length in bytes.
+    pub fn size(&self) -> usize {
+        let spec_bytes: usize = self.specs.iter().flatten().map(|s| s.len()).sum();
+        self.keys_bytes + 8 * self.n + 4 * (self.offsets.len() + self.indices.len()) + spec_bytes
+    }
+
+    /// Writes the payload; `out` is [`size`](Self::size) bytes long.
+    pub fn write_to(&self, out: &mut [u8]) {
+        let (keys, rest) = out.split_at_mut(self.keys_bytes);
+        keys.copy_from_slice(&self.keys);
+        let (sizes, rest) = rest.split_at_mut(8 * self.n);
+        for (b, s) in sizes.chunks_exact_mut(8).zip(self.specs) {
+            let size = s.map_or(-1, |s| i64::try_from(s.len()).expect("spec size fits i64"));
+            b.copy_from_slice(&size.to_le_bytes());
+        }
+        let (offsets, rest) = rest.split_at_mut(4 * self.offsets.len());
+        put_u32s(offsets, &self.offsets);
+        let (indices, mut rest) = rest.split_at_mut(4 * self.indices.len());
+        put_u32s(indices, &self.indices);
+        for s in self.specs.iter().flatten() {
+            let (spec, tail) = rest.split_at_mut(s.len());
+            spec.copy_from_slice(s);
+            rest = tail;
+        }
+        assert!(
+            rest.is_empty(),
+            "update-graph: buffer longer than the payload"
+        );
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0; self.size()];
+        self.write_to(&mut out);
+        out
+    }
+}
+
+fn put_u32s(out: &mut [u8], xs: &[u32]) {
+    for (b, x) in out.chunks_exact_mut(4).zip(xs) {
+        b.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Encodes a graph. `specs[i]` is task `keys[i]`'s run spec (None: data); `deps` is
+/// empty (no task has dependencies) or holds each task's dependencies, by key: a key
+/// that is not one of `keys` becomes an external key.
+///
+/// `put` appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
+/// to a buffer, so that the binding writes Python keys straight into it, with no
+/// allocation per key; its first error is returned.
+///
+/// # Panics
+///
+/// If `specs` (or a non-empty `deps`) is not as long as `keys`, or the graph names more
+/// than `u32::MAX` keys or dependencies.
+pub fn encode_update_graph<'s, K, D: AsRef<[K]>, E>(
+    keys: &[K],
+    specs: &'s [Option<&'s [u8]>],
+    deps: &[D],
+    mut put: impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
+) -> Result<GraphPayload<'s>, E> {
+    let n = keys.len();
+    assert_eq!(specs.len(), n, "update-graph: one spec per task");
+    assert!(
+        deps.is_empty() || deps.len() == n,
+        "update-graph: dependencies for every task or none"
+    );
+    let mut out = Vec::new();
+    for k in keys {
+        put_key_with(&mut out, k, &mut put)?;
+    }
+    let (external, indices) = if deps.iter().any(|d| !d.as_ref().is_empty()) {
+        dependency_indices(&out, deps, &mut put)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    out.extend_from_slice(&external);
+    let mut offset = 0u32;
+    let mut offsets = Vec::with_capacity(n + 1);
+    offsets.push(offset);
+    for i in 0..n {
+        offset += deps.get(i).map_or(0, |d| as_u32(d.as_ref().len()));
+        offsets.push(offset);
+    }
+    Ok(GraphPayload {
+        n,
+        keys_bytes: out.len(),
+        keys: out,
+        offsets,
+        indices,
+        specs,
+    })
+}
+
+/// Appends `u32 length | key bytes`, the bytes written by `put`.
+fn put_key_with<K, E>(
+    out: &mut Vec<u8>,
+    key: &K,
+    put: &mut impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    put(key, out)?;
+    let len = as_u32(out.len() - at - 4);
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+/// The external keys (a key list, in the order first named) and every dependency's
+/// index into the task keys (`task_keys`, a key list) then the external keys.
+fn dependency_indices<K, D: AsRef<[K]>, E>(
+    task_keys: &[u8],
+    deps: &[D],
+    put: &mut impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
+) -> Result<(Vec<u8>, Vec<u32>), E> {
+    let n = as_u32(deps.len());
+    // A key given twice is the later task, as a dict built from the keys would say.
+    let mut index =
+        FxHashMap::<&[u8], u32>::with_capacity_and_hasher(deps.len(), Default::default());
+    let mut rest = task_keys;
+    for i in 0..n {
+        let (len, tail) = rest.split_first_chunk::<4>().expect("n keys written");
+        let (key, tail) = tail.split_at(u32::from_le_bytes(*len) as usize);
+        index.insert(key, i);
+        rest = tail;
+    }
+    let mut external_index = FxHashMap::<Box<[u8]>, u32>::default();
+    let mut external = Vec::new();
+    let mut indices = Vec::with_capacity(deps.iter().map(|d| d.as_ref().len()).sum());
+    let mut key = Vec::new();
+    for d in deps.iter().flat_map(AsRef::as_ref) {
+        key.clear();
+        put(d, &mut key)?;
+        let j = if let Some(&j) = index.get(&key[..]) {
+            j
+        } else if let Some(&e) = external_index.get(&key[..]) {
+            n + e
+        } else {
+            let e = as_u32(external_index.len());
+            external_index.insert(key[..].into(), e);
+            put_key(&mut external, &key);
+            n + e
+        };
+        indices.push(j);
+    }
+    Ok((external, indices))
+}
+
+/// A count or position of the payload's u32 fields.
+fn as_u32(x: usize) -> u32 {
+    u32::try_from(x).expect("update-graph: more than u32::MAX keys or dependencies")
+}
+
+/// Decodes a graph encoded by [`encode_update_graph`] into the core's new tasks.
 pub fn decode_update_graph(
     payload: &[u8],
     n: usize,

@@ -3,7 +3,7 @@
 
 use crate::addresses::AddressTable;
 use crate::compute::{decode_compute, encode_compute, put_task, ComputeDep, ComputeTask, TaskHead};
-use crate::graph::decode_update_graph;
+use crate::graph::{decode_update_graph, encode_update_graph};
 use crate::keys::{put_key, read_keys, write_keys};
 use crate::notices::encode_notices;
 use crate::packed;
@@ -47,30 +47,30 @@ fn encode_tasks(tasks: &[ComputeTask<'_>]) -> (Vec<String>, Vec<u8>) {
     (table.into_addresses(), out)
 }
 
-/// A task of [`encode_graph`]: key, spec (None = data), dependency indices.
-type GraphTask<'a> = (Key, Option<&'a [u8]>, Vec<u32>);
+/// A task of [`encode_graph`]: key, spec (None = data), dependencies.
+type GraphTask<'a> = (Key, Option<&'a [u8]>, Vec<Key>);
 
-/// `squall.update_graph.encode`'s format: (payload, n, keys_bytes).
-fn encode_graph(tasks: &[GraphTask<'_>], external: &[Key]) -> (Vec<u8>, usize, usize) {
-    let keys = tasks.iter().map(|t| &t.0).chain(external);
-    let mut out = write_keys(keys.map(Key::as_bytes));
-    let keys_bytes = out.len();
-    for (_, spec, _) in tasks {
-        packed::put(&mut out, spec.map_or(-1, |s| s.len() as i64));
-    }
-    let mut offset = 0u32;
-    packed::put(&mut out, offset);
-    for (_, _, deps) in tasks {
-        offset += deps.len() as u32;
-        packed::put(&mut out, offset);
-    }
-    for (_, _, deps) in tasks {
-        deps.iter().for_each(|&d| packed::put(&mut out, d));
-    }
-    for (_, spec, _) in tasks {
-        out.extend_from_slice(spec.unwrap_or(&[]));
-    }
-    (out, tasks.len(), keys_bytes)
+/// [`encode_update_graph`] of tasks given one by one: (payload, n, keys_bytes).
+fn encode_graph(tasks: &[GraphTask<'_>]) -> (Vec<u8>, usize, usize) {
+    let keys: Vec<Key> = tasks.iter().map(|t| t.0.clone()).collect();
+    let specs: Vec<Option<&[u8]>> = tasks.iter().map(|t| t.1).collect();
+    let deps: Vec<&[Key]> = tasks.iter().map(|t| &t.2[..]).collect();
+    let (n, keys_bytes, payload) = encode_keyed(&keys, &specs, &deps);
+    (payload, n, keys_bytes)
+}
+
+/// [`encode_update_graph`] of core keys.
+fn encode_keyed<D: AsRef<[Key]>>(
+    keys: &[Key],
+    specs: &[Option<&[u8]>],
+    deps: &[D],
+) -> (usize, usize, Vec<u8>) {
+    let put = |k: &Key, out: &mut Vec<u8>| {
+        out.extend_from_slice(k.as_bytes());
+        Ok::<_, std::convert::Infallible>(())
+    };
+    let Ok(g) = encode_update_graph(keys, specs, deps, put);
+    (g.n, g.keys_bytes, g.to_vec())
 }
 
 fn key(s: &str) -> Key {
@@ -218,10 +218,17 @@ fn keys_round_trip() {
 fn update_graph_round_trips() {
     let tasks = [
         (tuple_key("a", 0), Some(&b"spec-a"[..]), vec![]),
-        (key("b"), Some(&b""[..]), vec![0, 3]),
-        (key("d"), None, vec![1]),
+        (
+            key("b"),
+            Some(&b""[..]),
+            vec![tuple_key("a", 0), key("old")],
+        ),
+        (key("d"), None, vec![key("b"), key("old")]),
     ];
-    let (payload, n, keys_bytes) = encode_graph(&tasks, &[key("old")]);
+    let (payload, n, keys_bytes) = encode_graph(&tasks);
+    // The external key once, after the task keys.
+    let keys = read_keys(&payload[..keys_bytes]).unwrap();
+    assert_eq!(keys, [tuple_key("a", 0), key("b"), key("d"), key("old")]);
     let decoded = decode_update_graph(&payload, n, keys_bytes).unwrap();
     let expected = [
         NewTask::new(tuple_key("a", 0), vec![], spec(b"spec-a")),
@@ -230,7 +237,11 @@ fn update_graph_round_trips() {
             vec![DepRef::Local(0), DepRef::Key(key("old"))],
             spec(b""),
         ),
-        NewTask::new(key("d"), vec![DepRef::Local(1)], None),
+        NewTask::new(
+            key("d"),
+            vec![DepRef::Local(1), DepRef::Key(key("old"))],
+            None,
+        ),
     ];
     assert_eq!(decoded.len(), expected.len());
     for (d, e) in decoded.iter().zip(&expected) {
@@ -290,9 +301,9 @@ fn every_truncation_is_an_error() {
     assert_prefixes_fail(&payload, read_keys);
     let tasks = [
         (key("a"), Some(&b"sa"[..]), vec![]),
-        (key("b"), None, vec![0, 2]),
+        (key("b"), None, vec![key("a"), key("ext")]),
     ];
-    let (payload, n, keys_bytes) = encode_graph(&tasks, &[key("ext")]);
+    let (payload, n, keys_bytes) = encode_graph(&tasks);
     assert_prefixes_fail(&payload, |p| decode_update_graph(p, n, keys_bytes));
 }
 
@@ -314,10 +325,10 @@ fn counts_beyond_the_bytes_present_are_refused_before_allocating() {
         ),
         "{err}"
     );
-    let (payload, _, keys_bytes) = encode_graph(&[], &[]);
+    let (payload, _, keys_bytes) = encode_graph(&[]);
     let err = decode_update_graph(&payload, usize::MAX, keys_bytes).unwrap_err();
     assert!(matches!(err, WireError::TooFewKeys { .. }), "{err}");
-    let (payload, _, keys_bytes) = encode_graph(&[(key("a"), None, vec![])], &[]);
+    let (payload, _, keys_bytes) = encode_graph(&[(key("a"), None, vec![])]);
     let err = decode_update_graph(&payload[..keys_bytes], 1, keys_bytes).unwrap_err();
     assert!(
         matches!(err, WireError::CountTooLarge { what: "tasks", .. }),
@@ -333,7 +344,9 @@ fn bad_indices_offsets_and_keys_are_errors() {
         matches!(err, WireError::BadIndex { what: "holder", .. }),
         "{err}"
     );
-    let (payload, n, kb) = encode_graph(&[(key("a"), None, vec![5])], &[]);
+    let (mut payload, n, kb) = encode_graph(&[(key("a"), None, vec![key("x")])]);
+    // sizes[1], offsets[2], then the index of "x" (1), made 5.
+    payload[kb + 16..kb + 20].copy_from_slice(&5u32.to_le_bytes());
     let err = decode_update_graph(&payload, n, kb).unwrap_err();
     assert!(
         matches!(
@@ -346,7 +359,7 @@ fn bad_indices_offsets_and_keys_are_errors() {
         ),
         "{err}"
     );
-    let (mut payload, n, kb) = encode_graph(&[(key("a"), None, vec![])], &[]);
+    let (mut payload, n, kb) = encode_graph(&[(key("a"), None, vec![])]);
     payload[kb + 8..kb + 12].copy_from_slice(&1u32.to_le_bytes()); // offsets [1, 0]
     assert_eq!(
         decode_update_graph(&payload, n, kb).unwrap_err(),
@@ -408,10 +421,47 @@ proptest! {
     #[test]
     fn mutated_update_graph_never_panics(b in mutated(encode_graph(&[
         (key("a"), Some(&b"sa"[..]), vec![]),
-        (tuple_key("b", 2), None, vec![0, 2]),
-    ], &[key("ext")]).0), n in 0usize..4) {
+        (tuple_key("b", 2), None, vec![key("a"), key("ext")]),
+    ]).0), n in 0usize..4) {
         let keys_bytes = write_keys([key("a"), tuple_key("b", 2), key("ext")].iter().map(Key::as_bytes)).len();
         decode_all(&b, n, keys_bytes);
+    }
+
+    /// Any graph decodes to its tasks (a dependency on a task of the graph by its index,
+    /// on any other key by the key), and every truncation of it is an error.
+    #[test]
+    fn arbitrary_graphs_round_trip(tasks in prop::collection::vec((
+        prop::option::of(prop::collection::vec(any::<u8>(), 0..8)),
+        prop::collection::vec(0usize..10, 0..4),
+    ), 0..6)) {
+        let n = tasks.len();
+        // Dependency d names task d if there is one, else external key ("ext", d).
+        let dep_key = |d: usize| if d < n { tuple_key("t", d as i64) } else { tuple_key("ext", d as i64) };
+        let keys: Vec<Key> = (0..n).map(dep_key).collect();
+        let specs: Vec<Option<&[u8]>> = tasks.iter().map(|(s, _)| s.as_deref()).collect();
+        let deps: Vec<Vec<Key>> = tasks.iter().map(|(_, ds)| ds.iter().map(|&d| dep_key(d)).collect()).collect();
+        let (n, keys_bytes, payload) = encode_keyed(&keys, &specs, &deps);
+        let decoded = decode_update_graph(&payload, n, keys_bytes).unwrap();
+        prop_assert_eq!(decoded.len(), tasks.len());
+        for (i, (t, (spec, ds))) in decoded.iter().zip(&tasks).enumerate() {
+            let expected: Vec<DepRef> = ds.iter().map(|&d| {
+                if d < n { DepRef::Local(d as u32) } else { DepRef::Key(dep_key(d)) }
+            }).collect();
+            prop_assert_eq!(&t.key, &keys[i]);
+            prop_assert_eq!(&t.deps, &expected);
+            prop_assert_eq!(t.run_spec.as_deref(), spec.as_deref());
+        }
+        // The external keys, each once, in the order first named.
+        let mut external: Vec<Key> = Vec::new();
+        for d in tasks.iter().flat_map(|(_, ds)| ds).filter(|&&d| d >= n) {
+            if !external.contains(&dep_key(*d)) {
+                external.push(dep_key(*d));
+            }
+        }
+        prop_assert_eq!(read_keys(&payload[..keys_bytes]).unwrap(), [keys, external].concat());
+        for end in 0..payload.len() {
+            prop_assert!(decode_update_graph(&payload[..end], n, keys_bytes).is_err());
+        }
     }
 
     #[test]
