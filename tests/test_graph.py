@@ -20,7 +20,7 @@ import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
 
 from squall.dask import graphs as graph
-from squall.gc_pause import gc_paused
+from squall.dask.gc_pause import gc_paused
 from squall.protocol.specs import run_spec
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -9,7 +9,8 @@ import sys
 import time
 
 import squall
-from squall.deploy.local import _run, scheduler_info
+from squall.deploy.local import scheduler_info
+from squall.deploy.requests import run_sync
 
 # Every public name squall has had, by kind: a name leaves only on purpose.
 CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
@@ -46,7 +47,7 @@ def test_python_m_scheduler_and_worker() -> None:
         args = [address, "--nthreads", "2", "--name", "w", "--death-timeout", "1s"]
         worker = subprocess.Popen([sys.executable, "-m", "squall.worker", *args])
         deadline = time.monotonic() + 30
-        while not (workers := _run(scheduler_info(address))["workers"]):
+        while not (workers := run_sync(scheduler_info(address))["workers"]):
             assert time.monotonic() < deadline, "the worker did not join"
             assert worker.poll() is None, "the worker exited"
             time.sleep(0.05)

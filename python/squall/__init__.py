@@ -15,7 +15,7 @@ from squall._core import (
     UnknownWorkerError,
     __version__,
 )
-from squall.client.client import Client
+from squall.client.client import Client, get_client
 from squall.client.futures import Future, fire_and_forget
 from squall.client.performance_report import performance_report
 from squall.client.task_stream import get_task_stream
@@ -23,7 +23,7 @@ from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.diagnostics import progress
-from squall.worker.context import get_client, get_worker, rejoin, secede
+from squall.worker.context import get_worker, rejoin, secede
 
 __all__ = [
     "Client",

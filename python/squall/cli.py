@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from squall import sim
+from squall.scheduler import launcher as scheduler
+from squall.tools import bench, bench_e2e, demo
+from squall.worker import launcher as worker
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="squall", description=__doc__)
@@ -54,30 +59,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "scheduler":
-        from squall.scheduler import launcher as scheduler
-
         return scheduler.main(argv[1:])
     if argv and argv[0] == "worker":
-        from squall.worker import launcher as worker
-
         return worker.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
-        from squall.tools import demo
-
         return demo.main(args.tasks)
     if args.command == "sim":
-        from squall import sim
-
         return sim.main(args)
     if args.command == "bench" and args.suite == "core":
-        from squall.tools import bench
-
         bench.main(args.tasks, args.repeat, args.json, not args.no_dask)
         return 0
     if args.command == "bench" and args.suite == "e2e":
-        from squall.tools import bench_e2e
-
         bench_e2e.main(
             systems=tuple(args.systems.split(",")),
             workloads=tuple(args.workloads.split(",")),

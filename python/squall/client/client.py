@@ -24,15 +24,21 @@ from typing import Any, Literal
 from squall.client import display
 from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
-from squall.client.default import become_default, prefer_task_shuffle, stop_being_default
+from squall.client.default import (
+    become_default,
+    default_client,
+    prefer_task_shuffle,
+    stop_being_default,
+)
 from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, FutureState, Key
 from squall.client.submission import Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
 from squall.protocol import messages as m
+from squall.protocol.tracebacks import user_frames
 from squall.security import Security
-from squall.tracebacks import user_frames
+from squall.worker.context import get_worker
 
 
 class Client:
@@ -583,3 +589,27 @@ class Client:
             return self.connection.sync(
                 func, *args, asynchronous=asynchronous, callback_timeout=callback_timeout, **kwargs
             )
+
+
+def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:
+    """A client for tasks to submit work: on a worker, one client per worker connected
+    to its scheduler; elsewhere the default client (or a new one for ``address``)."""
+    try:
+        worker = get_worker()
+    except ValueError:
+        pass
+    else:
+        if address is None or address == worker.scheduler_address:
+            seconds = 10 if timeout is None else timeout
+            return worker.task_client(
+                lambda: Client(worker.scheduler_address, timeout=seconds, security=worker.security)
+            )
+    try:
+        client = default_client()
+    except ValueError:
+        if address is None:
+            raise ValueError("No global client found and no address provided") from None
+    else:
+        if address is None or client.address == address:
+            return client
+    return Client(address, timeout=10 if timeout is None else timeout)

@@ -30,8 +30,8 @@ from squall.protocol import messages as m
 from squall.protocol.dispatch import Handlers
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
+from squall.protocol.tracebacks import user_frames
 from squall.security import Security
-from squall.tracebacks import user_frames
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("squall.client")
 
 R = TypeVar("R", bound=m.Message)
+
+#: What ``Client()`` without an address starts: ``LocalCluster``, which registers itself
+#: here when imported (``import squall`` does): the deployers sit above the client.
+start_local_cluster: Callable[..., Any] | None = None
 RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
 #: The reason futures are cancelled with when the scheduler is lost (as distributed's).
 CONNECTION_LOST = "scheduler-connection-lost"
@@ -71,9 +75,9 @@ class ClientConnection:
             require_running_loop()  # before starting a cluster nothing would close
         self.own_cluster: Any = None
         if address is None:
-            from squall.deploy.local import LocalCluster
-
-            self.own_cluster = address = LocalCluster(security=security, **kwargs)
+            if start_local_cluster is None:
+                raise RuntimeError("Client() needs an address: squall.deploy is not imported")
+            self.own_cluster = address = start_local_cluster(security=security, **kwargs)
         #: The cluster object this client was given or started (``Client(cluster)``,
         #: ``Client()``), as distributed's ``Client.cluster``; None for an address.
         self.cluster: Any = None if isinstance(address, str) else address

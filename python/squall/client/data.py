@@ -29,7 +29,7 @@ from squall.client.workers import ClusterOps
 from squall.errors import RemoteError
 from squall.protocol import comm
 from squall.protocol import messages as m
-from squall.tracebacks import user_frames
+from squall.protocol.tracebacks import user_frames
 
 if TYPE_CHECKING:
     from squall.client.client import Client

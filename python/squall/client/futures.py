@@ -22,9 +22,9 @@ from dask.base import is_dask_collection
 from squall._core import encode_keys
 from squall.client.default import default_client
 from squall.errors import FutureCancelledError
-from squall.nested import DESCEND, DROP, rebuild
 from squall.protocol import messages as m
-from squall.tracebacks import user_frames
+from squall.protocol.nested import DESCEND, DROP, rebuild
+from squall.protocol.tracebacks import user_frames
 
 if TYPE_CHECKING:
     from squall.client.client import Client

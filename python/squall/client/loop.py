@@ -12,7 +12,7 @@ from typing import Any
 
 from dask.utils import parse_timedelta
 
-from squall.tracebacks import user_frames
+from squall.protocol.tracebacks import user_frames
 
 
 def timeout_seconds(timeout: float | str | None) -> float | None:

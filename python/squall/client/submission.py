@@ -41,6 +41,7 @@ from squall.client.data import DataMovement
 from squall.client.futures import Future, Key, dep_key, futures_of
 from squall.client.loop import timeout_seconds
 from squall.client.unique import unique_ids
+from squall.dask.gc_pause import gc_paused
 from squall.dask.graphs import (
     compute_expr,
     expr_of_graph,
@@ -50,7 +51,6 @@ from squall.dask.graphs import (
     persist_expr,
 )
 from squall.diagnostics.dask_progress import dask_progress_bars
-from squall.gc_pause import gc_paused
 from squall.protocol import messages as m
 from squall.protocol import update_graph
 from squall.protocol.specs import call_prefix, make_spec

@@ -30,8 +30,8 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
-from squall.gc_pause import gc_paused
-from squall.nested import DESCEND, rebuild
+from squall.dask.gc_pause import gc_paused
+from squall.protocol.nested import DESCEND, rebuild
 from squall.protocol.specs import load_function
 
 Key = Hashable

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from squall import config
 from squall.client.loop import timeout_seconds
-from squall.deploy.scaling import ask
+from squall.deploy.requests import ask, run_sync
 from squall.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -67,15 +67,13 @@ class Adaptive:
 
     def step(self) -> None:
         """Ask for the target once and act on it."""
-        from squall.deploy.local import _run
-
         request = m.AdaptiveTarget(
             target_duration=self.target_duration,
             minimum=self.minimum,
             maximum=None if math.isinf(self.maximum) else int(self.maximum),
         )
         cluster = self.scaling.cluster
-        reply = _run(
+        reply = run_sync(
             ask(cluster.scheduler_address, request, m.AdaptiveTargetReply, cluster.security)
         )
         target, planned = reply.target, len(self.scaling.alive())

@@ -13,20 +13,18 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from squall import config
-from squall.client import display
+from squall.client import connection, display
 from squall.deploy.adaptive import Adaptive
 from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
-from squall.deploy.scaling import Scaling, ask
+from squall.deploy.requests import ask, run_sync
+from squall.deploy.scaling import Scaling, stop_processes
 from squall.deploy.shape import default_shape
 from squall.protocol import comm
 from squall.protocol import messages as m
@@ -203,7 +201,7 @@ class LocalCluster:
         return display.dashboard_link(self.scheduler_address, port, scheme or "http")
 
     def scheduler_info(self) -> dict[str, Any]:
-        return _run(scheduler_info(self.scheduler_address, self.security))
+        return run_sync(scheduler_info(self.scheduler_address, self.security))
 
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         """Wait until ``n`` workers run: one request the scheduler answers when they do
@@ -211,7 +209,7 @@ class LocalCluster:
         ``TimeoutError`` after ``timeout`` (a scheduler that does not answer at all: a
         connect timeout later, or a ``CommError`` naming it); ``RuntimeError`` at once
         if one of this cluster's worker processes exits meanwhile."""
-        _run(self._wait_for_workers(n, timeout))
+        run_sync(self._wait_for_workers(n, timeout))
 
     async def _wait_for_workers(self, n: int, timeout: float) -> None:
         request = m.WaitForWorkers(n_workers=n, timeout=timeout)
@@ -282,8 +280,8 @@ class LocalCluster:
             self._embedded = None
         # Workers first, so none of them sees its scheduler vanish and warns about it.
         grace = 10.0 if timeout is None else timeout
-        _stop(self._procs, grace)
-        _stop([self._scheduler] if self._scheduler else [], grace)
+        stop_processes(self._procs, grace)
+        stop_processes([self._scheduler] if self._scheduler else [], grace)
         if self._scheduler is not None and self._scheduler.stdout is not None:
             self._scheduler.stdout.close()
         self._procs.clear()
@@ -319,26 +317,4 @@ def print_level_flags(silence_logs: int | str | Literal[False] | None) -> list[s
     return ["--print-level", config.log_level(str(name))]
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(coro)``, also on a thread whose loop is running (an asynchronous
-    ``Client()`` starting its cluster), where it runs on a thread of its own."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-def _stop(procs: list[subprocess.Popen[str]], grace: float) -> None:
-    """SIGTERM, then SIGKILL whatever is still running ``grace`` seconds later."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+connection.start_local_cluster = LocalCluster

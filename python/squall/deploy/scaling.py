@@ -8,48 +8,19 @@ import logging
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from squall.protocol import comm
+from squall.deploy.adaptive import Adaptive
+from squall.deploy.requests import ask, run_sync
 from squall.protocol import messages as m
-from squall.security import Security
 
 if TYPE_CHECKING:
-    from squall.deploy.adaptive import Adaptive
     from squall.deploy.local import LocalCluster
 
 logger = logging.getLogger("squall.deploy")
 
 #: How long retired workers' processes may take to exit before they are stopped.
 EXIT_GRACE = 10.0
-
-
-R = TypeVar("R", bound=m.Message)
-
-
-async def ask(
-    address: str, request: m.Request, answer: type[R], security: Security | None = None
-) -> R:
-    """One request to a scheduler on a connection of its own; its ``answer`` (a
-    ``request-failed`` raises RuntimeError)."""
-    c = await comm.connect(
-        address,
-        role="client",
-        info={"client": f"{request.op()}-request", "one_request": True},
-        security=security,
-    )
-    try:
-        await c.read()  # registered
-        request.id = 0
-        await c.write(request)
-        while True:
-            for msg, _ in await c.read_messages():
-                if isinstance(msg, m.RequestFailed):
-                    raise RuntimeError(f"scheduler: {msg.error}")
-                if isinstance(msg, answer):
-                    return msg
-    finally:
-        await c.close()
 
 
 def worker_name(proc: subprocess.Popen[str]) -> str:
@@ -108,10 +79,8 @@ class Scaling:
     def retire(self, *, n: int | None = None, workers: list[str] | None = None) -> list[str]:
         """Retire ``n`` workers of the scheduler's choice, or these (addresses),
         closing them; then stop what is left of them. Returns the addresses retired."""
-        from squall.deploy.local import _run
-
         request = m.RetireWorkers(workers=workers, n=n, close_workers=True)
-        reply = _run(
+        reply = run_sync(
             ask(
                 self.cluster.scheduler_address,
                 request,
@@ -127,8 +96,6 @@ class Scaling:
     def stop(self, names: list[str]) -> None:
         """Wait (bounded) for these workers to leave, stop those that do not, and
         forget them."""
-        from squall.deploy.local import _stop
-
         embedded = self.cluster._embedded
         if embedded is not None:
             embedded.remove_workers(set(names), EXIT_GRACE)
@@ -140,13 +107,11 @@ class Scaling:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 logger.warning("worker %s did not exit; stopping it", worker_name(p))
-        _stop(procs, EXIT_GRACE)
+        stop_processes(procs, EXIT_GRACE)
         gone = set(map(id, procs))
         self.cluster._procs[:] = [p for p in self.cluster._procs if id(p) not in gone]
 
     def adapt(self, **kwargs: Any) -> Adaptive:
-        from squall.deploy.adaptive import Adaptive
-
         self.stop_adapting()
         self.adaptive = Adaptive(self, **kwargs)
         return self.adaptive
@@ -155,3 +120,17 @@ class Scaling:
         if self.adaptive is not None:
             self.adaptive.stop()
             self.adaptive = None
+
+
+def stop_processes(procs: list[subprocess.Popen[str]], grace: float) -> None:
+    """SIGTERM, then SIGKILL whatever is still running ``grace`` seconds later."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -4,7 +4,7 @@ A task's exception (or ``Client.run``'s) is sent as ``cloudpickle(exception)``
 (``n_exception`` bytes) followed by ``pickle(traceback)`` with tblib's traceback
 pickling, so the client re-raises the remote frames; the header's ``exception_text``
 (``repr``) and ``traceback_text`` (the formatted traceback) still describe an exception
-that cannot be unpickled. Tracebacks start in the user's code (:mod:`squall.tracebacks`),
+that cannot be unpickled. Tracebacks start in the user's code (:mod:`squall.protocol.tracebacks`),
 as distributed's workers send them.
 
 An exception that does not survive a pickle round trip (arguments that cannot be
@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 import cloudpickle  # type: ignore[import-untyped]
 from tblib import pickling_support  # type: ignore[import-untyped]
 
-from squall import tracebacks
 from squall._core import decode_keys
 from squall.errors import KilledWorker, RemoteError
 from squall.protocol import messages as m
+from squall.protocol import tracebacks
 
 # Pickle tracebacks with tblib (as distributed does), so clients can re-raise remotely.
 copyreg.pickle(types.TracebackType, pickling_support.pickle_traceback)

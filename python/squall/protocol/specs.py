@@ -25,7 +25,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from squall._core import call_prefix, load_function, split_call
-from squall.nested import DESCEND, rebuild
+from squall.protocol.nested import DESCEND, rebuild
 
 __all__ = [
     "PLAIN_TYPES",

@@ -15,10 +15,12 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from squall import config, log_ring
 from squall._core import Scheduler
+from squall.http.scheduler_routes import STATIC, api_enabled, scheduler_routes
+from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.protocol import comm, liveness
 from squall.protocol import messages as m
 from squall.scheduler.client_diagnostics import ClientDiagnostics
@@ -31,9 +33,6 @@ from squall.scheduler.peer import Peer
 from squall.scheduler.task_stream import TaskStream
 from squall.scheduler.worker_room import WorkerRoom
 from squall.security import Security
-
-if TYPE_CHECKING:
-    from squall.http.server import HttpServer
 
 logger = logging.getLogger("squall.scheduler")
 
@@ -135,10 +134,7 @@ class SchedulerServer:
 
     async def _serve_http(self, address: str | int, bind_host: str) -> None:
         """The dashboard and HTTP routes; a dashboard address without a host binds the
-        interface the scheduler binds. Imported here: tornado is needed only then."""
-        from squall.http.scheduler_routes import STATIC, api_enabled, scheduler_routes
-        from squall.http.server import HttpServer, dashboard_tls, parse_http_address
-
+        interface the scheduler binds."""
         self.http = HttpServer(scheduler_routes(self), static_path=STATIC)
         await self.http.start(*parse_http_address(address, bind_host), tls=dashboard_tls())
         logger.info("dashboard at %s", self.http.url("/status"))

@@ -19,10 +19,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import add
 from typing import Any
+
+from dask.order import order as dask_order
 
 from squall import _core
 from squall._core import Scheduler
+from squall.dask.ordering import order as squall_order
 from squall.protocol import update_graph
 
 #: Whether ``squall._core`` is the bench build: its counting allocator (``heap_bytes``)
@@ -196,8 +200,6 @@ def ingest(graph: Graph) -> tuple[float, float | None, float]:
 
 def dask_tree(n_leaves: int) -> dict[Any, Any]:
     """The tree reduction as a legacy dask graph."""
-    from operator import add
-
     return {
         key: (add, *deps) if len(deps) == 2 else (int, deps[0] if deps else key[1])
         for key, deps in _tree(n_leaves)
@@ -206,10 +208,6 @@ def dask_tree(n_leaves: int) -> dict[Any, Any]:
 
 def order_compare(n_leaves: int) -> Iterator[Row]:
     """squall.order vs dask.order on the same legacy dask graph, one process."""
-    from dask.order import order as dask_order
-
-    from squall.dask.ordering import order as squall_order
-
     dsk = dask_tree(n_leaves)
     n = len(dsk)
     t0 = time.perf_counter()

@@ -26,6 +26,11 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from squall.client.client import Client
+from squall.client.waiting import wait as squall_wait
+from squall.deploy.local import LocalCluster
+from squall.tools.browser import chromium, open_page
+
 SYSTEMS = ("squall", "dask")
 
 
@@ -95,9 +100,6 @@ def cluster(
     dashboard only if ``dashboard`` (squall's always does)."""
     workers, threads, nanny, tls = shape.workers, shape.threads, shape.nanny, shape.tls
     if system == "squall":
-        from squall.client.client import Client
-        from squall.deploy.local import LocalCluster
-
         with LocalCluster(
             n_workers=workers, threads_per_worker=threads, nanny=nanny, security=tls
         ) as c:
@@ -107,7 +109,7 @@ def cluster(
         return
     if tls:
         raise ValueError("--tls measures squall only (--systems squall)")
-    from distributed import Client as DaskClient
+    from distributed import Client as DaskClient  # the bench extra: measured only here
 
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
@@ -156,10 +158,11 @@ def _cpu(p: psutil.Process) -> float:
 
 def _wait(client: Any, futures: list[Any]) -> None:
     if type(client).__module__.startswith("squall"):
-        from squall.client.waiting import wait
+        squall_wait(futures)
     else:
-        from distributed import wait
-    wait(futures)
+        from distributed import wait  # the bench extra
+
+        wait(futures)  # type: ignore[no-untyped-call]
 
 
 def run_map(client: Any, n: int) -> int:
@@ -264,7 +267,6 @@ def with_dashboard(system: str, name: str, size: int, repeat: int, shape: Shape)
     the runs favours neither). For squall, also how live its page stayed: update
     latency and the longest gap between updates (distributed's Bokeh page is measured
     only by what it costs)."""
-    from squall.tools.browser import chromium, open_page
 
     fn = WORKLOADS[name][0]
     closed: list[Run] = []

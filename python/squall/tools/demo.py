@@ -9,6 +9,10 @@ import operator
 import time
 from typing import Any
 
+from dask.delayed import delayed
+
+from squall.client.client import Client
+
 
 def inc(x: int) -> int:
     return x + 1
@@ -20,10 +24,6 @@ def _line(what: str, tasks: int, seconds: float, result: Any) -> None:
 
 
 def main(n: int = 100_000) -> int:
-    from dask.delayed import delayed
-
-    from squall.client.client import Client
-
     t0 = time.perf_counter()
     with Client() as client:
         info = client.scheduler_info()

@@ -1,4 +1,5 @@
-"""What tasks can ask of their worker: ``get_worker``, ``get_client``, ``secede``, ``rejoin``.
+"""What tasks can ask of their worker: ``get_worker``, ``secede``, ``rejoin``
+(``get_client`` is the client's: squall.client.client).
 
 They behave as ``distributed``'s.
 
@@ -13,10 +14,9 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from squall.client.client import Client
     from squall.worker.worker import Worker
 
-__all__ = ["get_client", "get_worker", "rejoin", "secede"]
+__all__ = ["get_worker", "rejoin", "secede"]
 
 _task = threading.local()
 #: Running workers of this process, oldest first.
@@ -50,30 +50,6 @@ def get_worker() -> Worker:
         if w.status in ("running", "reconnecting"):
             return w
     raise ValueError("No worker found")
-
-
-def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:
-    """A client for tasks to submit work: on a worker, one client per worker connected
-    to its scheduler; elsewhere the default client (or a new one for ``address``)."""
-    from squall.client.client import Client
-    from squall.client.default import default_client
-
-    try:
-        worker = get_worker()
-    except ValueError:
-        pass
-    else:
-        if address is None or address == worker.scheduler_address:
-            return worker._get_client(timeout)
-    try:
-        client = default_client()
-    except ValueError:
-        if address is None:
-            raise ValueError("No global client found and no address provided") from None
-    else:
-        if address is None or client.address == address:
-            return client
-    return Client(address, timeout=10 if timeout is None else timeout)
 
 
 def secede() -> None:

@@ -27,6 +27,7 @@ from squall.deploy.shape import default_shape
 from squall.http import options as http_options
 from squall.protocol import comm, liveness
 from squall.worker.memory import default_memory_limit, parse_memory_limit
+from squall.worker.nanny import run_nanny
 from squall.worker.worker import Worker
 
 logger = logging.getLogger("squall.worker")
@@ -204,8 +205,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
     if args.nanny:
-        from squall.worker.nanny import run_nanny
-
         command = worker_command(args, args.name)
         return run_nanny(args.scheduler, command, args.death_timeout, memory_limit)
     try:

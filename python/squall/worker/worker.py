@@ -39,13 +39,15 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psutil  # type: ignore[import-untyped]
 
 from squall import config, log_ring
 from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
+from squall.http.server import HttpServer, dashboard_tls, parse_http_address
+from squall.http.worker_routes import worker_routes
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.protocol.remote_errors import error_fields, pack_error
@@ -66,7 +68,6 @@ from squall.worker.spill import Spilled, SpillStore
 
 if TYPE_CHECKING:
     from squall.client.client import Client
-    from squall.http.server import HttpServer
 
 logger = logging.getLogger("squall.worker")
 
@@ -275,9 +276,6 @@ class Worker:
         """``/health`` and ``/metrics`` on the interface the worker binds unless the
         address names another, over HTTPS with the scheduler's dashboard certificate
         (as Dask's workers). Imported here: tornado is needed only then."""
-        from squall.http.server import HttpServer, dashboard_tls, parse_http_address
-        from squall.http.worker_routes import worker_routes
-
         self.http = HttpServer(worker_routes(self))
         host, port = parse_http_address(address, comm.parse_address(self.address)[0])
         await self.http.start(host, port, tls=dashboard_tls())
@@ -610,17 +608,12 @@ class Worker:
         if need_thread:  # the seceded task keeps its thread
             self._start_thread()
 
-    def _get_client(self, timeout: float | str | None = None) -> Client:
-        """``get_client()`` inside tasks: one client per worker, made on first use."""
-        from squall.client.client import Client
-
+    def task_client(self, make: Callable[[], Client]) -> Client:
+        """The client of tasks' ``get_client()``: one per worker, made by ``make`` on
+        first use (and again if it closed), closed with the worker."""
         with self._client_lock:
             if self._client is None or self._client.status == "closed":
-                self._client = Client(
-                    self.scheduler_address,
-                    timeout=10 if timeout is None else timeout,
-                    security=self.security,
-                )
+                self._client = make()
             return self._client
 
     def _flush_buffered(self) -> None:
