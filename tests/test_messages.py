@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from squall import _core
+from squall.protocol import comm, message_docs
 from squall.protocol import messages as m
 from squall.scheduler import outbox
 
@@ -21,9 +22,9 @@ def test_the_protocol_doc_shows_the_table() -> None:
     doc = (ROOT / "docs" / "protocol.md").read_text()
     found = re.search(r"<!-- messages: generated[^\n]*-->\n(.*)<!-- messages: end -->", doc, re.S)
     assert found is not None, "docs/protocol.md lost its generated message tables"
-    assert found.group(1) == m.markdown(), (
+    assert found.group(1) == message_docs.markdown(), (
         "docs/protocol.md's message tables differ from squall.protocol.messages: "
-        "paste squall.protocol.messages.markdown() between the markers"
+        "paste squall.protocol.message_docs.markdown() between the markers"
     )
 
 
@@ -69,10 +70,10 @@ def test_no_python_side_writes_or_reads_a_header_by_hand() -> None:
 
 @pytest.mark.parametrize("route", [r for r in m.Route if r is not m.Route.HANDSHAKE])
 def test_every_message_round_trips(route: m.Route) -> None:
-    decoder = m.decoder(route)
+    decoder = comm.DECODERS[route]
     for cls in m.messages(route):
         msg = msgspec.convert(_example(cls), cls)
-        batch = decoder.decode(m.ENCODER.encode(m.Batch(msgs=[msg], spans=[(0, 0)])))
+        batch = decoder.decode(comm.ENCODER.encode(m.Batch(msgs=[msg], spans=[(0, 0)])))
         assert batch.msgs == [msg]
 
 
@@ -99,9 +100,9 @@ def _value(t: msgspec.inspect.Type) -> object:
 
 
 def test_a_message_of_another_route_does_not_decode() -> None:
-    frame = m.ENCODER.encode(m.Batch(msgs=[m.Compute(addresses=[], n=1)], spans=[(0, 0)]))
+    frame = comm.ENCODER.encode(m.Batch(msgs=[m.Compute(addresses=[], n=1)], spans=[(0, 0)]))
     with pytest.raises(msgspec.ValidationError, match="op"):
-        m.decoder(m.Route.CLIENT_TO_SCHEDULER).decode(frame)
+        comm.DECODERS[m.Route.CLIENT_TO_SCHEDULER].decode(frame)
 
 
 def test_a_field_of_the_wrong_type_names_it() -> None:
@@ -109,4 +110,4 @@ def test_a_field_of_the_wrong_type_names_it() -> None:
         {"op": "batch", "msgs": [{"op": "finished", "n": "3"}], "spans": [[0, 0]]}
     )
     with pytest.raises(msgspec.ValidationError, match=r"\$\.msgs\[0\]\.n"):
-        m.decoder(m.Route.WORKER_TO_SCHEDULER).decode(bad)
+        comm.DECODERS[m.Route.WORKER_TO_SCHEDULER].decode(bad)

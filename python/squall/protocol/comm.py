@@ -17,7 +17,7 @@ import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import psutil  # type: ignore[import-untyped]
@@ -131,7 +131,7 @@ SEPARATE_PAYLOAD_BYTES = 1 << 20
 
 def encode_frame(header: m.Message, payload: bytes | memoryview = b"") -> bytes:
     """A frame holding one message alone (the handshake's form)."""
-    return _frame(m.ENCODER.encode(header), payload)
+    return _frame(ENCODER.encode(header), payload)
 
 
 def _frame(head: bytes, payload: bytes | memoryview = b"") -> bytes:
@@ -146,10 +146,28 @@ def _raw_messages(head: bytes) -> list[msgspec.Raw]:
     return _RAW_BATCH.decode(head).msgs
 
 
+def _union(route: Route) -> Any:
+    """The type of one message of ``route``."""
+    return Union[tuple(m.messages(route))]  # noqa: UP007
+
+
+def _decoder(route: Route) -> msgspec.msgpack.Decoder[Any]:
+    """Decodes a frame header read on ``route``: a batch of its messages, or a part;
+    the handshake's messages come alone."""
+    if route is Route.HANDSHAKE:
+        return msgspec.msgpack.Decoder(_union(route))
+    batch: Any = m.Batch[_union(route)]  # type: ignore[misc]  # a type made at run time
+    return msgspec.msgpack.Decoder(Union[batch, m.Part])  # noqa: UP007
+
+
+#: Frames carry headers encoded by this one encoder.
+ENCODER = msgspec.msgpack.Encoder()
 _RAW_BATCH = msgspec.msgpack.Decoder(m.Batch[msgspec.Raw])
 _ANY = msgspec.msgpack.Decoder()
-_DECODERS = {route: m.decoder(route) for route in Route}
-_ONE_DECODERS = {route: m.message_decoder(route) for route in Route}
+#: Per route, the decoder of its frames, and of one message (to find which message of
+#: a batch is malformed).
+DECODERS = {route: _decoder(route) for route in Route}
+_ONE_DECODERS = {route: msgspec.msgpack.Decoder(_union(route)) for route in Route}
 
 
 def _malformed(route: Route, raw: msgspec.Raw, error: Exception) -> m.Malformed:
@@ -200,7 +218,7 @@ class Comm:
         if payload:
             raise ProtocolError(f"{self.peer}: a handshake message carries no payload")
         try:
-            msg: m.Message = _DECODERS[Route.HANDSHAKE].decode(head)
+            msg: m.Message = DECODERS[Route.HANDSHAKE].decode(head)
         except msgspec.MsgspecError as e:
             raise ProtocolError(f"{self.peer}: malformed handshake message: {e}") from None
         return msg
@@ -228,7 +246,7 @@ class Comm:
         """The frame's header; None for a batch with a malformed message (its messages
         are then decoded one by one)."""
         try:
-            frame: m.Batch[m.Message] | m.Part = _DECODERS[self.route].decode(head)
+            frame: m.Batch[m.Message] | m.Part = DECODERS[self.route].decode(head)
         except msgspec.ValidationError:
             try:
                 _raw_messages(head)
@@ -324,10 +342,10 @@ class Comm:
         await self.write_batch(_one(msg, payload), payload)
 
     async def write_handshake(self, msg: m.Message) -> None:
-        await self._write_head(m.ENCODER.encode(msg), b"")
+        await self._write_head(ENCODER.encode(msg), b"")
 
     async def write_batch(self, batch: m.Batch[m.Message], payload: bytes | memoryview) -> None:
-        head = m.ENCODER.encode(batch)
+        head = ENCODER.encode(batch)
         if len(head) + len(payload) <= self.max_frame_bytes:
             await self._write_head(head, payload)
         else:
@@ -349,9 +367,9 @@ class Comm:
         """One batch in ``part`` frames, then its header with ``parts`` = the payload's
         size (docs/protocol.md#messages-in-parts); no other frame goes between them."""
         total = len(payload)
-        part = m.ENCODER.encode(m.Part(total=total))
+        part = ENCODER.encode(m.Part(total=total))
         step = min(PART_BYTES, self.max_frame_bytes - len(part))
-        last = m.ENCODER.encode(msgspec.structs.replace(batch, parts=total))
+        last = ENCODER.encode(msgspec.structs.replace(batch, parts=total))
         if len(last) > self.max_frame_bytes:
             raise MessageTooLarge(f"a {batch.msgs[0].op()!r} message's header outgrows a frame")
         try:

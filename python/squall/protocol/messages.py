@@ -3,24 +3,18 @@
 A message is a ``msgspec`` struct tagged by its ``op``: its fields are the header's,
 with their types and defaults; ``PAYLOAD`` says what its payload holds. Each is
 registered on the routes (who sends it to whom) it travels; a connection decodes the
-frames it reads with the decoder of its route (:func:`decoder`), which validates every
-header in one C call and refuses an op the route does not carry. The tables of
-docs/protocol.md are rendered from here (:func:`markdown`; tests/test_messages.py
-compares them).
-
-Why msgspec rather than Rust types exported through the binding: its tagged structs
-decode a batch of headers straight into typed objects, validated, 3x faster than the
-msgpack-and-dict path they replace (measured in docs/measurements.md), and handlers
-read attributes, with mypy checking them; a Rust type would cost a conversion per field
-on every message for handlers that are Python anyway. The hot per-task payloads stay
-Rust byte formats (``squall-wire``).
+frames it reads with the decoder of its route (:mod:`squall.protocol.comm`), which
+validates every header in one C call and refuses an op the route does not carry. The
+tables of docs/protocol.md are rendered from here (:mod:`squall.protocol.message_docs`;
+tests/test_messages.py compares them).
+Why msgspec: docs/protocol.md#messages.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Generic, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
@@ -28,9 +22,6 @@ import msgspec
 #: are typed messages and a batch lists its payloads' spans apart), so that processes
 #: of two versions refuse each other at the handshake instead of failing later.
 PROTOCOL = "squall/3"
-
-#: Frames carry headers encoded by this one encoder.
-ENCODER = msgspec.msgpack.Encoder()
 
 
 def note(text: str) -> msgspec.Meta:
@@ -97,8 +88,7 @@ T = TypeVar("T")
 
 
 class Batch(Message, Generic[T], tag="batch", kw_only=True):
-    """Every frame after the handshake but a part: messages and where their payloads
-    lie in the frame's payload (docs/protocol.md#batched-streams)."""
+    """A frame's messages and their payloads' spans (docs/protocol.md#batched-streams)."""
 
     msgs: list[T]
     spans: Annotated[list[tuple[int, int]], note("[offset, length] of each payload")]
@@ -701,28 +691,6 @@ class RunResult(ErrorReport, tag="run-result", kw_only=True):
     status: Annotated[str, note('"OK" or "error"')]
 
 
-# ----- decoding -----------------------------------------------------------------------
-
-
-def union(route: Route) -> Any:
-    """The type of one message of ``route``."""
-    return Union[tuple(_ROUTES[route])]  # noqa: UP007
-
-
-def decoder(route: Route) -> msgspec.msgpack.Decoder[Any]:
-    """Decodes a frame header read on ``route``: a batch of its messages, or a part;
-    the handshake's messages come alone."""
-    if route is Route.HANDSHAKE:
-        return msgspec.msgpack.Decoder(union(route))
-    batch: Any = Batch[union(route)]  # type: ignore[misc]  # a type made at run time
-    return msgspec.msgpack.Decoder(Union[batch, Part])  # noqa: UP007
-
-
-def message_decoder(route: Route) -> msgspec.msgpack.Decoder[Any]:
-    """Decodes one message of ``route`` (to find which of a batch is malformed)."""
-    return msgspec.msgpack.Decoder(union(route))
-
-
 class Malformed(msgspec.Struct):
     """Not a wire message: what a connection's reader hands on in place of a message
     whose header did not validate, so that its handler answers or closes."""
@@ -730,83 +698,3 @@ class Malformed(msgspec.Struct):
     op: str | None
     id: int | None
     error: str
-
-
-# ----- docs ---------------------------------------------------------------------------
-
-
-_SCALARS = {
-    msgspec.inspect.IntType: "int",
-    msgspec.inspect.FloatType: "float",
-    msgspec.inspect.StrType: "str",
-    msgspec.inspect.BoolType: "bool",
-    msgspec.inspect.BytesType: "bytes",
-    msgspec.inspect.NoneType: "null",
-    msgspec.inspect.AnyType: "any",
-}
-
-
-def type_text(t: msgspec.inspect.Type) -> str:
-    """A field's type as docs/protocol.md writes it."""
-    if isinstance(t, msgspec.inspect.Metadata):
-        return type_text(t.type)
-    if type(t) in _SCALARS:
-        return _SCALARS[type(t)]
-    if isinstance(t, msgspec.inspect.UnionType):
-        return " or ".join(type_text(x) for x in t.types)
-    if isinstance(t, msgspec.inspect.ListType):
-        return f"[{type_text(t.item_type)}]"
-    if isinstance(t, msgspec.inspect.TupleType):
-        return f"[{', '.join(type_text(x) for x in t.item_types)}]"
-    if isinstance(t, msgspec.inspect.DictType):
-        return f"{{{type_text(t.key_type)}: {type_text(t.value_type)}}}"
-    if isinstance(t, msgspec.inspect.StructType):
-        return "{" + ", ".join(f"{f.encode_name}: {type_text(f.type)}" for f in t.fields) + "}"
-    raise TypeError(f"no text for {t!r}")
-
-
-def _field_text(info: msgspec.inspect.Field) -> str:
-    text = f"`{info.encode_name}`: {type_text(info.type)}"
-    if not info.required:
-        default = (
-            info.default if info.default_factory is msgspec.NODEFAULT else info.default_factory()
-        )
-        text += f" = {msgspec.json.encode(default).decode()}"
-    extra = getattr(info.type, "extra_json_schema", None) or {}
-    return f"{text} ({extra['description']})" if "description" in extra else text
-
-
-def header_text(cls: type[Message]) -> str:
-    """A message's header fields as docs/protocol.md lists them."""
-    info = msgspec.inspect.type_info(cls)
-    assert isinstance(info, msgspec.inspect.StructType)
-    fields = [_field_text(f) for f in info.fields]
-    return ", ".join(fields) or "—"
-
-
-def _describe(cls: type[Message]) -> str:
-    doc = cls.__doc__ if cls.__doc__ and cls.__doc__ is not _base_doc(cls) else ""
-    payload = cls.PAYLOAD or "—"
-    if doc:
-        payload = f"{payload} ({' '.join(doc.split())})"
-    return payload
-
-
-def _base_doc(cls: type[Message]) -> str | None:
-    for base in cls.__mro__[1:]:
-        if base.__doc__:
-            return base.__doc__
-    return None
-
-
-def markdown() -> str:
-    """The message tables of docs/protocol.md#messages."""
-    out: list[str] = []
-    for route in Route:
-        if route is Route.HANDSHAKE:
-            continue
-        out += [f"### {route.value}", "", "| op | header | payload |", "|---|---|---|"]
-        for cls in _ROUTES[route]:
-            out.append(f"| `{cls.op()}` | {header_text(cls)} | {_describe(cls)} |")
-        out.append("")
-    return "\n".join(out)
