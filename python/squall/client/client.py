@@ -32,7 +32,7 @@ from squall.client.default import (
 )
 from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, FutureState, Key
-from squall.client.submission import Submission
+from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
 from squall.protocol import messages as m
@@ -213,21 +213,10 @@ class Client:
     ) -> Future:
         """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments
         are replaced by their values."""
-        return self.submission.submit(
-            func,
-            *args,
-            key=key,
-            workers=workers,
-            resources=resources,
-            retries=retries,
-            priority=priority,
-            fifo_timeout=fifo_timeout,
-            allow_other_workers=allow_other_workers,
-            actor=actor,
-            actors=actors,
-            pure=pure,
-            **kwargs,
+        options = CallOptions(
+            workers, resources, retries, priority, fifo_timeout, allow_other_workers
         )
+        return self.submission.submit(func, args, kwargs, key, pure, options, actor or actors)
 
     def map(
         self,
@@ -250,21 +239,11 @@ class Client:
         batch of ``batch_size`` items. Without ``batch_size`` the items are sent in
         chunks of ``MAP_CHUNK`` as they are built, so the cluster starts on the first
         ones while the client still builds the rest."""
+        options = CallOptions(
+            workers, resources, retries, priority, fifo_timeout, allow_other_workers
+        )
         return self.submission.map(
-            func,
-            *iterables,
-            key=key,
-            workers=workers,
-            retries=retries,
-            resources=resources,
-            priority=priority,
-            allow_other_workers=allow_other_workers,
-            fifo_timeout=fifo_timeout,
-            actor=actor,
-            actors=actors,
-            pure=pure,
-            batch_size=batch_size,
-            **kwargs,
+            func, iterables, kwargs, key, pure, batch_size, options, actor or actors
         )
 
     def get(
@@ -285,22 +264,9 @@ class Client:
     ) -> Any:
         """Compute a dask graph (a dict, a HighLevelGraph or an expression) for ``keys``;
         the scheduler function behind ``dask.compute(..., scheduler=client)``."""
+        where = (workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers))
         with user_frames():  # no frame of squall's in a task's traceback
-            return self.submission.get(
-                dsk,
-                keys,
-                workers,
-                allow_other_workers,
-                resources,
-                sync,
-                asynchronous,
-                direct,
-                retries,
-                priority,
-                fifo_timeout,
-                actors,
-                **kwargs,
-            )
+            return self.submission.get(dsk, keys, CallOptions(*where), actors, sync, asynchronous)
 
     def compute(
         self,
@@ -319,20 +285,10 @@ class Client:
     ) -> Any:
         """Start computing dask collections: a future per collection (values with
         ``sync=True``); a single collection gives a single future."""
+        where = (workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers))
         with user_frames():
             return self.submission.compute(
-                collections,
-                sync,
-                optimize_graph,
-                workers,
-                allow_other_workers,
-                resources,
-                retries,
-                priority,
-                fifo_timeout,
-                actors,
-                traverse,
-                **kwargs,
+                collections, CallOptions(*where), actors, sync, optimize_graph, traverse, kwargs
             )
 
     def persist(
@@ -350,18 +306,8 @@ class Client:
     ) -> Any:
         """Start computing dask collections and return equivalent collections backed by
         the futures (a single collection gives a single collection)."""
-        return self.submission.persist(
-            collections,
-            optimize_graph,
-            workers,
-            allow_other_workers,
-            resources,
-            retries,
-            priority,
-            fifo_timeout,
-            actors,
-            **kwargs,
-        )
+        where = (workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers))
+        return self.submission.persist(collections, CallOptions(*where), actors, optimize_graph)
 
     def cancel(
         self,

@@ -145,22 +145,17 @@ class Submission:
     def submit(
         self,
         func: Callable[..., Any],
-        *args: Any,
-        key: Key | None = None,
-        workers: Any = None,
-        resources: dict[str, float] | None = None,
-        retries: int | None = None,
-        priority: int = 0,
-        fifo_timeout: float | str = "100 ms",
-        allow_other_workers: bool = False,
-        actor: bool = False,
-        actors: bool = False,
-        pure: bool = True,
-        **kwargs: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: Key | None,
+        pure: bool,
+        options: CallOptions,
+        actor: bool,
     ) -> Future:
+        """``Client.submit``, its placement options gathered in ``options``."""
         if not callable(func):
             raise TypeError("First input to submit must be a callable function")
-        if actor or actors:
+        if actor:
             raise NotImplementedError("actors are not supported yet")
         self._check_running()
         if key is None:
@@ -174,34 +169,24 @@ class Submission:
                 return Future(key, client)
             future = Future(key, client)
         spec, deps = make_spec(call_prefix(cloudpickle.dumps(func)), args, kwargs, dep_key)
-        self._send_graph(
-            [key],
-            [spec],
-            [deps],
-            CallOptions(workers, resources, retries, priority, fifo_timeout, allow_other_workers),
-        )
+        self._send_graph([key], [spec], [deps], options)
         return future
 
     def map(
         self,
         func: Callable[..., Any],
-        *iterables: Iterable[Any],
-        key: str | list[Key] | None = None,
-        workers: Any = None,
-        retries: int | None = None,
-        resources: dict[str, float] | None = None,
-        priority: int = 0,
-        allow_other_workers: bool = False,
-        fifo_timeout: float | str = "100 ms",
-        actor: bool = False,
-        actors: bool = False,
-        pure: bool = True,
-        batch_size: int | None = None,
-        **kwargs: Any,
+        iterables: tuple[Iterable[Any], ...],
+        kwargs: dict[str, Any],
+        key: str | list[Key] | None,
+        pure: bool,
+        batch_size: int | None,
+        options: CallOptions,
+        actor: bool,
     ) -> list[Future]:
+        """``Client.map``, its placement options gathered in ``options``."""
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
-        if actor or actors:
+        if actor:
             raise NotImplementedError("actors are not supported yet")
         if iterables and all(isinstance(it, Iterator) for it in iterables):
             raise TypeError(
@@ -219,9 +204,6 @@ class Submission:
             set(keys_given)  # an unhashable key raises TypeError before anything is held
             sources = [iter(x) for x in lists]
         size = batch_size if batch_size and batch_size > 0 else MAP_CHUNK
-        options = CallOptions(
-            workers, resources, retries, priority, fifo_timeout, allow_other_workers
-        )
         blob = cloudpickle.dumps(func)
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
@@ -314,27 +296,15 @@ class Submission:
         self,
         dsk: Any,
         keys: Any,
-        workers: Any = None,
-        allow_other_workers: bool | None = None,
-        resources: dict[str, float] | None = None,
-        sync: bool = True,
-        asynchronous: bool | None = None,
-        direct: bool | None = None,
-        retries: int | None = None,
-        priority: int = 0,
-        fifo_timeout: float | str = "60s",
-        actors: Any = None,
-        **kwargs: Any,
+        options: CallOptions,
+        actors: Any,
+        sync: bool,
+        asynchronous: bool | None,
     ) -> Any:
+        """``Client.get``, its placement options gathered in ``options``."""
         expr, cull = expr_of_graph(dsk)
         futures = self._graph_to_futures(
-            expr,
-            flatten_keys([keys]),
-            CallOptions(
-                workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
-            ),
-            cull=cull,
-            actors=actors,
+            expr, flatten_keys([keys]), options, cull=cull, actors=actors
         )
         packed = pack_data(keys, futures)
         if not sync:
@@ -349,18 +319,14 @@ class Submission:
     def compute(
         self,
         collections: Any,
-        sync: bool = False,
-        optimize_graph: bool = True,
-        workers: Any = None,
-        allow_other_workers: bool = False,
-        resources: dict[str, float] | None = None,
-        retries: int | None = 0,
-        priority: int = 0,
-        fifo_timeout: float | str = "60s",
-        actors: Any = None,
-        traverse: bool = True,
-        **kwargs: Any,
+        options: CallOptions,
+        actors: Any,
+        sync: bool,
+        optimize_graph: bool,
+        traverse: bool,
+        kwargs: dict[str, Any],
     ) -> Any:
+        """``Client.compute``, its placement options gathered in ``options``."""
         singleton = not isinstance(collections, (list, tuple, set, frozenset))
         items = [collections] if singleton else list(collections)
         if traverse:
@@ -374,46 +340,23 @@ class Submission:
         if variables:
             expr = compute_expr(variables, optimize_graph, **kwargs)
             names = flatten_keys(expr.__dask_keys__())
-            futures = self._graph_to_futures(
-                expr,
-                names,
-                CallOptions(
-                    workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
-                ),
-                actors=actors,
-            )
+            futures = self._graph_to_futures(expr, names, options, actors=actors)
         found = iter(names)
         out = [futures[next(found)] if is_dask_collection(a) else a for a in items]
         result = self.data.gather(out) if sync else out
         return result[0] if singleton else result
 
     def persist(
-        self,
-        collections: Any,
-        optimize_graph: bool = True,
-        workers: Any = None,
-        allow_other_workers: bool | None = None,
-        resources: dict[str, float] | None = None,
-        retries: int | None = None,
-        priority: int = 0,
-        fifo_timeout: float | str = "60s",
-        actors: Any = None,
-        **kwargs: Any,
+        self, collections: Any, options: CallOptions, actors: Any, optimize_graph: bool
     ) -> Any:
+        """``Client.persist``, its placement options gathered in ``options``."""
         singleton = not isinstance(collections, (tuple, list, set, frozenset))
         items = [collections] if singleton else list(collections)
         if not all(map(is_dask_collection, items)):
             raise TypeError("persist takes dask collections")
         expr = persist_expr(items, optimize_graph)
         keys = expr.__dask_keys__()
-        futures = self._graph_to_futures(
-            expr,
-            flatten_keys(keys),
-            CallOptions(
-                workers, resources, retries, priority, fifo_timeout, bool(allow_other_workers)
-            ),
-            actors=actors,
-        )
+        futures = self._graph_to_futures(expr, flatten_keys(keys), options, actors=actors)
         result = [
             rebuild({k: futures[k] for k in flatten_keys(ks)}, *args)
             for (rebuild, args), ks in zip(

@@ -16,9 +16,10 @@ from types import TracebackType
 
 import dask._task_spec
 
+#: The squall package (this module is in its protocol/), asyncio and concurrent.futures.
 _PLUMBING_DIRS = tuple(
     os.path.dirname(path) + os.sep
-    for path in (__file__, asyncio.__file__, concurrent.futures.__file__)
+    for path in (os.path.dirname(__file__), asyncio.__file__, concurrent.futures.__file__)
 )
 # dask's task-spec nodes call a collection task's function on workers.
 _PLUMBING_FILES = frozenset({dask._task_spec.__file__})
