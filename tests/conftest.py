@@ -31,8 +31,9 @@ def sched() -> squall.Scheduler:
 def map_wire(n: int, prefix: str = "inc") -> tuple[bytes, int, int]:
     """``(payload, n, keys_bytes)`` of the ``update-graph`` of a ``client.map`` of n tasks
     keyed ``{prefix}-{i}``, for ``Scheduler.submit_wire``."""
-    header, payload, _ = update_graph.encode([f"{prefix}-{i}" for i in range(n)], [b"f"] * n)
-    return payload, header["n"], header["keys_bytes"]
+    keys = [f"{prefix}-{i}" for i in range(n)]
+    n, keys_bytes, payload, _ = update_graph.encode(keys, [b"f"] * n)
+    return payload, n, keys_bytes
 
 
 def submit_map(s: squall.Scheduler, client: int, n: int, *, now: float) -> bytes:

@@ -17,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import dask
+import msgpack
+import msgspec
 import psutil
 import pytest
 from conftest import eventually, start_scheduler, start_worker
 
 from squall import Client
 from squall._core import encode_keys
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 
 SEED = 20261125
 # Header fields of squall's messages, each given wrong values at random.
@@ -38,26 +41,45 @@ FIELDS = (
 VALUES: tuple[Any, ...] = (
     0, -1, 1, 2**31, 2**32 - 1, 2**40, 2**63 - 1, -(2**63), 1.5, float("nan"), float("inf"),
     "", "x" * 300, None, True, [], [1, 2], [[1, "a"]], [[0, 1.0]], {}, {"a": 1}, b"\0" * 9,
-    [[0, -1]], ["tcp://127.0.0.1:1"], [2**33],
+    [[0, -1]], ["tcp://127.0.0.1:1"], [2**33], "sequential", [["GPU", -1.0]],
+    [[{"retries": -1}, [2**31]]], [["tcp://127.0.0.1:1"], []], {"0": ["x", b"\x80"]},
+    [[0.0, float("nan"), -1, True, 2**40, ""]],
+    {"process": 2**63 - 1, "managed": -1, "spilled_memory": 0, "spilled_disk": 0,
+     "spilled_count": -(2**63)},
 )  # fmt: skip
 LOG = Path(tempfile.gettempdir()) / f"squall-hostile-{os.getpid()}.log"
 # Requests any client may legitimately make that stop or shrink the cluster are left
 # out: refusing them to strangers is the work of security, not of message checks.
-DESTRUCTIVE = {ops.RESTART, ops.SHUTDOWN, ops.RETIRE_WORKERS, ops.RESTART_WORKERS}
-MESSAGE_OPS = sorted(
-    v
-    for k, v in vars(ops).items()
-    if k.isupper() and isinstance(v, str) and v not in DESTRUCTIVE | {ops.PART}
+DESTRUCTIVE = {c.op() for c in (m.RestartCluster, m.Shutdown, m.RetireWorkers, m.RestartWorkers)}
+# Every message of every route: now and then sent where it does not belong.
+ALL_MESSAGES = sorted(
+    {c for r in m.Route for c in m.messages(r) if c.op() not in DESTRUCTIVE},
+    key=lambda c: (c.op(), c.__name__),
 )
-# What each role may send; mostly these are fuzzed, the rest now and then.
-ROLE_OPS = {
-    "client": (ops.UPDATE_GRAPH, ops.WHO_HAS, ops.RELEASE_KEYS, ops.CANCEL, ops.RETRY,
-               ops.SCHEDULER_INFO, ops.SCATTER, ops.FIRE_AND_FORGET),
-    "worker": (ops.FINISHED, ops.ERRED, ops.HEARTBEAT, ops.STEAL_RESPONSE, ops.ADD_REPLICAS,
-               ops.DROP_REPLICAS, ops.LONG_RUNNING, ops.RESCHEDULE, ops.RELEASE_WORKER_DATA),
-    "nanny": (ops.WORKER_DIED,),
-    "peer": (ops.GET_DATA, ops.UPDATE_DATA, ops.RUN),
-}  # fmt: skip
+# What each role may send (the route its listener reads); mostly these are fuzzed.
+ROLE_MESSAGES = {
+    role: [c for c in m.messages(routes[1]) if c.op() not in DESTRUCTIVE]
+    for role, routes in comm.ROLE_ROUTES.items()
+}
+# Ops no route carries, and op values of the wrong type.
+UNKNOWN_OPS: tuple[Any, ...] = ("no-such-op", "", "batch", "part", None, 7, ["finished"])
+
+
+def _typed(t: Any) -> list[Any]:
+    """The VALUES a field of type ``t`` accepts on the wire."""
+    ok = []
+    for v in VALUES:
+        with contextlib.suppress(msgspec.ValidationError):
+            msgspec.msgpack.decode(comm.ENCODER.encode(v), type=t)
+            ok.append(v)
+    return ok
+
+
+# Per message: its fields and, for each, the values of its type (to reach the handlers'
+# own checks of values, past the decoder's of types).
+TYPED = {
+    c: [(f.encode_name, _typed(f.type)) for f in msgspec.structs.fields(c)] for c in ALL_MESSAGES
+}
 
 
 def payloads(rng: random.Random) -> bytes:
@@ -74,29 +96,90 @@ def payloads(rng: random.Random) -> bytes:
     return keys[: rng.randrange(len(keys) + 1)]
 
 
-def mutated(rng: random.Random, op: str) -> tuple[dict[str, Any], bytes]:
-    header: dict[str, Any] = {"op": op}
-    for field in rng.sample(FIELDS, rng.randrange(0, 6)):
+def mutated(rng: random.Random, role: str) -> tuple[dict[str, Any], bytes]:
+    """One message header as a plain dict (its fields well typed with values out of
+    range, of the wrong type, or missing; now and then of an op the route does not
+    carry), and a payload."""
+    pool = ROLE_MESSAGES[role] if rng.random() < 0.9 else ALL_MESSAGES
+    cls = rng.choice(pool)
+    header: dict[str, Any] = {"op": cls.op() if rng.random() < 0.97 else rng.choice(UNKNOWN_OPS)}
+    for name, typed in TYPED[cls]:
+        roll = rng.random()
+        if roll < 0.7 and typed:
+            header[name] = rng.choice(typed)
+        elif roll < 0.85:
+            header[name] = rng.choice(VALUES)
+    for field in rng.sample(FIELDS, rng.randrange(0, 3)):
         header[field] = rng.choice(VALUES)
+    if rng.random() < 0.02:
+        del header["op"]
     # Worker peers unpickle `run` and `update-data` payloads by design: send those no
     # random bytes that could happen to be a pickle.
-    payload = b"" if op in (ops.RUN, ops.UPDATE_DATA) else payloads(rng)
+    payload = b"" if cls in (m.Run, m.UpdateData) else payloads(rng)
     return header, payload
 
 
+def batch_frame(rng: random.Random, role: str) -> bytes:
+    """A frame of 1-3 mutated messages, built by hand as a hostile peer may (see
+    comm._frame): now and then its batch header is broken too (spans that do not match
+    the messages or lie outside the payload, a stray ``parts``, a ``part`` frame)."""
+    msgs, spans, payload = [], [], b""
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        header, data = mutated(rng, role)
+        msgs.append(header)
+        spans.append([len(payload), len(data)])
+        payload += data
+    batch: dict[str, Any] = {"op": "batch", "msgs": msgs, "spans": spans}
+    kind = rng.randrange(40)
+    if kind == 0:
+        batch["spans"] = spans[:-1]
+    elif kind == 1:
+        batch["spans"] = [*spans, [0, 0]]
+    elif kind == 2:
+        batch["spans"] = [[rng.choice(VALUES), rng.choice(VALUES)] for _ in spans]
+    elif kind == 3:
+        batch["spans"][0] = [len(payload), 1]
+    elif kind == 4:
+        batch["parts"] = rng.choice(VALUES)
+    elif kind == 5:
+        batch = {"op": "part", "total": rng.choice(VALUES)}
+    elif kind == 6:
+        batch["msgs"] = rng.choice(VALUES)
+    elif kind == 7:
+        del batch[rng.choice(("op", "msgs", "spans"))]
+    head = msgpack.packb(batch)
+    return struct.pack("<II", len(head), len(payload)) + head + payload
+
+
+async def handshaken(
+    address: str, role: str, hello: dict[str, Any]
+) -> tuple[comm.Comm, asyncio.StreamWriter]:
+    """A connection that completed the handshake as ``role``, and its stream to write
+    frames by hand."""
+    host, port = comm.parse_address(address)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+    c = comm.Comm(reader, writer, address)
+    await c.write_handshake(m.Hello(protocol=m.PROTOCOL, role=role, **hello))
+    welcome = await asyncio.wait_for(c.read_handshake(), 10)
+    assert isinstance(welcome, m.Welcome), welcome
+    c.expect(comm.ROLE_ROUTES[role][0])
+    return c, writer
+
+
 async def barrage(address: str, role: str, hello: dict[str, Any], seed: int, n: int) -> None:
-    """``n`` mutated messages over connections as ``role``: whenever the peer closes
-    one (as it may, for a malformed message), the next goes over a new connection."""
+    """``n`` frames of mutated messages over connections as ``role``: whenever the peer
+    closes one (as it may, for a malformed message), the next goes over a new one."""
     rng = random.Random(seed)
     c: comm.Comm | None = None
     for _ in range(n):
-        op = rng.choice(ROLE_OPS[role] if rng.random() < 0.9 else MESSAGE_OPS)
+        data = batch_frame(rng, role)
         try:
             if c is None or c.closed:
-                c = await comm.connect(address, role=role, info=hello, timeout=10)
-            await c.write(*mutated(rng, op))
+                c, writer = await handshaken(address, role, hello)
+            writer.write(data)
+            await writer.drain()
             await asyncio.sleep(0.001)  # let the peer act on it (or close) first
-        except comm.CommError:
+        except (comm.CommError, ConnectionError, OSError):
             c = None
     if c is not None:
         await c.close()
@@ -158,13 +241,21 @@ def test_the_scheduler_survives_mutated_messages(
     still_serving(address, [sched.pid])
 
 
-async def ask(address: str, messages: list[tuple[dict[str, Any], bytes]]) -> list[dict[str, Any]]:
+def one_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    """A batch frame of one message whose header is any dict."""
+    head = msgpack.packb({"op": "batch", "msgs": [header], "spans": [[0, len(payload)]]})
+    return struct.pack("<II", len(head), len(payload)) + head + payload
+
+
+async def ask(
+    address: str, messages: list[tuple[dict[str, Any], bytes]]
+) -> list[m.Message | m.Malformed]:
     """Each message's reply, over one client connection."""
-    c = await comm.connect(address, role="client", info={"client": "fuzz"}, timeout=10)
-    await c.read()  # registered
+    c, writer = await handshaken(address, "client", {"client": "fuzz"})
+    assert isinstance((await c.read())[0], m.ClientRegistered)
     replies = []
     for header, payload in messages:
-        await c.write(header, payload)
+        writer.write(one_frame(header, payload))
         [(reply, _)] = await asyncio.wait_for(c.read_messages(), 10)
         replies.append(reply)
     await c.close()
@@ -178,18 +269,50 @@ def test_graphs_claiming_more_than_they_hold_fail_alone(
     address, _, sched = live
     keys = encode_keys(["a"])
     offsets = struct.pack("<q", -1) + struct.pack("<II", 0, 2**32 - 1)
+    graph = m.UpdateGraph.op()
     replies = asyncio.run(
         ask(
             address,
             [
-                ({"op": ops.UPDATE_GRAPH, "id": 1, "n": 2**40, "keys_bytes": 0}, b""),
-                ({"op": ops.UPDATE_GRAPH, "id": 2, "n": 1, "keys_bytes": len(keys)},
-                 keys + offsets),
+                ({"op": graph, "id": 1, "n": 2**40, "keys_bytes": 0}, b""),
+                ({"op": graph, "id": 2, "n": 1, "keys_bytes": len(keys)}, keys + offsets),
             ],
         )
-    )  # fmt: skip
-    assert [r["op"] for r in replies] == [ops.REQUEST_FAILED] * 2
-    assert all("malformed" in r["error"] for r in replies), replies
+    )
+    assert all(isinstance(r, m.RequestFailed) for r in replies), replies
+    assert [r.id for r in replies] == [1, 2]  # type: ignore[union-attr]
+    assert all("malformed" in r.error for r in replies), replies  # type: ignore[union-attr]
+    still_serving(address, [sched.pid])
+
+
+def test_requests_with_malformed_headers_fail_alone_with_their_id(
+    live: tuple[str, str, subprocess.Popen[str]],
+) -> None:
+    # Wrong types, a missing field, an op no client sends: each answered request-failed
+    # with its id, over the same connection.
+    address, _, sched = live
+    keys = encode_keys(["a"])
+    replies = asyncio.run(
+        ask(
+            address,
+            [
+                ({"op": m.UpdateGraph.op(), "id": 11, "n": "1", "keys_bytes": 0}, b""),
+                ({"op": m.UpdateGraph.op(), "id": 12, "n": 1}, keys),
+                ({"op": m.WhoHas.op(), "id": 13, "extra": 1}, keys),  # valid: answered
+                ({"op": m.WorkerKeys.op(), "id": 14, "which": ["has_what"]}, b""),
+                ({"op": m.Scatter.op(), "id": 15, "holders": [[1]], "nbytes": [1]}, keys),
+                ({"op": m.Finished.op(), "id": 16, "n": 1}, b""),
+                ({"op": "no-such-op", "id": 17}, b""),
+                ({"op": m.Progress.op(), "id": 18, "watch": 2**40}, b""),
+            ],
+        )
+    )
+    assert [type(r) for r in replies] == [m.RequestFailed] * 2 + [m.WhoHasReply] + [
+        m.RequestFailed
+    ] * 5, replies
+    assert [r.id for r in replies] == list(range(11, 19))  # type: ignore[union-attr]
+    for r in replies[:2] + replies[3:7]:
+        assert isinstance(r, m.RequestFailed) and "malformed" in r.error, r
     still_serving(address, [sched.pid])
 
 
@@ -236,7 +359,7 @@ def test_a_nanny_connection_takes_no_large_frames(
         c = await comm.connect(address, role="nanny", info={"address": "tcp://127.0.0.1:9"})
         await c.read()  # registered
         with pytest.raises(comm.CommClosedError):  # closed while it writes, or after
-            await c.write({"op": ops.WORKER_DIED, "pid": 1, "exit_code": 1}, b"x" * 2**21)
+            await c.write(m.WorkerDied(pid=1, exit_code=1, executing=None), b"x" * 2**21)
             await asyncio.wait_for(c.read(), 10)
 
     asyncio.run(send_big())

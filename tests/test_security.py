@@ -16,23 +16,26 @@ import pytest
 from conftest import eventually, start_scheduler, start_worker
 
 from squall import Client, LocalCluster
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.security import Security
 
 TEMPORARY = Security.temporary()  # making a key takes a moment: once per module
 
 
 async def echo(c: comm.Comm) -> None:
-    h, _ = await c.read()
-    await c.write({"op": ops.ERROR, "message": h.get("say")})
+    msg, _ = await c.read()
+    assert isinstance(msg, m.Versions)
+    await c.write(m.Error(message=msg.packages[0]))
 
 
 async def talk(address: str, security: Security, role: str = "client") -> str:
     c = await comm.connect(address, role=role, security=security, timeout=5)
     try:
-        await c.write({"op": ops.ERROR, "say": "hi"})
-        h, _ = await c.read()
-        return str(h["message"])
+        await c.write(m.Versions(packages=["hi"]))
+        reply, _ = await c.read()
+        assert isinstance(reply, m.Error)
+        return reply.message
     finally:
         await c.close()
 

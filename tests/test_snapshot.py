@@ -12,7 +12,8 @@ from test_bindings import finish_all
 
 import squall
 from squall import Client, LocalCluster
-from squall.protocol import comm, ops
+from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.scheduler.health import Health
 from squall.scheduler.server import SchedulerServer
 from squall.scheduler.snapshot import counts_json, dashboard_snapshot, identity_json
@@ -118,13 +119,13 @@ def test_a_heartbeats_load_reaches_the_core() -> None:
         try:
             info = {"address": "tcp://127.0.0.1:9201", "nthreads": 1}
             worker = await comm.connect(server.address, role="worker", info=info)
-            assert (await worker.read())[0]["op"] == ops.REGISTERED
+            assert isinstance((await worker.read())[0], m.WorkerRegistered)
             load = {"cpu": 50.0, "executing": 1, "ready": 3}
-            await worker.write({"op": ops.HEARTBEAT, "executing": [], "load": load})
-            ops_seen: list[str] = []
-            while ops.HEARTBEAT_INTERVAL not in ops_seen:  # the answer: handled
+            await worker.write(m.Heartbeat(executing=[], load=load))
+            seen: list[type[m.Message] | None] = []
+            while m.HeartbeatInterval not in seen:  # the answer: handled
                 batch = await asyncio.wait_for(worker.read_messages(), 10)
-                ops_seen += [h["op"] for h, _ in batch]
+                seen += [type(msg) if isinstance(msg, m.Message) else None for msg, _ in batch]
             [row] = dashboard_snapshot(server)["workers"]
             assert (row["cpu"], row["executing"], row["ready"], row["in_flight"]) == (50, 1, 3, 0)
             await worker.close()
