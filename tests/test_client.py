@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+import msgspec
 import pytest
 import tblib  # type: ignore[import-untyped]
 
@@ -21,6 +22,7 @@ from squall import Client, Future, as_completed, wait
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.errors import CancelledError, KilledWorker
 from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.protocol.remote_errors import parse_task_erred
 from squall.protocol.specs import run_spec
 from squall.scheduler.server import SchedulerServer
@@ -48,7 +50,7 @@ class FakeWorker:
             role="worker",
             info={"address": self.address, "nthreads": self.nthreads, "name": "fake"},
         )
-        assert (await self.conn.read())[0]["op"] == "registered"
+        assert isinstance((await self.conn.read())[0], m.WorkerRegistered)
         self.stream = comm.BatchedSend(self.conn, 0.005)
         self.stream.start()
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -63,9 +65,9 @@ class FakeWorker:
         try:
             while True:
                 for h, payload in await self.conn.read_messages():
-                    if h["op"] == "compute":
+                    if isinstance(h, m.Compute):
                         for task, run_id, key, priority, spec, _, _, deps in decode_compute(
-                            bytes(payload), h["addresses"]
+                            bytes(payload), h.addresses
                         ):
                             self.keys[task] = key
                             self.priorities[key] = priority
@@ -73,7 +75,7 @@ class FakeWorker:
                             asyncio.get_running_loop().create_task(
                                 self._execute(task, run_id, key, spec, args)
                             )
-                    elif h["op"] == "free-keys":
+                    elif isinstance(h, m.FreeKeys):
                         for t in struct.unpack(f"<{len(payload) // 4}I", payload):
                             self.data.pop(self.keys.pop(t, None), None)
         except comm.CommError:
@@ -86,15 +88,14 @@ class FakeWorker:
         except Exception as e:
             exc = cloudpickle.dumps(e)
             tb = pickle.dumps(tblib.Traceback(e.__traceback__))
-            header = {
-                "op": "erred",
-                "task": task,
-                "run_id": run_id,
-                "exception_text": repr(e),
-                "traceback_text": "".join(traceback.format_tb(e.__traceback__)),
-                "n_exception": len(exc),
-            }
-            self.stream.send(header, exc + tb)
+            erred = m.Erred(
+                task=task,
+                run_id=run_id,
+                exception_text=repr(e),
+                traceback_text="".join(traceback.format_tb(e.__traceback__)),
+                n_exception=len(exc),
+            )
+            self.stream.send(erred, exc + tb)
             return
         self.data[key] = value
         payload = (
@@ -103,20 +104,20 @@ class FakeWorker:
             + struct.pack("<q", len(pickle.dumps(value)))
             + struct.pack("<d", time.perf_counter() - t0)
         )
-        self.stream.send({"op": "finished", "n": 1}, payload)
+        self.stream.send(m.Finished(n=1), payload)
 
     async def _serve_peer(self, c: comm.Comm) -> None:
         try:
             while True:
                 h, payload = await c.read()
-                assert h["op"] == "get-data"
+                assert isinstance(h, m.GetData)
                 self.get_data_requests += 1
                 blobs = [
                     cloudpickle.dumps(self.data[k]) if k in self.data else b""
                     for k in decode_keys(bytes(payload))
                 ]
                 sizes = [len(b) if b else -1 for b in blobs]
-                await c.write({"op": "data", "id": h["id"], "sizes": sizes}, b"".join(blobs))
+                await c.write(m.Data(id=h.id, sizes=sizes), b"".join(blobs))
         except comm.CommError:
             pass
 
@@ -133,13 +134,14 @@ class Cluster:
         async def start() -> tuple[SchedulerServer, FakeWorker]:
             server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})
             await server.start()
-            original = server._update_graph
+            # Read when a client connects, to make its handlers.
+            original = server.client_room._update_graph
 
             def counting(*args: Any) -> Any:
                 self.graphs += 1
                 return original(*args)
 
-            server._update_graph = counting  # type: ignore[method-assign]
+            server.client_room._update_graph = counting  # type: ignore[method-assign]
             worker = FakeWorker(server.address)
             await worker.start()
             return server, worker
@@ -454,19 +456,20 @@ def test_futures_of_another_client_are_external_dependencies(
 
 def test_task_erred_messages() -> None:
     key = encode_keys(["k"])
-    header = {
-        "op": "task-erred",
-        "exception_text": "Attempted to run task 'k' on 3 different workers",
-        "error_kind": "KilledWorker",
-        "n_key": len(key),
-        "n_exception": 0,
-    }
-    k, exc, tb = parse_task_erred(header, memoryview(key))
+    erred = m.TaskErred(
+        exception_text="Attempted to run task 'k' on 3 different workers",
+        error_kind="KilledWorker",
+        n_key=len(key),
+        n_exception=0,
+    )
+    k, exc, tb = parse_task_erred(erred, memoryview(key))
     assert k == "k" and isinstance(exc, KilledWorker) and "3 different workers" in str(exc)
     assert tb is None
     # an exception that cannot be unpickled here still carries its text
-    header = {**header, "error_kind": "Remote", "exception_text": "Boom()", "n_exception": 3}
-    _, exc, _ = parse_task_erred(header, memoryview(key + b"bad"))
+    erred = msgspec.structs.replace(
+        erred, error_kind="Remote", exception_text="Boom()", n_exception=3
+    )
+    _, exc, _ = parse_task_erred(erred, memoryview(key + b"bad"))
     assert "Boom()" in str(exc)
 
 

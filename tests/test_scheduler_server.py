@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.client.data import holders_of
 from squall.protocol import comm, update_graph
+from squall.protocol import messages as m
 from squall.scheduler.server import SchedulerServer
+
+M = TypeVar("M", bound=m.Message)
 
 
 def run(coro: Any) -> Any:
@@ -20,21 +23,21 @@ def run(coro: Any) -> Any:
 
 # Messages read from a connection but not asked for yet: a batched frame can carry
 # the next message a test waits for after the one it asked for.
-_unread: dict[int, list[comm.Message]] = {}
+_unread: dict[int, list[comm.Received]] = {}
 
 
-async def next_op(c: comm.Comm, op: str) -> comm.Message:
+async def next_op(c: comm.Comm, kind: type[M]) -> tuple[M, memoryview]:
     backlog = _unread.setdefault(id(c), [])
     while True:
-        for i, (header, payload) in enumerate(backlog):
-            if header["op"] == op:
+        for i, (msg, payload) in enumerate(backlog):
+            if isinstance(msg, kind):
                 del backlog[: i + 1]
-                return header, payload
+                return msg, payload
         backlog.clear()
         backlog.extend(await c.read_messages())
 
 
-def finished(tasks: list[tuple[int, int]]) -> tuple[comm.Header, bytes]:
+def finished(tasks: list[tuple[int, int]]) -> tuple[m.Finished, bytes]:
     n = len(tasks)
     payload = (
         struct.pack(f"<{n}I", *(t for t, _ in tasks))
@@ -42,14 +45,14 @@ def finished(tasks: list[tuple[int, int]]) -> tuple[comm.Header, bytes]:
         + struct.pack(f"<{n}q", *([8] * n))
         + struct.pack(f"<{n}d", *([0.01] * n))
     )
-    return {"op": "finished", "n": n}, payload
+    return m.Finished(n=n), payload
 
 
 async def connect_worker(address: str, name: str) -> comm.Comm:
     w = await comm.connect(
         address, role="worker", info={"address": f"tcp://127.0.0.1:{name}", "nthreads": 1}
     )
-    assert (await w.read())[0]["op"] == "registered"
+    assert isinstance((await w.read())[0], m.WorkerRegistered)
     return w
 
 
@@ -59,33 +62,34 @@ async def scheduler_worker_client() -> tuple[SchedulerServer, comm.Comm, comm.Co
     await server.start()
     w = await connect_worker(server.address, "9001")
     c = await comm.connect(server.address, role="client", info={"client": "c1"})
-    assert (await c.read())[0]["op"] == "registered"
+    assert isinstance((await c.read())[0], m.ClientRegistered)
     return server, w, c
 
 
 def test_graph_runs_through_worker_and_client_hears_back() -> None:
     async def main() -> None:
         server, w, c = await scheduler_worker_client()
-        n, kb, payload, _ = update_graph.encode(["a", ("b", 0)], [b"sa", b"sb"], [[], ["a"]])
-        header = {"op": "update-graph", "n": n, "keys_bytes": kb, "id": 1, "wanted": [1]}
-        await c.write(header, payload)
-        assert (await next_op(c, "graph-accepted"))[0]["id"] == 1
+        n, keys_bytes, payload, _ = update_graph.encode(
+            ["a", ("b", 0)], [b"sa", b"sb"], [[], ["a"]]
+        )
+        await c.write(m.UpdateGraph(id=1, n=n, keys_bytes=keys_bytes, wanted=[1]), payload)
+        assert (await next_op(c, m.GraphAccepted))[0].id == 1
         for expected in ["a", ("b", 0)]:
-            h, payload = await next_op(w, "compute")
+            h, payload = await next_op(w, m.Compute)
             [(task, run_id, key, _, spec, *_rest, deps)] = decode_compute(
-                bytes(payload), h["addresses"]
+                bytes(payload), h.addresses
             )
             assert key == expected
             if key == ("b", 0):
                 assert spec == b"sb" and deps == [("a", 8, ["tcp://127.0.0.1:9001"])]
             await w.write(*finished([(task, run_id)]))
-        _, payload = await next_op(c, "key-in-memory")
+        _, payload = await next_op(c, m.KeyInMemory)
         assert decode_keys(bytes(payload)) == [("b", 0)]
-        await c.write({"op": "release-keys"}, encode_keys([("b", 0)]))
+        await c.write(m.ReleaseKeys(), encode_keys([("b", 0)]))
         # a is freed once b is done (maybe before the release arrives); b on release.
         freed: set[int] = set()
         while task not in freed:
-            _, payload = await next_op(w, "free-keys")
+            _, payload = await next_op(w, m.FreeKeys)
             freed.update(struct.unpack(f"<{len(payload) // 4}I", payload))  # packed u32 ids
         assert len(freed) == 2
         server.core.validate()
@@ -102,29 +106,23 @@ def test_graph_runs_through_worker_and_client_hears_back() -> None:
 def test_worker_death_reschedules_and_errors_reach_the_client() -> None:
     async def main() -> None:
         server, w1, c = await scheduler_worker_client()
-        n, kb, payload, _ = update_graph.encode(["x"], [b"s"], [[]])
-        await c.write({"op": "update-graph", "n": n, "keys_bytes": kb}, payload)
-        await next_op(w1, "compute")
+        n, keys_bytes, payload, _ = update_graph.encode(["x"], [b"s"], [[]])
+        await c.write(m.UpdateGraph(n=n, keys_bytes=keys_bytes), payload)
+        await next_op(w1, m.Compute)
         w2 = await connect_worker(server.address, "9002")
         await w1.close()  # dies while running x: x moves to w2
-        h, payload = await next_op(w2, "compute")
-        [(task, run_id, key, *_)] = decode_compute(bytes(payload), h["addresses"])
+        h, payload = await next_op(w2, m.Compute)
+        [(task, run_id, key, *_)] = decode_compute(bytes(payload), h.addresses)
         assert key == "x"
         await w2.write(
-            {
-                "op": "erred",
-                "task": task,
-                "run_id": run_id,
-                "exception_text": "ZeroDivisionError",
-                "n_exception": 3,
-            },
+            m.Erred(task=task, run_id=run_id, exception_text="ZeroDivisionError", n_exception=3),
             b"exctb",
         )
-        h, payload = await next_op(c, "task-erred")
-        assert h["exception_text"] == "ZeroDivisionError"
-        key_bytes = bytes(payload[: h["n_key"]])
+        erred, payload = await next_op(c, m.TaskErred)
+        assert erred.exception_text == "ZeroDivisionError"
+        key_bytes = bytes(payload[: erred.n_key])
         assert decode_keys(key_bytes) == ["x"]
-        assert bytes(payload[h["n_key"] :][: h["n_exception"]]) == b"exc"
+        assert bytes(payload[erred.n_key :][: erred.n_exception]) == b"exc"
         await w2.close()
         await c.close()
         await server.close()
@@ -143,11 +141,11 @@ def test_bad_peers_are_refused_without_harm() -> None:
             role="worker",
             info={"address": "tcp://127.0.0.1:9001", "nthreads": 1},
         )
-        h, _ = await dup.read()
-        assert h["op"] == "error" and "already registered" in h["message"]
+        refused, _ = await dup.read()
+        assert isinstance(refused, m.Error) and "already registered" in refused.message
         # A worker sending nonsense is disconnected; the scheduler carries on.
         bad = await connect_worker(server.address, "9003")
-        await bad.write({"op": "finished", "n": 5}, b"short")
+        await bad.write(m.Finished(n=5), b"short")
         with pytest.raises(comm.CommClosedError):
             await bad.read()
         await asyncio.sleep(0.05)
@@ -155,17 +153,17 @@ def test_bad_peers_are_refused_without_harm() -> None:
         # A client asking about an unknown key gets an answer, not a crash.
         c = await comm.connect(server.address, role="client", info={"client": "c"})
         await c.read()
-        await c.write({"op": "who-has", "id": 7}, encode_keys(["nope"]))
-        h, payload = await next_op(c, "who-has")
-        assert h["id"] == 7 and holders_of(h["addresses"], bytes(payload), 1) == [[]]
-        await c.write({"op": "update-graph", "id": 8, "keys_bytes": 0, "n": "x"})
-        h, _ = await next_op(c, "request-failed")
-        assert h["id"] == 8
-        n, kb, payload, _ = update_graph.encode(["y"], [b"s"], [[]])
-        header = {"op": "update-graph", "n": n, "keys_bytes": kb, "id": 9}
-        await c.write(header, payload[:-3])  # truncated
-        h, _ = await next_op(c, "request-failed")
-        assert h["id"] == 9 and "malformed" in h["error"]
+        await c.write(m.WhoHas(id=7), encode_keys(["nope"]))
+        who, payload = await next_op(c, m.WhoHasReply)
+        assert who.id == 7 and holders_of(who.addresses, bytes(payload), 1) == [[]]
+        # A struct is not checked when made: this header goes out with n a str.
+        await c.write(m.UpdateGraph(id=8, keys_bytes=0, n="x"))  # type: ignore[arg-type]
+        failed, _ = await next_op(c, m.RequestFailed)
+        assert failed.id == 8 and "malformed" in failed.error
+        n, keys_bytes, payload, _ = update_graph.encode(["y"], [b"s"], [[]])
+        await c.write(m.UpdateGraph(id=9, n=n, keys_bytes=keys_bytes), payload[:-3])  # truncated
+        failed, _ = await next_op(c, m.RequestFailed)
+        assert failed.id == 9 and "malformed" in failed.error
         await w.close()
         await c.close()
         await server.close()

@@ -21,6 +21,7 @@ import pytest
 from squall._core import decode_keys, encode_keys
 from squall.client.data import holders_of
 from squall.protocol import comm, update_graph
+from squall.protocol import messages as m
 from squall.protocol.specs import call_prefix, make_spec
 from squall.scheduler.server import SchedulerServer
 from squall.worker.worker import Worker
@@ -49,8 +50,8 @@ class Client:
     def __init__(self, c: comm.Comm) -> None:
         self.c = c
         self.in_memory: set[Key] = set()
-        self.erred: dict[Key, tuple[comm.Header, bytes]] = {}
-        self.replies: dict[tuple[str, Any], tuple[comm.Header, bytes]] = {}
+        self.erred: dict[Key, tuple[m.TaskErred, bytes]] = {}
+        self.replies: dict[tuple[type[m.Message], int | None], tuple[Any, bytes]] = {}
         self.changed = asyncio.Event()
         self._next_id = 0
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -58,22 +59,22 @@ class Client:
     @classmethod
     async def connect(cls, address: str) -> Client:
         c = await comm.connect(address, role="client", info={"client": "test"})
-        assert (await c.read())[0]["op"] == "registered"
+        assert isinstance((await c.read())[0], m.ClientRegistered)
         return cls(c)
 
     async def _read(self) -> None:
         while True:
-            for h, payload in await self.c.read_messages():
+            for msg, payload in await self.c.read_messages():
                 data = bytes(payload)
-                if h["op"] == "key-in-memory":
+                if isinstance(msg, m.KeyInMemory):
                     self.in_memory.update(decode_keys(data))
-                elif h["op"] == "lost-data":
+                elif isinstance(msg, m.LostData):
                     self.in_memory.difference_update(decode_keys(data))
-                elif h["op"] == "task-erred":
-                    [key] = decode_keys(data[: h["n_key"]])
-                    self.erred[key] = (h, data[h["n_key"] :])
-                elif "id" in h:
-                    self.replies[h["op"], h["id"]] = (h, data)
+                elif isinstance(msg, m.TaskErred):
+                    [key] = decode_keys(data[: msg.n_key])
+                    self.erred[key] = (msg, data[msg.n_key :])
+                elif isinstance(msg, m.Reply):
+                    self.replies[type(msg), msg.id] = (msg, data)
                 self.changed.set()
 
     async def wait_for(self, cond: Callable[[], Any]) -> Any:
@@ -96,35 +97,34 @@ class Client:
             make_spec(call_prefix(cloudpickle.dumps(f)), args, {}, to_dep)
             for f, args in tasks.values()
         ]
-        n, kb, payload, index = update_graph.encode(
+        n, keys_bytes, payload, index = update_graph.encode(
             keys, [s for s, _ in made], [d for _, d in made]
         )
         self._next_id += 1
-        header = {
-            "op": "update-graph",
-            "n": n,
-            "keys_bytes": kb,
-            "id": self._next_id,
-            "priority": priority,
-            "workers": workers,
-            "allow_other_workers": loose,
-            "wanted": [index[k] for k in wanted] if wanted is not None else None,
-        }
-        await self.c.write(header, payload)
+        graph = m.UpdateGraph(
+            id=self._next_id,
+            n=n,
+            keys_bytes=keys_bytes,
+            priority=priority,
+            workers=workers,
+            allow_other_workers=loose,
+            wanted=[index[k] for k in wanted] if wanted is not None else None,
+        )
+        await self.c.write(graph, payload)
         h, _ = await self.wait_for(
             lambda: (
-                self.replies.get(("graph-accepted", self._next_id))
-                or self.replies.get(("request-failed", self._next_id))
+                self.replies.get((m.GraphAccepted, self._next_id))
+                or self.replies.get((m.RequestFailed, self._next_id))
             )
         )
-        assert h["op"] == "graph-accepted", h
+        assert isinstance(h, m.GraphAccepted), h
 
     async def who_has(self, keys: list[Key]) -> list[list[str]]:
         self._next_id += 1
         rid = self._next_id
-        await self.c.write({"op": "who-has", "id": rid}, encode_keys(keys))
-        h, payload = await self.wait_for(lambda: self.replies.get(("who-has", rid)))
-        return holders_of(h["addresses"], bytes(payload), len(keys))
+        await self.c.write(m.WhoHas(id=rid), encode_keys(keys))
+        h, payload = await self.wait_for(lambda: self.replies.get((m.WhoHasReply, rid)))
+        return holders_of(h.addresses, bytes(payload), len(keys))
 
     async def gather(self, keys: list[Key]) -> list[Any]:
         await self.wait_for(lambda: self.in_memory.issuperset(keys) or self.erred)
@@ -153,13 +153,13 @@ async def get_data(address: str, keys: list[Key]) -> list[Any]:
     """Values from a worker's data store (None where the worker answers size -1)."""
     c = await comm.connect(address, role="peer")
     try:
-        await c.write({"op": "get-data", "id": 1, "n": len(keys)}, encode_keys(keys))
+        await c.write(m.GetData(id=1, n=len(keys)), encode_keys(keys))
         h, payload = await c.read()
     finally:
         await c.close()
-    assert h["op"] == "data" and h["id"] == 1
+    assert isinstance(h, m.Data) and h.id == 1
     out, pos = [], 0
-    for size in h["sizes"]:
+    for size in h.sizes:
         if size < 0:
             out.append(None)
             continue
@@ -234,12 +234,12 @@ def test_exception_reaches_client_with_remote_traceback() -> None:
         server, workers, client = await cluster(1)
         await client.submit({"ok": (inc, (1,)), "bad": (fails, (F("ok"),))})
         h, payload = await client.wait_for(lambda: client.erred.get("bad"))
-        assert "ZeroDivisionError" in h["exception_text"]
-        assert "no luck with 2" in h["exception_text"]
-        assert "in fails" in h["traceback_text"]
-        assert 'raise ZeroDivisionError(f"no luck with {x}")' in h["traceback_text"]
-        exc = pickle.loads(payload[: h["n_exception"]])
-        tb = pickle.loads(payload[h["n_exception"] :])
+        assert "ZeroDivisionError" in h.exception_text
+        assert "no luck with 2" in h.exception_text
+        assert "in fails" in h.traceback_text
+        assert 'raise ZeroDivisionError(f"no luck with {x}")' in h.traceback_text
+        exc = pickle.loads(payload[: h.n_exception])
+        tb = pickle.loads(payload[h.n_exception :])
         assert isinstance(exc, ZeroDivisionError)
         with pytest.raises(ZeroDivisionError) as info:
             raise exc.with_traceback(tb)
@@ -258,7 +258,7 @@ def test_free_keys_drops_data() -> None:
         # "a" was only needed by "b": freed already; "b" is held until released.
         await until(lambda: "a" not in w.data)
         assert w.data == {"b": 3}
-        await client.c.write({"op": "release-keys"}, encode_keys(["b"]))
+        await client.c.write(m.ReleaseKeys(), encode_keys(["b"]))
         await until(lambda: not w.data and not w.tasks)
         assert w.data == {} and w.tasks == {} and w.nbytes == {}
         assert await get_data(w.address, ["b"]) == [None]
