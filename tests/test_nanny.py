@@ -22,6 +22,7 @@ from squall._core import read_executing_record
 from squall.deploy.local import LocalCluster
 from squall.errors import CancelledError, KilledWorker
 from squall.protocol import comm
+from squall.protocol import messages as m
 from squall.scheduler.server import SchedulerServer
 
 # Worker processes cannot import this test module: ship its functions by value.
@@ -67,22 +68,24 @@ def test_the_scheduler_removes_the_worker_a_nanny_reports_dead_at_once() -> None
             nanny = await comm.connect(
                 server.address, role="nanny", info={"address": nanny_address}
             )
-            assert (await nanny.read())[0]["op"] == "registered"
+            assert isinstance((await nanny.read())[0], m.NannyRegistered)
             info = {"address": "tcp://127.0.0.1:9101", "nthreads": 1, "pid": 42}
             worker = await comm.connect(
                 server.address, role="worker", info={**info, "nanny": nanny_address}
             )
-            assert (await worker.read())[0]["op"] == "registered"
-            [listed] = server._scheduler_info({})["workers"]
+            assert isinstance((await worker.read())[0], m.WorkerRegistered)
+            answer = server.client_room._scheduler_info(0, m.SchedulerInfo(), memoryview(b""))
+            assert answer is not None and isinstance(answer[0], m.SchedulerInfoReply)
+            [listed] = answer[0].workers
             assert listed["nanny"] == nanny_address
             # A late report about the nanny's previous worker process changes nothing.
-            await nanny.write({"op": "worker-died", "pid": 41, "exit_code": -9})
+            await nanny.write(m.WorkerDied(pid=41, exit_code=-9, executing=None))
             await asyncio.sleep(0.2)
             assert len(list(server.core.workers())) == 1
             # The worker's connection is still open: only the report can remove it,
             # and the scheduler then disconnects it; the connection's end finds the
             # worker removed already.
-            await nanny.write({"op": "worker-died", "pid": 42, "exit_code": -9})
+            await nanny.write(m.WorkerDied(pid=42, exit_code=-9, executing=None))
             with pytest.raises(comm.CommClosedError):
                 while True:
                     await worker.read_messages()

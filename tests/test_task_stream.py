@@ -20,6 +20,7 @@ import pytest
 
 from squall import Client, LocalCluster, get_task_stream, performance_report
 from squall._core import encode_keys
+from squall.protocol import messages as m
 from squall.scheduler.task_stream import TaskStream
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -226,9 +227,9 @@ def test_the_ring_keeps_the_newest_and_counts_what_it_stands_for() -> None:
 def test_a_heartbeat_whose_keys_and_samples_disagree_is_malformed() -> None:
     ts = TaskStream(capacity=10)
     with pytest.raises(ValueError, match="2 keys for 1 samples"):
-        header = {"stream": [[1.0, 2.0, 0, True, 8, "float"]], "stream_tasks": 1}
-        ts.add_heartbeat("tcp://a:1", header, encode_keys(["a", "b"]))
-    ts.add_heartbeat("tcp://a:1", {}, b"")
+        beat = m.Heartbeat(stream=[(1.0, 2.0, 0, True, 8, "float")], stream_tasks=1)
+        ts.add_heartbeat("tcp://a:1", beat, encode_keys(["a", "b"]))
+    ts.add_heartbeat("tcp://a:1", m.Heartbeat(), b"")
     assert ts.cursor == 0
 
 
@@ -239,11 +240,11 @@ def test_waiting_for_heartbeats_is_bounded() -> None:
         assert not await ts.heard_from(lambda: workers, 0.05)
         waiting = asyncio.ensure_future(ts.heard_from(lambda: workers, 5))
         await asyncio.sleep(0)
-        ts.add_heartbeat("tcp://a:1", {}, b"")
+        ts.add_heartbeat("tcp://a:1", m.Heartbeat(), b"")
         await asyncio.sleep(0.01)
         assert not waiting.done()
         workers.pop()  # b left: not waited for any more
-        ts.add_heartbeat("tcp://a:1", {}, b"")
+        ts.add_heartbeat("tcp://a:1", m.Heartbeat(), b"")
         assert await asyncio.wait_for(waiting, 1)
 
     asyncio.run(run())
