@@ -67,6 +67,7 @@ class Route:
 
             self.cluster = squall.LocalCluster(n_workers=2, threads_per_worker=1)
             self.client = squall.Client(self.cluster)
+            self._count_graphs(type(self.client.submission))
         elif self.kind == "distributed":
             import distributed
 
@@ -78,13 +79,12 @@ class Route:
                 host="127.0.0.1",
             )
             self.client = distributed.Client(self.cluster)
-        else:
-            return
-        self._count_graphs(type(self.client))
+            self._count_graphs(type(self.client))
 
     def _count_graphs(self, cls: type) -> None:
         """Every compute/persist/get of either client goes through
-        ``_graph_to_futures``: count the calls (per test too)."""
+        ``_graph_to_futures`` (of squall's client's ``submission``): count the calls
+        (per test too)."""
         original = cls._graph_to_futures  # type: ignore[attr-defined]
         route = self
 
