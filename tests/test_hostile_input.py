@@ -304,15 +304,39 @@ def test_requests_with_malformed_headers_fail_alone_with_their_id(
                 ({"op": m.Finished.op(), "id": 16, "n": 1}, b""),
                 ({"op": "no-such-op", "id": 17}, b""),
                 ({"op": m.Progress.op(), "id": 18, "watch": 2**40}, b""),
+                ({"op": m.TaskStream.op(), "id": 19, "start": ""}, b""),
+                ({"op": m.TaskStream.op(), "id": 20, "stop": "1xyz"}, b""),
             ],
         )
     )
     assert [type(r) for r in replies] == [m.RequestFailed] * 2 + [m.WhoHasReply] + [
         m.RequestFailed
-    ] * 5, replies
-    assert [r.id for r in replies] == list(range(11, 19))  # type: ignore[union-attr]
-    for r in replies[:2] + replies[3:7]:
+    ] * 7, replies
+    assert [r.id for r in replies] == list(range(11, 21))  # type: ignore[union-attr]
+    for r in replies[:2] + replies[3:7] + replies[8:]:
         assert isinstance(r, m.RequestFailed) and "malformed" in r.error, r
+    still_serving(address, [sched.pid])
+
+
+def test_a_worker_cannot_overflow_what_clients_are_told(
+    live: tuple[str, str, subprocess.Popen[str]],
+) -> None:
+    # Heartbeats claiming 2**63 - 1 tasks each: the worker is disconnected at the first,
+    # and the task stream's total a client reads still encodes.
+    address, _, sched = live
+
+    async def beat() -> None:
+        hello = {"address": "tcp://127.0.0.1:9", "nthreads": 1, "name": "fuzz", "pid": 1}
+        c, writer = await handshaken(address, "worker", hello)
+        assert isinstance((await c.read())[0], m.WorkerRegistered)
+        writer.write(one_frame({"op": m.Heartbeat.op(), "stream_tasks": 2**63 - 1}) * 3)
+        with pytest.raises(comm.CommClosedError):
+            while True:
+                await asyncio.wait_for(c.read_messages(), 10)
+
+    asyncio.run(beat())
+    with Client(address, timeout=20) as client:
+        assert client.get_task_stream(start=0) is not None
     still_serving(address, [sched.pid])
 
 

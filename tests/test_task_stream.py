@@ -229,7 +229,16 @@ def test_a_heartbeat_whose_keys_and_samples_disagree_is_malformed() -> None:
     with pytest.raises(ValueError, match="2 keys for 1 samples"):
         beat = m.Heartbeat(stream=[(1.0, 2.0, 0, True, 8, "float")], stream_tasks=1)
         ts.add_heartbeat("tcp://a:1", beat, encode_keys(["a", "b"]))
+    # Fewer tasks than samples, or more than a worker runs: the totals sent to clients
+    # must stay within the protocol's integers.
+    for tasks in (0, -1, 2**32, 2**63 - 1):
+        with pytest.raises(ValueError, match=f"{tasks} tasks for 1 samples"):
+            beat = m.Heartbeat(stream=[(1.0, 2.0, 0, True, 8, "float")], stream_tasks=tasks)
+            ts.add_heartbeat("tcp://a:1", beat, encode_keys(["a"]))
+    with pytest.raises(ValueError, match="-1 tasks for 0 samples"):
+        ts.add_heartbeat("tcp://a:1", m.Heartbeat(stream_tasks=-1), b"")
     ts.add_heartbeat("tcp://a:1", m.Heartbeat(), b"")
+    assert ts.tasks == 0
     assert ts.cursor == 0
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from dask.utils import key_split, parse_timedelta
 
 from squall._core import decode_keys, encode_keys
+from squall.protocol import comm
 from squall.protocol import messages as m
 
 Key = Hashable
@@ -87,6 +88,10 @@ class TaskStream:
     def add_heartbeat(self, worker: str, msg: m.Heartbeat, payload: bytes | memoryview) -> None:
         """``add`` a heartbeat's samples: ``stream`` holds their times, the payload
         their keys (docs/protocol.md); empty if no task ran."""
+        # The samples are of tasks that ran; a count past any worker's (task ids are
+        # u32) would only overflow the totals sent to clients.
+        if not len(msg.stream) <= msg.stream_tasks < 2**32:
+            raise ValueError(f"stream: {msg.stream_tasks} tasks for {len(msg.stream)} samples")
         if not msg.stream:
             self.add(worker, (), msg.stream_tasks)
             return
@@ -217,7 +222,7 @@ async def answer(
     else:
         try:
             rows = stream.rows_window(msg.start, msg.stop, msg.count)
-        except ValueError as e:  # a duration that does not parse
+        except comm.MALFORMED as e:  # a duration that does not parse (dask raises several)
             return m.RequestFailed(id=msg.id, error=f"malformed: {e}"), b""
         cursor = stream.cursor
     index: dict[str, int] = {}
