@@ -18,7 +18,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import dask
 import pytest
 
-from squall import Client, LocalCluster, get_task_stream, performance_report
+from squall import Client, LocalCluster, get_task_stream, performance_report, wait
 from squall._core import encode_keys
 from squall.protocol import messages as m
 from squall.scheduler.task_stream import TaskStream
@@ -257,3 +257,29 @@ def test_waiting_for_heartbeats_is_bounded() -> None:
         assert await asyncio.wait_for(waiting, 1)
 
     asyncio.run(run())
+
+
+def slow_typed_result() -> object:
+    """A result whose type takes a second to name: the worker names it for the task
+    stream while its task thread holds the machine's lock, with the GIL released."""
+
+    class SlowNamed(type):
+        @property
+        def __module__(cls) -> str:  # type: ignore[override]
+            time.sleep(1.0)
+            return "slow"
+
+    return SlowNamed("Odd", (), {})()
+
+
+def test_a_slow_result_type_does_not_deadlock_the_worker() -> None:
+    """The worker's event loop calls into the machine (heartbeats, new tasks) while a
+    task thread names a result under the lock; waiting for the lock with the GIL held
+    would hang both threads for good."""
+    with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        odd = c.submit(slow_typed_result, pure=False)
+        later = c.map(inc, range(20))
+        done, _ = wait([odd, *later], timeout=30)
+        assert len(done) == 21
+        assert c.gather(later) == list(range(1, 21))
+        assert [r["key"] for r in c.get_task_stream(count=100) if r["key"] == odd.key]

@@ -130,7 +130,7 @@ impl WorkerCore {
         dep: &Key,
         job: &Job,
     ) -> PyResult<Py<PyAny>> {
-        let key = key_of(&self.lock().m, job.key);
+        let key = key_of(&self.lock(py).m, job.key);
         let msg = format!(
             "dependency {} of {} is no longer held",
             key_to_py(py, dep)?.repr()?,

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 #[pymethods]
 impl WorkerCore {
     /// Tasks known here by state name (states with none are left out).
-    fn task_counts(&self) -> BTreeMap<&'static str, usize> {
+    fn task_counts(&self, py: Python<'_>) -> BTreeMap<&'static str, usize> {
         let mut counts = BTreeMap::new();
-        for t in self.lock().m.tasks() {
+        for t in self.lock(py).m.tasks() {
             *counts.entry(t.state.name()).or_insert(0) += 1;
         }
         counts

@@ -12,8 +12,8 @@ use squall_worker::KeyId;
 #[pymethods]
 impl WorkerCore {
     /// `(managed bytes in memory, their sizes when spilled, bytes on disk, values spilled)`.
-    fn memory(&self) -> (i64, i64, i64, usize) {
-        let m = self.lock().m.memory();
+    fn memory(&self, py: Python<'_>) -> (i64, i64, i64, usize) {
+        let m = self.lock(py).m.memory();
         (m.managed, m.spilled_memory, m.spilled_disk, m.spilled)
     }
 
@@ -26,7 +26,7 @@ impl WorkerCore {
         nbytes: i64,
     ) -> PyResult<Vec<(u32, Bound<'py, PyAny>, Py<PyAny>)>> {
         let picked: Vec<(KeyId, Key, Py<PyAny>)> = {
-            let g = self.lock();
+            let g = self.lock(py);
             let ks = g.m.spill_candidates(nbytes);
             ks.into_iter()
                 .filter_map(|k| {
@@ -47,6 +47,7 @@ impl WorkerCore {
     /// the handle is dropped, which deletes what it wrote).
     fn spilled(
         &self,
+        py: Python<'_>,
         key_id: u32,
         key: &Bound<'_, PyAny>,
         value: Py<PyAny>,
@@ -54,7 +55,7 @@ impl WorkerCore {
         disk: i64,
     ) -> PyResult<bool> {
         let key = key_from_py(key)?;
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         let same = |v: &Py<PyAny>| v.is(&value);
         let refused =
             g.m.spilled(KeyId(key_id), key.as_bytes(), same, handle, disk)
@@ -65,13 +66,13 @@ impl WorkerCore {
 
     /// Managed bytes above which task threads spill (`run` returns 4) before taking
     /// the next task; None: never.
-    fn set_spill_target(&self, target: Option<i64>) {
-        self.lock().m.set_spill_target(target);
+    fn set_spill_target(&self, py: Python<'_>, target: Option<i64>) {
+        self.lock(py).m.set_spill_target(target);
     }
 
     /// Paused, no task starts (running ones finish); resuming wakes the task threads.
-    fn set_paused(&self, paused: bool) {
-        let mut g = self.lock();
+    fn set_paused(&self, py: Python<'_>, paused: bool) {
+        let mut g = self.lock(py);
         g.m.set_paused(paused);
         self.wake_threads(&g);
     }

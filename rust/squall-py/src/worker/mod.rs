@@ -23,6 +23,7 @@ use crate::convert::{key_from_py, key_to_py, packed};
 use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyDict};
 use squall_core::Key;
 use squall_wire::compute::decode_compute;
@@ -78,7 +79,7 @@ impl WorkerCore {
         f: impl Fn(&Slot<Py<PyAny>>) -> Option<T>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let held: Vec<(Key, T)> = {
-            let g = self.lock();
+            let g = self.lock(py);
             let slots = g.m.keys.iter();
             slots
                 .filter_map(|(k, slot)| Some((key_of(&g.m, k), f(slot)?)))
@@ -94,20 +95,32 @@ impl WorkerCore {
     /// Applies `f` to each task id of a packed u32 payload (`what` names it in errors).
     fn each_task(
         &self,
+        py: Python<'_>,
         payload: &[u8],
         what: &'static str,
         f: impl Fn(&mut Machine<Py<PyAny>>, u32),
     ) -> PyResult<()> {
         let ids = packed::<u32>(payload, what)?;
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         ids.into_iter().for_each(|id| f(&mut g.m, id));
         Self::unlock(g);
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    /// Locks the machine from a thread attached to Python. A contended wait detaches
+    /// first: a task thread may hold the lock while it needs the GIL (to read a
+    /// result's type for the task stream, say), and waiting for the lock with the GIL
+    /// held would deadlock the two threads.
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the machine as it was at the panic;
         // keep serving rather than poison every later call.
+        self.inner
+            .lock_py_attached(py)
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks the machine from a thread detached from Python (inside `py.detach`).
+    fn lock_detached(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -132,7 +145,7 @@ impl WorkerCore {
     /// Blocks (GIL released) until a task or rejoin may be runnable, or closing.
     fn wait_for_work(&self, py: Python<'_>) {
         py.detach(|| {
-            let mut g = self.lock();
+            let mut g = self.lock_detached();
             while !g.closing && !g.m.runnable() && !self.surplus(&g) {
                 g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
             }
@@ -222,22 +235,22 @@ impl WorkerCore {
         })
     }
 
-    fn set_address(&self, address: &str) {
-        self.lock().m.set_address(address);
+    fn set_address(&self, py: Python<'_>, address: &str) {
+        self.lock(py).m.set_address(address);
     }
 
     /// Keep the record of executing calls in the file at `path` (made by the nanny).
-    fn record_executing(&self, path: &str) -> PyResult<()> {
+    fn record_executing(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let record = ExecutingRecord::open(path)?;
-        self.lock().record = Some(record);
+        self.lock(py).record = Some(record);
         Ok(())
     }
 
     /// Takes a `compute` payload; returns how many tasks it held.
-    fn compute(&self, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
+    fn compute(&self, py: Python<'_>, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
         let tasks = compute_inputs(payload, &addresses)?;
         let n = tasks.len();
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         for t in tasks {
             g.m.compute(t);
         }
@@ -247,18 +260,18 @@ impl WorkerCore {
     }
 
     /// `free-keys`: packed u32 task ids.
-    fn free(&self, payload: &[u8]) -> PyResult<()> {
-        self.each_task(payload, "free-keys", Machine::free)
+    fn free(&self, py: Python<'_>, payload: &[u8]) -> PyResult<()> {
+        self.each_task(py, payload, "free-keys", Machine::free)
     }
 
     /// `remove-replicas`: packed u32 task ids.
-    fn remove_replicas(&self, payload: &[u8]) -> PyResult<()> {
-        self.each_task(payload, "remove-replicas", Machine::remove_replica)
+    fn remove_replicas(&self, py: Python<'_>, payload: &[u8]) -> PyResult<()> {
+        self.each_task(py, payload, "remove-replicas", Machine::remove_replica)
     }
 
     /// `steal-request`: the task's state when asked (None if unknown); queued tasks go.
-    fn steal(&self, task: u32) -> Option<&'static str> {
-        let mut g = self.lock();
+    fn steal(&self, py: Python<'_>, task: u32) -> Option<&'static str> {
+        let mut g = self.lock(py);
         let state = g.m.steal(task).map(|s| s.name());
         Self::unlock(g);
         state
@@ -277,7 +290,7 @@ impl WorkerCore {
         Bound<'py, PyBytes>,
         Bound<'py, PyBytes>,
     ) {
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         g.wake_pending = false;
         g.reports_since = None;
         let finished = std::mem::take(&mut g.m.finished);
@@ -302,7 +315,7 @@ impl WorkerCore {
         Vec<(String, Vec<Bound<'py, PyAny>>, Vec<u32>)>,
         Vec<(Bound<'py, PyAny>, Vec<(u32, u64)>)>,
     )> {
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         let (plan, missing) = g.m.take_fetches(&|h| connected.iter().any(|c| c == h));
         // Python objects are made after unlocking: allocating may run the cyclic GC,
         // and with it any `__del__`, which must not run under the lock.
@@ -337,31 +350,31 @@ impl WorkerCore {
     }
 
     /// A fetched value arrived.
-    fn fetched(&self, holder: &str, key_id: u32, value: Py<PyAny>, nbytes: i64) {
-        let mut g = self.lock();
+    fn fetched(&self, py: Python<'_>, holder: &str, key_id: u32, value: Py<PyAny>, nbytes: i64) {
+        let mut g = self.lock(py);
         g.m.fetched(holder, KeyId(key_id), Ok(Some((value, nbytes))));
         self.wake_threads(&g);
         Self::unlock(g);
     }
 
     /// `holder` does not have the key (or could not be reached).
-    fn not_fetched(&self, holder: &str, key_id: u32) {
-        let mut g = self.lock();
+    fn not_fetched(&self, py: Python<'_>, holder: &str, key_id: u32) {
+        let mut g = self.lock(py);
         g.m.fetched(holder, KeyId(key_id), Ok(None));
         Self::unlock(g);
     }
 
     /// The key's bytes would not load: its waiters erred, `[(task, run_id)]`.
-    fn fetch_failed(&self, holder: &str, key_id: u32) -> Vec<(u32, u64)> {
-        let mut g = self.lock();
+    fn fetch_failed(&self, py: Python<'_>, holder: &str, key_id: u32) -> Vec<(u32, u64)> {
+        let mut g = self.lock(py);
         let erred = g.m.fetched(holder, KeyId(key_id), Err(()));
         Self::unlock(g);
         erred
     }
 
     /// Tasks still waiting on a missing key go back: the ids to `reschedule`.
-    fn give_back(&self, waiters: Vec<(u32, u64)>) -> Vec<u32> {
-        let mut g = self.lock();
+    fn give_back(&self, py: Python<'_>, waiters: Vec<(u32, u64)>) -> Vec<u32> {
+        let mut g = self.lock(py);
         let back = g.m.give_back(&waiters);
         Self::unlock(g);
         back
@@ -376,7 +389,7 @@ impl WorkerCore {
         missing: Py<PyAny>,
     ) -> PyResult<Vec<Py<PyAny>>> {
         let keys = read_keys(keys).map_err(wire_error)?;
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         let values = keys.iter().map(|k| match g.m.read(k.as_bytes()) {
             Some((v, _)) => v.clone_ref(py),
             None => missing.clone_ref(py),
@@ -387,13 +400,14 @@ impl WorkerCore {
     /// Scattered data registered by the scheduler as task `task`.
     fn put_scattered(
         &self,
+        py: Python<'_>,
         task: u32,
         key: &Bound<'_, PyAny>,
         value: Py<PyAny>,
         nbytes: i64,
     ) -> PyResult<()> {
         let key = key_from_py(key)?;
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         g.m.put_scattered(task, key.as_bytes(), value, nbytes);
         self.wake_threads(&g);
         Self::unlock(g);
@@ -414,7 +428,7 @@ impl WorkerCore {
     /// The key of the task `task` names here, if it knows it (logs, errors).
     fn task_key(&self, py: Python<'_>, task: u32) -> PyResult<Option<Py<PyAny>>> {
         let key = {
-            let g = self.lock();
+            let g = self.lock(py);
             g.m.task(task).map(|t| key_of(&g.m, t.key))
         };
         key.map(|k| key_to_py(py, &k).map(Bound::unbind))
@@ -423,7 +437,7 @@ impl WorkerCore {
 
     fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let known: Vec<(u32, Key, &'static str)> = {
-            let g = self.lock();
+            let g = self.lock(py);
             let tasks = g.m.tasks();
             tasks
                 .map(|t| (t.id, key_of(&g.m, t.key), t.state.name()))

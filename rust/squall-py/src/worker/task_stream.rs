@@ -89,7 +89,7 @@ impl WorkerCore {
         &self,
         py: Python<'py>,
     ) -> (Bound<'py, PyBytes>, Vec<SampleTimes>, u64) {
-        let (samples, ran) = self.lock().stream.drain();
+        let (samples, ran) = self.lock(py).stream.drain();
         // Read now, so that the monotonic clock's drift from the wall clock since the
         // core started does not shift the times.
         let wall = SystemTime::now()
@@ -114,8 +114,8 @@ impl WorkerCore {
     /// `(executing, ready, in_flight, in_memory)`: tasks running and ready to run,
     /// keys being fetched and held (in memory or spilled). Counters, and one pass over
     /// the ready heap (heartbeats, not the task path).
-    fn counts(&self) -> (usize, usize, usize, usize) {
-        let c = self.lock().m.counts();
+    fn counts(&self, py: Python<'_>) -> (usize, usize, usize, usize) {
+        let c = self.lock(py).m.counts();
         (c.executing, c.ready, c.in_flight, c.in_memory)
     }
 }

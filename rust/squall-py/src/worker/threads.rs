@@ -51,7 +51,7 @@ impl WorkerCore {
     fn run(&self, py: Python<'_>) -> PyResult<RunAnswer> {
         let entered = Instant::now();
         loop {
-            let mut g = self.lock();
+            let mut g = self.lock(py);
             if g.closing {
                 g.threads -= 1;
                 return Ok(RunAnswer::Exit);
@@ -122,7 +122,7 @@ impl WorkerCore {
             };
             let seconds = start.elapsed().as_secs_f64();
             drop(deps);
-            let mut g = self.lock();
+            let mut g = self.lock(py);
             if let (Some(record), Some(entry)) = (&mut g.record, entry) {
                 record.leave(entry);
             }
@@ -159,21 +159,21 @@ impl WorkerCore {
     }
 
     /// A new task thread is about to call `run`.
-    fn add_thread(&self) {
-        self.lock().threads += 1;
+    fn add_thread(&self, py: Python<'_>) {
+        self.lock(py).threads += 1;
     }
 
     /// Stop: waiting threads leave, running ones leave after their task.
-    fn close(&self) {
-        let mut g = self.lock();
+    fn close(&self, py: Python<'_>) {
+        let mut g = self.lock(py);
         g.closing = true;
         self.work.notify_all();
     }
 
     /// Running tasks and seconds since they started (heartbeats).
-    fn executing(&self) -> Vec<(u32, f64)> {
+    fn executing(&self, py: Python<'_>) -> Vec<(u32, f64)> {
         let now = self.now();
-        let g = self.lock();
+        let g = self.lock(py);
         g.m.executing()
             .map(|(id, start)| (id, now - start))
             .collect()
@@ -186,16 +186,16 @@ impl WorkerCore {
     }
 
     /// Seconds since `task` started.
-    fn elapsed(&self, task: u32) -> Option<f64> {
+    fn elapsed(&self, py: Python<'_>, task: u32) -> Option<f64> {
         let now = self.now();
-        self.lock().m.started(task).map(|s| now - s)
+        self.lock(py).m.started(task).map(|s| now - s)
     }
 
     /// `secede()` from the thread running `task`: `None` if nothing changed, else
     /// `(run_id to report as long-running or None, whether another thread is needed)`.
-    fn secede(&self, task: u32) -> Option<(Option<u64>, bool)> {
+    fn secede(&self, py: Python<'_>, task: u32) -> Option<(Option<u64>, bool)> {
         let instance = current_call(task)?;
-        let mut g = self.lock();
+        let mut g = self.lock(py);
         let report = g.m.secede(task, instance)?;
         let need_thread = g.threads < self.nthreads + g.m.n_seceded();
         self.wake_threads(&g);
@@ -208,11 +208,11 @@ impl WorkerCore {
         let Some(instance) = current_call(task) else {
             return;
         };
-        if self.lock().m.rejoin(instance) {
+        if self.lock(py).m.rejoin(instance) {
             return;
         }
         py.detach(|| {
-            let mut g = self.lock();
+            let mut g = self.lock_detached();
             while !g.closing && !g.m.poll_rejoin(instance) {
                 g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
             }
