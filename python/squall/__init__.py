@@ -5,8 +5,6 @@ Its names mean what ``distributed``'s do: ``squall.Scheduler`` is the scheduler 
 ``squall.Nanny`` the worker and its supervisor (docs/runtime.md#servers-in-process).
 """
 
-import dask
-
 from squall import config, core, sim
 from squall._core import (
     CycleError,
@@ -65,7 +63,6 @@ __all__ = [
     "as_completed",
     "config",
     "core",
-    "dask",
     "fire_and_forget",
     "get_client",
     "get_task_stream",
