@@ -32,24 +32,27 @@ if TYPE_CHECKING:
     from squall.worker.worker import Worker
 
 
-def _keys_of(futures: Iterable[Any] | None, keys: Iterable[Any] | None) -> list[Any] | None:
+def _keys_of(futures: Any, keys: Iterable[Any] | None) -> list[Any] | None:
+    """The keys of ``futures`` (one or several) and ``keys``; None if neither is given."""
     if futures is None and keys is None:
         return None
+    if isinstance(futures, Future):
+        futures = [futures]
     found = [f.key if isinstance(f, Future) else f for f in futures or ()]
     return found + list(keys or ())
 
 
-def worker_call_stack(dask_worker: Worker, keys: list[Any] | None) -> dict[Any, list[str]]:
+def worker_call_stack(keys: list[Any] | None, *, dask_worker: Worker) -> dict[Any, list[str]]:
     return dask_worker.call_stack(keys)
 
 
 def worker_profile(
-    dask_worker: Worker, start: float | None, stop: float | None, key: str | None
+    start: float | None, stop: float | None, key: str | None, *, dask_worker: Worker
 ) -> dict[str, Any]:
     return dask_worker.get_profile(start, stop, key)
 
 
-def worker_state(dask_worker: Worker, exclude: set[str]) -> dict[str, Any]:
+def worker_state(exclude: set[str], *, dask_worker: Worker) -> dict[str, Any]:
     """A worker's state for ``dump_cluster_state``: squall's fields."""
     state: dict[str, Any] = {
         "address": dask_worker.address,
@@ -68,11 +71,11 @@ def worker_state(dask_worker: Worker, exclude: set[str]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k not in exclude}
 
 
-async def worker_network(dask_worker: Worker, address: str) -> dict[str, float]:
+async def worker_network(address: str, *, dask_worker: Worker) -> dict[str, float]:
     return await hardware.benchmark_network(dask_worker, address)
 
 
-def worker_disk_and_memory(dask_worker: Worker) -> dict[str, dict[str, float]]:
+def worker_disk_and_memory(*, dask_worker: Worker) -> dict[str, dict[str, float]]:
     return {
         "disk": hardware.benchmark_disk(local_directory(dask_worker.local_directory_option)),
         "memory": hardware.benchmark_memory(),
@@ -102,6 +105,8 @@ class Inspection:
         self.diagnostics = diagnostics
 
     async def _on_workers(self, function: Any, *args: Any, workers: Any = None) -> dict[str, Any]:
+        """``function(*args, dask_worker=worker)`` on each worker; those that fail
+        (closing meanwhile) are left out."""
         result = await self.cluster_ops.run_on((function, args, {}), workers, on_error="ignore")
         assert result is not None  # wait=True
         return result
