@@ -43,6 +43,7 @@ def test_call_stack_of_a_sleeping_task(client: Client) -> None:
     eventually(lambda: bool(client.call_stack(future)), timeout=20)
     stacks = client.call_stack(future)
     [(worker, by_key)] = stacks.items()
+    assert worker in client.scheduler_info()["workers"]
     [lines] = by_key.values()
     assert future.key in by_key
     assert any("slowinc" in line for line in lines)

@@ -25,6 +25,8 @@ from dask.utils import parse_bytes
 
 from squall import config
 from squall.client import connection, display
+from squall.client.client import Client
+from squall.client.default import default_client
 from squall.client.loop import timeout_seconds
 from squall.deploy.adaptive import Adaptive
 from squall.deploy.embedded import EmbeddedCluster
@@ -95,7 +97,7 @@ class LocalCluster:
         cores = os.cpu_count() or 1
         #: distributed's cluster name (a fresh one unless given).
         self.name = name if name is not None else f"LocalCluster-{uuid.uuid4().hex[:8]}"
-        self._clients: list[Any] = []
+        self._clients: list[Client] = []
         default_workers, default_threads = default_shape(cores) if processes else (1, cores)
         self.n_workers = default_workers if n_workers is None else n_workers
         self.threads_per_worker = threads_per_worker or default_threads
@@ -291,12 +293,9 @@ class LocalCluster:
             with self._scaling.lock:
                 self._scaling.retire(workers=addresses)
 
-    def get_client(self) -> Any:
+    def get_client(self) -> Client:
         """A client of this cluster: the default client if it is connected here, else
         a new one (closed with the cluster)."""
-        from squall.client.client import Client
-        from squall.client.default import default_client
-
         with contextlib.suppress(ValueError):
             client = default_client()
             if client.address == self.scheduler_address and client.status == "running":
@@ -311,8 +310,6 @@ class LocalCluster:
         """The processes' recent log lines, distributed's ``get_logs``: ``{"Cluster
         <name>": …, "Scheduler": …, worker address: …}``, each one text, oldest line
         first. ``workers`` may name some (addresses)."""
-        from squall.client.client import Client
-
         logs: dict[str, str] = {}
         if cluster:
             logs[f"Cluster {self.name}"] = ""  # the cluster object logs nothing of its own
