@@ -257,6 +257,7 @@ impl WorkerCore {
             }
             let slot = Arc::new(AtomicU64::new(0));
             // SAFETY: reads the calling thread's identifier; no precondition.
+            #[allow(clippy::useless_conversion)] // c_ulong is u32 on some platforms
             let ident = u64::from(unsafe { pyo3::ffi::PyThread_get_thread_ident() });
             self.calls
                 .lock()
