@@ -20,7 +20,7 @@ def test_submit_wire_map(benchmark: Any) -> None:
     graph = bench.map_graph(N)
 
     def run() -> None:
-        s = squall.Scheduler()
+        s = squall.core.Scheduler()
         graph.submit(s, s.client("c"))
 
     benchmark(run)
@@ -38,7 +38,7 @@ def test_tasks_finished_batch(benchmark: Any) -> None:
     graph = bench.map_graph(N)
 
     def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
-        s = squall.Scheduler({"worker-saturation": "inf"})
+        s = squall.core.Scheduler({"worker-saturation": "inf"})
         c = s.client("c")
         s.add_worker("tcp://10.0.0.1:1", 1, now=0.0)
         graph.submit(s, c)
@@ -46,7 +46,7 @@ def test_tasks_finished_batch(benchmark: Any) -> None:
         sizes = array.array("q", [8] * (len(tasks) // 4)).tobytes()
         return (s, workers, tasks, runs, sizes), {}
 
-    def run(s: squall.Scheduler, w: bytes, t: bytes, r: bytes, n: bytes) -> None:
+    def run(s: squall.core.Scheduler, w: bytes, t: bytes, r: bytes, n: bytes) -> None:
         s.tasks_finished(w, t, r, n, now=1.0)
 
     benchmark.pedantic(run, setup=setup, rounds=5)

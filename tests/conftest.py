@@ -24,8 +24,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def sched() -> squall.Scheduler:
-    return squall.Scheduler({"validate": True})
+def sched() -> squall.core.Scheduler:
+    return squall.core.Scheduler({"validate": True})
 
 
 def map_wire(n: int, prefix: str = "inc") -> tuple[bytes, int, int]:
@@ -36,7 +36,7 @@ def map_wire(n: int, prefix: str = "inc") -> tuple[bytes, int, int]:
     return payload, n, keys_bytes
 
 
-def submit_map(s: squall.Scheduler, client: int, n: int, *, now: float) -> bytes:
+def submit_map(s: squall.core.Scheduler, client: int, n: int, *, now: float) -> bytes:
     """A ``client.map`` of n tasks keyed ``inc-{i}``, submitted as the scheduler receives
     it (ordered as a map is); the task ids, packed."""
     return s.submit_wire(client, *map_wire(n), now=now, order="sequential")

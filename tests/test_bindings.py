@@ -10,7 +10,7 @@ from conftest import map_wire, submit_map
 import squall
 
 
-def finish_all(s: squall.Scheduler, cmds: squall.Commands, now: float) -> int:
+def finish_all(s: squall.core.Scheduler, cmds: squall.core.Commands, now: float) -> int:
     """Play every worker: report each dispatched task finished, all in one batch."""
     workers, tasks, runs = cmds.compute()
     n = len(tasks) // 4
@@ -19,7 +19,7 @@ def finish_all(s: squall.Scheduler, cmds: squall.Commands, now: float) -> int:
     return n
 
 
-def test_chain_lifecycle(sched: squall.Scheduler) -> None:
+def test_chain_lifecycle(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     w = sched.add_worker("tcp://127.0.0.1:1", 2, now=0.0)
     ids = sched.submit(c, ["x", "y", ("z", 0)], [[], [0], ["y"]], now=0.0, wanted=[2])
@@ -44,7 +44,7 @@ def test_chain_lifecycle(sched: squall.Scheduler) -> None:
     assert sched.worker_info(w)["has_what"] == 0
 
 
-def test_map_batch_lifecycle_leaves_core_empty(sched: squall.Scheduler) -> None:
+def test_map_batch_lifecycle_leaves_core_empty(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     for i in range(4):
         sched.add_worker(f"tcp://127.0.0.1:{i}", 2, now=0.0)
@@ -63,7 +63,7 @@ def test_map_batch_lifecycle_leaves_core_empty(sched: squall.Scheduler) -> None:
     assert sched.n_tasks == 0
 
 
-def test_keys_of_forgotten_tasks_resolve_until_next_drain(sched: squall.Scheduler) -> None:
+def test_keys_of_forgotten_tasks_resolve_until_next_drain(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     sched.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     sched.submit(c, ["a"], now=0.0)
@@ -74,7 +74,7 @@ def test_keys_of_forgotten_tasks_resolve_until_next_drain(sched: squall.Schedule
     assert sched.key_of(task) == "a"
 
 
-def test_cycle_is_rejected_and_state_kept(sched: squall.Scheduler) -> None:
+def test_cycle_is_rejected_and_state_kept(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     sched.submit(c, ["ok"], now=0.0)
     with pytest.raises(squall.CycleError, match=r"'a'|'b'"):
@@ -83,7 +83,7 @@ def test_cycle_is_rejected_and_state_kept(sched: squall.Scheduler) -> None:
     sched.validate()
 
 
-def test_bad_input_errors(sched: squall.Scheduler) -> None:
+def test_bad_input_errors(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     with pytest.raises(squall.UnknownDependencyError, match="ghost"):
         sched.submit(c, ["a"], [["ghost"]], now=0.0)
@@ -103,12 +103,12 @@ def test_bad_input_errors(sched: squall.Scheduler) -> None:
     with pytest.raises(ValueError, match="multiple of 4"):
         sched.tasks_finished(w, b"123", b"", b"", now=0.0)
     with pytest.raises(ValueError, match="unknown scheduler config"):
-        squall.Scheduler({"no-such-knob": 1})
+        squall.core.Scheduler({"no-such-knob": 1})
     assert sched.n_tasks == 1
     sched.validate()
 
 
-def test_stale_report_is_an_error(sched: squall.Scheduler) -> None:
+def test_stale_report_is_an_error(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     a = sched.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     b = sched.add_worker("tcp://127.0.0.1:2", 1, now=0.0)
@@ -120,7 +120,7 @@ def test_stale_report_is_an_error(sched: squall.Scheduler) -> None:
     assert sched.task_finished(worker, task, run, 8, now=0.1) == "applied"
 
 
-def test_errors_carry_payloads_and_blame(sched: squall.Scheduler) -> None:
+def test_errors_carry_payloads_and_blame(sched: squall.core.Scheduler) -> None:
     c = sched.client("c")
     sched.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     sched.submit(c, ["x", "y"], [[], [0]], now=0.0, wanted=[1])
@@ -141,14 +141,14 @@ def test_errors_carry_payloads_and_blame(sched: squall.Scheduler) -> None:
     ]
 
 
-def test_config_knobs(sched: squall.Scheduler) -> None:
-    s = squall.Scheduler({"worker-saturation": "inf", "validate": True})
+def test_config_knobs(sched: squall.core.Scheduler) -> None:
+    s = squall.core.Scheduler({"worker-saturation": "inf", "validate": True})
     c = s.client("c")
     s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     submit_map(s, c, 10, now=0.0)
     assert s.n_queued == 0
     with pytest.raises(ValueError):
-        squall.Scheduler({"worker-saturation": 0})
+        squall.core.Scheduler({"worker-saturation": 0})
 
 
 def test_core_work_releases_the_gil() -> None:
@@ -156,7 +156,7 @@ def test_core_work_releases_the_gil() -> None:
     import threading
     import time
 
-    s = squall.Scheduler()
+    s = squall.core.Scheduler()
     c = s.client("c")
     wire = map_wire(600_000)
     done = threading.Event()

@@ -162,7 +162,7 @@ def test_set_as_default_false_leaves_dask_alone(cluster: LocalCluster) -> None:
 
 
 def test_the_core_reports_redefinitions_with_other_dependencies() -> None:
-    s = squall.Scheduler()
+    s = squall.core.Scheduler()
     c = s.client("me")
     s.submit(c, ["a", "b"], [[], []], now=0.0, specs=[b"a", b"b"])
     s.submit(c, ["a", "c"], [["b"], [0]], now=0.1, specs=[b"a2", b"c"])

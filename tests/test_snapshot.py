@@ -27,7 +27,9 @@ def fail(x: int) -> int:
     raise ValueError(x)
 
 
-def test_counters_prefixes_groups_and_workers_in_one_call_each(sched: squall.Scheduler) -> None:
+def test_counters_prefixes_groups_and_workers_in_one_call_each(
+    sched: squall.core.Scheduler,
+) -> None:
     c = sched.client("c")
     w = sched.add_worker("tcp://127.0.0.1:1", 2, now=0.0)
     sched.submit(c, ["a-1", "a-2", "b-1"], [[], [], [0, 1]], now=0.0, wanted=[2])

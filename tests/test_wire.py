@@ -15,7 +15,7 @@ from squall.protocol.specs import call_prefix, load_function, make_spec, run_spe
 
 
 def test_compute_batches_roundtrip_per_worker() -> None:
-    s = squall.Scheduler({"validate": True})
+    s = squall.core.Scheduler({"validate": True})
     c = s.client("c")
     a = s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     b = s.add_worker("tcp://127.0.0.1:2", 1, now=0.0, resources=[("GPU", 1.0)])
@@ -45,7 +45,7 @@ def test_compute_batches_roundtrip_per_worker() -> None:
 
 
 def test_truncated_compute_payload_is_an_error() -> None:
-    s = squall.Scheduler()
+    s = squall.core.Scheduler()
     c = s.client("c")
     s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     s.submit(c, ["a"], specs=[b"abc"], now=0.0)
@@ -57,7 +57,7 @@ def test_truncated_compute_payload_is_an_error() -> None:
 
 
 def test_update_graph_payload_is_decoded_in_rust() -> None:
-    s = squall.Scheduler({"validate": True})
+    s = squall.core.Scheduler({"validate": True})
     c = s.client("c")
     s.submit(c, ["old"], specs=[b"o"], now=0.0)
     keys, specs = [("a", 0), "b", "d"], [b"spec-a", b"spec-b", None]
@@ -114,7 +114,7 @@ class Marker:
 
 
 def test_compute_carries_more_than_65535_dependencies() -> None:
-    s = squall.Scheduler({"worker-saturation": "inf"})
+    s = squall.core.Scheduler({"worker-saturation": "inf"})
     c = s.client("c")
     w = s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
     n = 70_000
@@ -133,7 +133,7 @@ def test_compute_carries_more_than_65535_dependencies() -> None:
 def test_finished_reports_are_decoded_from_the_payload() -> None:
     """The scheduler side of docs/protocol.md#finished: the payload as the worker sent
     it, n reports of four packed arrays; a payload of another length is refused."""
-    s = squall.Scheduler({"validate": True})
+    s = squall.core.Scheduler({"validate": True})
     c = s.client("c")
     w = s.add_worker("tcp://127.0.0.1:1", 2, now=0.0)
     s.submit(c, ["a", "b"], now=0.0)

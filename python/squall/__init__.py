@@ -1,12 +1,15 @@
-"""squall: a distributed task scheduler with a Rust scheduling core, drop-in for Dask."""
+"""squall: a distributed task scheduler with a Rust scheduling core, drop-in for Dask.
 
-from squall import config, sim
+Its names mean what ``distributed``'s do: ``squall.Scheduler`` is the scheduler server
+(the bare Rust core is ``squall.core.Scheduler``), ``squall.Worker`` and
+``squall.Nanny`` the worker and its supervisor (docs/runtime.md#servers-in-process).
+"""
+
+from squall import config, core, sim
 from squall._core import (
-    Commands,
     CycleError,
     DuplicateKeyError,
     InternalError,
-    Scheduler,
     SchedulerError,
     StaleReportError,
     UnknownDependencyError,
@@ -16,33 +19,50 @@ from squall._core import (
     __version__,
 )
 from squall.client.client import Client, get_client
+from squall.client.compat import CompatibleExecutor
 from squall.client.futures import Future, fire_and_forget
+from squall.client.loop import sync
 from squall.client.performance_report import performance_report
 from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
+from squall.deploy.servers import Nanny, Scheduler, Status
 from squall.diagnostics import progress
+from squall.errors import CancelledError, KilledWorker
+from squall.security import Security
 from squall.worker.context import get_worker, rejoin, secede
+from squall.worker.worker import Worker
+
+#: distributed's ``TimeoutError``: the builtin one, which squall raises.
+TimeoutError = TimeoutError
 
 __all__ = [
+    "CancelledError",
     "Client",
-    "Commands",
+    "CompatibleExecutor",
     "CycleError",
     "DuplicateKeyError",
     "Future",
     "InternalError",
+    "KilledWorker",
     "LocalCluster",
+    "Nanny",
     "Scheduler",
     "SchedulerError",
+    "Security",
     "StaleReportError",
+    "Status",
+    "TimeoutError",
     "UnknownDependencyError",
     "UnknownKeyError",
     "UnknownTaskError",
     "UnknownWorkerError",
+    "Worker",
     "__version__",
     "as_completed",
     "config",
+    "core",
     "fire_and_forget",
     "get_client",
     "get_task_stream",
@@ -53,5 +73,6 @@ __all__ = [
     "rejoin",
     "secede",
     "sim",
+    "sync",
     "wait",
 ]

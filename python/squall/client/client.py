@@ -17,7 +17,7 @@ a plain object holding the connection (and what else it needs), which does the w
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -32,6 +32,8 @@ from squall.client.default import (
 )
 from squall.client.diagnostics import Diagnostics
 from squall.client.futures import Future, FutureState, Key
+from squall.client.inspection import Inspection
+from squall.client.scheduler_file import read_scheduler_file
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
@@ -60,10 +62,25 @@ class Client:
         name: str | None = None,
         direct_to_workers: bool | None = None,
         security: Security | bool | None = None,
+        heartbeat_interval: float | str | None = None,
+        serializers: list[str] | None = None,
+        deserializers: list[str] | None = None,
+        extensions: dict[str, Callable[[Client], Any]] | None = None,
+        scheduler_file: str | None = None,
+        connection_limit: int = 512,
         **kwargs: Any,
     ) -> None:
         # ``direct_to_workers`` is accepted and ignored: results always come straight
-        # from the workers.
+        # from the workers. ``heartbeat_interval`` too: the client speaks to a quiet
+        # scheduler every quarter of ``squall.comm.timeouts.tcp`` (keep-alive), not on
+        # a fixed period. ``connection_limit`` bounds nothing squall opens: one
+        # connection to the scheduler and at most one per worker.
+        check_serializers(serializers, "serializers")
+        check_serializers(deserializers, "deserializers")
+        if connection_limit < 1:
+            raise ValueError(f"connection_limit must be at least 1, not {connection_limit}")
+        if address is None and scheduler_file is not None:
+            address = read_scheduler_file(scheduler_file)
         self.connection = ClientConnection(
             address,
             loop,
@@ -79,6 +96,9 @@ class Client:
         self.submission = Submission(self, self.connection, self.data)
         self.diagnostics = Diagnostics(self.connection, self.data)
         self.task_stream = TaskStreamReader(self.connection)
+        self.inspection = Inspection(self.connection, self.cluster_ops, self.diagnostics)
+        #: distributed's client extensions: ``{name: extension(client)}``.
+        self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
             become_default(self)
         prefer_task_shuffle()
@@ -535,6 +555,74 @@ class Client:
             return self.connection.sync(
                 func, *args, asynchronous=asynchronous, callback_timeout=callback_timeout, **kwargs
             )
+
+    # ----- looking inside the cluster (inspection.py) ------------------------------
+
+    def call_stack(self, futures: Any = None, keys: Any = None) -> Any:
+        """What the workers' task threads execute now: ``{worker: {key: [stack line,
+        …]}}``, outermost call first, in distributed's line format; only workers
+        running a task (of ``futures``/``keys``, if given) appear."""
+        return self.inspection.call_stack(futures, keys)
+
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | None = None,
+        stop: float | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+    ) -> Any:
+        """The sampled profile of the tasks the workers ran between ``start`` and
+        ``stop`` (epoch seconds), of key prefix ``key`` (e.g. ``"inc"``) if given, as
+        distributed's tree (``{"identifier", "description", "count", "children"}``);
+        ``{worker: tree}`` unless ``merge_workers``. Sampling is set by
+        ``squall.worker.profile.*``. ``plot``/``filename`` (bokeh figures) and
+        ``server``/``scheduler`` (profiles of event loops) raise ``ValueError``."""
+        return self.inspection.profile(
+            key, start, stop, workers, merge_workers, plot, filename, server, scheduler
+        )
+
+    def benchmark_hardware(self) -> Any:
+        """Bandwidths the workers measure, ``{"disk", "memory", "network": {size:
+        bytes per second}}``, each averaged over the workers (network: pairs of
+        workers; none with a single worker). Takes a few seconds."""
+        return self.inspection.benchmark_hardware()
+
+    def dump_cluster_state(
+        self,
+        filename: str = "dask-cluster-dump",
+        write_from_scheduler: bool | None = None,
+        exclude: Collection[str] = (),
+        format: Literal["msgpack", "yaml"] = "msgpack",
+        **storage_options: Any,
+    ) -> Any:
+        """Write the scheduler's and the workers' state to ``filename`` +
+        ``.msgpack.gz`` (gzipped msgpack) or ``.yaml``, as distributed does:
+        ``{"scheduler", "workers": {address: state}, "versions"}`` with squall's fields
+        (docs/runtime.md#cluster-dumps); ``exclude`` names fields to leave out. Written
+        by the client, to a local path."""
+        if storage_options:
+            raise ValueError("squall writes cluster dumps to local paths: no storage_options")
+        return self.inspection.dump_cluster_state(filename, write_from_scheduler, exclude, format)
+
+    def write_scheduler_file(self, scheduler_file: str) -> Any:
+        """Write the scheduler's identity (its ``address``…) as JSON to
+        ``scheduler_file``, for ``Client(scheduler_file=)``."""
+        return self.inspection.write_scheduler_file(scheduler_file)
+
+
+def check_serializers(families: list[str] | None, what: str) -> None:
+    """squall pickles (cloudpickle, dask's serializers through pickle): lists that
+    exclude pickle name something it cannot do."""
+    if families is not None and not {"pickle", "dask", "cloudpickle"} & set(families):
+        raise ValueError(
+            f"squall serializes with pickle: {what}={families!r} without 'pickle' or "
+            "'dask' is not supported"
+        )
 
 
 def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:

@@ -7,12 +7,14 @@ caller's loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from dask.utils import parse_timedelta
 
 from squall.protocol.tracebacks import user_frames
+
+T = TypeVar("T")
 
 
 def timeout_seconds(timeout: float | str | None) -> float | None:
@@ -50,3 +52,31 @@ def require_running_loop() -> None:
             "Constructing an asynchronous Client (asynchronous=True) without a running "
             "loop is not supported"
         ) from None
+
+
+def sync(
+    loop: Any,
+    func: Callable[..., Awaitable[T]],
+    *args: Any,
+    callback_timeout: float | str | None = None,
+    **kwargs: Any,
+) -> T:
+    """distributed's ``sync``: run coroutine function ``func(*args, **kwargs)`` on
+    ``loop`` (an asyncio loop, or a tornado IOLoop: its ``asyncio_loop``), running in
+    another thread, and block for its result; ``TimeoutError`` after
+    ``callback_timeout``."""
+    aio: asyncio.AbstractEventLoop = getattr(loop, "asyncio_loop", loop)
+    if aio.is_closed():
+        raise RuntimeError("the event loop is closed")
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is aio:
+        raise RuntimeError("sync() called from the thread of the running loop")
+
+    async def call() -> T:
+        result: T = await timed(func(*args, **kwargs), callback_timeout)
+        return result
+
+    return asyncio.run_coroutine_threadsafe(call(), aio).result()

@@ -87,33 +87,42 @@ class ClusterOps:
     ) -> Any:
         if on_error not in ("raise", "return", "ignore"):
             raise ValueError(f"on_error must be 'raise', 'return', or 'ignore'; got {on_error!r}")
-        blob = cloudpickle.dumps((function, args, kwargs))
+        call = (function, args, kwargs)
+        return self.connection.sync(self.run_on, call, workers, wait, nanny, on_error)
+
+    async def run_on(
+        self,
+        call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]],
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: Literal["raise", "return", "ignore"] = "raise",
+    ) -> dict[str, Any] | None:
+        """``run``'s work: ``call`` (function, args, kwargs) on the selected workers."""
+        blob = cloudpickle.dumps(call)
 
         async def one(address: str) -> Any:
             return await self.connection.peers.run(address, blob, wait=wait)
 
-        async def run_all() -> dict[str, Any] | None:
-            info = await self.identity()
-            selected = select_workers(info.workers, workers)
-            addresses = [w["address"] for w in selected]
-            targets = addresses
-            if nanny:
-                targets = [w["nanny"] for w in selected]
-                if None in targets:
-                    raise ValueError("nanny=True, but some of these workers have no nanny")
-            replies = await asyncio.gather(*map(one, targets), return_exceptions=True)
-            results: dict[str, Any] = {}
-            for address, r in zip(addresses, replies, strict=True):
-                if isinstance(r, BaseException):
-                    if on_error == "raise":
-                        raise r
-                    if on_error == "return":
-                        results[address] = r
-                else:
+        info = await self.identity()
+        selected = select_workers(info.workers, workers)
+        addresses = [w["address"] for w in selected]
+        targets = addresses
+        if nanny:
+            targets = [w["nanny"] for w in selected]
+            if None in targets:
+                raise ValueError("nanny=True, but some of these workers have no nanny")
+        replies = await asyncio.gather(*map(one, targets), return_exceptions=True)
+        results: dict[str, Any] = {}
+        for address, r in zip(addresses, replies, strict=True):
+            if isinstance(r, BaseException):
+                if on_error == "raise":
+                    raise r
+                if on_error == "return":
                     results[address] = r
-            return results if wait else None
-
-        return self.connection.sync(run_all)
+            else:
+                results[address] = r
+        return results if wait else None
 
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
         seconds = timeout_seconds(timeout) or 4 * self.connection.timeout

@@ -8,18 +8,26 @@ Processes by default, which do not outlive the process that started them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import os
 import subprocess
 import sys
 import tempfile
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import msgspec
+from dask.utils import parse_bytes
 
 from squall import config
 from squall.client import connection, display
+from squall.client.client import Client
+from squall.client.default import default_client
+from squall.client.loop import timeout_seconds
 from squall.deploy.adaptive import Adaptive
 from squall.deploy.embedded import EmbeddedCluster
 from squall.deploy.lifeline import lifeline
@@ -83,9 +91,13 @@ class LocalCluster:
         memory_limit: str | float | None = "auto",
         local_directory: str | None = None,
         dashboard_address: str | int | None = "config",
+        name: str | None = None,
         **kwargs: Any,
     ) -> None:
         cores = os.cpu_count() or 1
+        #: distributed's cluster name (a fresh one unless given).
+        self.name = name if name is not None else f"LocalCluster-{uuid.uuid4().hex[:8]}"
+        self._clients: list[Client] = []
         default_workers, default_threads = default_shape(cores) if processes else (1, cores)
         self.n_workers = default_workers if n_workers is None else n_workers
         self.threads_per_worker = threads_per_worker or default_threads
@@ -203,15 +215,18 @@ class LocalCluster:
     def scheduler_info(self) -> dict[str, Any]:
         return run_sync(scheduler_info(self.scheduler_address, self.security))
 
-    def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
-        """Wait until ``n`` workers run: one request the scheduler answers when they do
-        (a poll would count as a client connecting and leaving each time).
+    def wait_for_workers(self, n_workers: int = -1, timeout: float | str | None = 30.0) -> None:
+        """Wait until ``n_workers`` workers (default: as many as it has) run: one
+        request the scheduler answers when they do (a poll would count as a client
+        connecting and leaving each time); no ``timeout`` (None): no limit.
         ``TimeoutError`` after ``timeout`` (a scheduler that does not answer at all: a
         connect timeout later, or a ``CommError`` naming it); ``RuntimeError`` at once
         if one of this cluster's worker processes exits meanwhile."""
-        run_sync(self._wait_for_workers(n, timeout))
+        if n_workers < 0:
+            n_workers = len(self._scaling.alive())
+        run_sync(self._wait_for_workers(n_workers, timeout_seconds(timeout)))
 
-    async def _wait_for_workers(self, n: int, timeout: float) -> None:
+    async def _wait_for_workers(self, n: int, timeout: float | None) -> None:
         request = m.WaitForWorkers(n_workers=n, timeout=timeout)
         running = [p for p in self._procs if p.poll() is None]
         answer = asyncio.ensure_future(
@@ -220,7 +235,8 @@ class LocalCluster:
         # The scheduler answers by ``timeout``; one that does not (stopped, hung) fails
         # the wait a connect timeout later rather than never.
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout + config.seconds("comm.timeouts.connect")
+        deadline = loop.time() + (math.inf if timeout is None else timeout)
+        deadline += config.seconds("comm.timeouts.connect")
         try:
             while not answer.done():
                 if loop.time() > deadline:
@@ -241,13 +257,72 @@ class LocalCluster:
         if error:
             raise TimeoutError(error)
 
-    def scale(self, n: int) -> None:
-        """Have ``n`` workers: start the missing ones at once (``wait_for_workers``
-        waits for them), or retire the extra ones gracefully (those the scheduler
-        would close first: idle, holding the least data), whose results move to the
-        workers that stay, then stop their processes
+    def scale(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> None:
+        """Have ``n`` workers — or enough for ``cores`` threads or ``memory`` (bytes or
+        "8 GiB") at this cluster's ``threads_per_worker`` and ``memory_limit``, the
+        largest if several are given: start the missing ones at once
+        (``wait_for_workers`` waits for them), or retire the extra ones gracefully
+        (those the scheduler would close first: idle, holding the least data), whose
+        results move to the workers that stay, then stop their processes
         (docs/runtime.md#cluster-lifecycle)."""
-        self._scaling.scale(n)
+        self._scaling.scale(self._workers_for(n, memory, cores))
+
+    def _workers_for(self, n: int, memory: str | int | None, cores: int | None) -> int:
+        """Workers for ``n`` workers, ``cores`` threads and ``memory`` bytes, as
+        distributed's ``scale`` counts them: the largest need."""
+        needs = [n]
+        if cores is not None:
+            needs.append(math.ceil(cores / self.threads_per_worker))
+        if memory is not None:
+            if not self.memory_limit:
+                raise ValueError("scale(memory=) needs workers with a memory limit")
+            needs.append(math.ceil(parse_bytes(memory) / self.memory_limit))
+        return max(needs)
+
+    def scale_up(self, n: int) -> None:
+        """Have at least ``n`` workers (distributed's ``scale_up``)."""
+        self._scaling.scale(max(n, len(self._scaling.alive())))
+
+    def scale_down(self, workers: Iterable[str]) -> None:
+        """Retire these workers (addresses or names) gracefully and stop them
+        (distributed's ``scale_down``)."""
+        wanted = set(workers)
+        known = self.scheduler_info()["workers"]
+        addresses = [w["address"] for w in known if {w["address"], str(w["name"])} & wanted]
+        if addresses:
+            with self._scaling.lock:
+                self._scaling.retire(workers=addresses)
+
+    def get_client(self) -> Client:
+        """A client of this cluster: the default client if it is connected here, else
+        a new one (closed with the cluster)."""
+        with contextlib.suppress(ValueError):
+            client = default_client()
+            if client.address == self.scheduler_address and client.status == "running":
+                return client
+        client = Client(self, security=self.security)
+        self._clients.append(client)
+        return client
+
+    def get_logs(
+        self, cluster: bool = True, scheduler: bool = True, workers: bool | Iterable[str] = True
+    ) -> dict[str, str]:
+        """The processes' recent log lines, distributed's ``get_logs``: ``{"Cluster
+        <name>": …, "Scheduler": …, worker address: …}``, each one text, oldest line
+        first. ``workers`` may name some (addresses)."""
+        logs: dict[str, str] = {}
+        if cluster:
+            logs[f"Cluster {self.name}"] = ""  # the cluster object logs nothing of its own
+        if not (scheduler or workers):
+            return logs
+        with Client(self, set_as_default=False, security=self.security) as client:
+            if scheduler:
+                logs["Scheduler"] = _joined(client.get_scheduler_logs())
+            if workers:
+                chosen = None if workers is True else list(workers)
+                for address, lines in client.get_worker_logs(workers=chosen).items():
+                    logs[address] = _joined(lines)
+        return logs
 
     def adapt(
         self,
@@ -256,12 +331,25 @@ class LocalCluster:
         interval: float | str | None = None,
         wait_count: int | None = None,
         target_duration: float | str | None = None,
+        *,
+        minimum_cores: int | None = None,
+        maximum_cores: int | None = None,
+        minimum_memory: str | int | None = None,
+        maximum_memory: str | int | None = None,
     ) -> Adaptive:
         """Scale with the work, as Dask's ``adapt``: every ``interval`` the scheduler's
         adaptive target (within ``minimum``..``maximum``) starts workers at once, and a
         worker the target leaves out ``wait_count`` times in a row is retired.
-        Defaults: ``squall.adaptive.*``. Calling it again replaces the loop; ``close``
-        stops it (docs/runtime.md#adaptive-scaling)."""
+        Defaults: ``squall.adaptive.*``. ``minimum_cores``/``minimum_memory`` raise
+        the minimum and ``maximum_cores``/``maximum_memory`` lower the maximum to the
+        workers they make at this cluster's shape, as distributed's. Calling it again
+        replaces the loop; ``close`` stops it (docs/runtime.md#adaptive-scaling)."""
+        if minimum_cores is not None or minimum_memory is not None:
+            floor = self._workers_for(0, minimum_memory, minimum_cores)
+            minimum = max(minimum or 0, floor)
+        if maximum_cores is not None or maximum_memory is not None:
+            ceiling = self._workers_for(0, maximum_memory, maximum_cores)
+            maximum = ceiling if maximum is None else min(maximum, ceiling)
         return self._scaling.adapt(
             minimum=minimum,
             maximum=maximum,
@@ -275,6 +363,9 @@ class LocalCluster:
         (default 10) after SIGTERM before SIGKILL; an embedded cluster waits at most
         ``timeout`` for its workers and scheduler to close."""
         self._scaling.stop_adapting()
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
         if self._embedded is not None:
             self._embedded.close(timeout)
             self._embedded = None
@@ -299,6 +390,11 @@ class LocalCluster:
             f"LocalCluster({self.scheduler_address!r}, workers={self.n_workers}, "
             f"threads={self.threads_per_worker}, processes={self.processes})"
         )
+
+
+def _joined(lines: list[tuple[str, str]]) -> str:
+    """Log lines as one text, oldest first (squall's come newest first)."""
+    return "\n".join(line for _, line in reversed(lines))
 
 
 async def scheduler_info(address: str, security: Security | None = None) -> dict[str, Any]:

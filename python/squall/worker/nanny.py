@@ -80,8 +80,13 @@ class Nanny:
         worker_command: list[str],
         death_timeout: float | str | None = None,
         memory_limit: int = 0,
+        *,
+        handle_signals: bool = True,
     ) -> None:
         self.scheduler_address = scheduler_address
+        #: SIGINT/SIGTERM close it (its own process); not when run inside another's
+        #: (``squall.Nanny``), whose signals are the user's.
+        self._handle_signals = handle_signals
         self.death_timeout = liveness.death_timeout(death_timeout)
         self.address = comm.format_address(str(config.get("worker.host")), 0)
         self._command = worker_command
@@ -131,7 +136,7 @@ class Nanny:
             self._record.unlink(missing_ok=True)
             return 1
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM) if self._handle_signals else ():
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.close)
         reader = loop.create_task(self._read_scheduler())
@@ -148,6 +153,11 @@ class Nanny:
             await self._listener.close()
             self._record.unlink(missing_ok=True)
         return 0
+
+    @property
+    def listening(self) -> bool:
+        """Whether it serves peers yet (``address`` is then where)."""
+        return self._listener is not None
 
     async def _keep_alive(self) -> None:
         """The scheduler closes connections that stay silent (``squall.comm.timeouts.idle``),

@@ -28,6 +28,8 @@ choices:
 * With a memory limit, a monitor spills results to disk and pauses the worker
   (docs/runtime.md#memory).
 * Not implemented yet: actors.
+* Its task threads' stacks are sampled by a profiler (:mod:`squall.worker.profile`) for
+  ``Client.profile`` and read for ``Client.call_stack``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Generator, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psutil  # type: ignore[import-untyped]
@@ -53,7 +55,7 @@ from squall.protocol import messages as m
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
-from squall.worker import context
+from squall.worker import context, profile
 from squall.worker.fetch import Fetcher
 from squall.worker.load import LoadMeter, Transfers, heartbeat
 from squall.worker.memory import (
@@ -63,6 +65,7 @@ from squall.worker.memory import (
     sizeof_value,
     thresholds,
 )
+from squall.worker.profile import Profiler
 from squall.worker.serving import ABSENT, PeerService
 from squall.worker.spill import Spilled, SpillStore
 
@@ -124,7 +127,8 @@ class Worker:
         self.resources = {str(k): float(v) for k, v in (resources or {}).items()}
         #: Bytes; 0 = none.
         self.memory_limit = parse_memory_limit(memory_limit, nthreads)
-        self._local_directory = local_directory
+        #: ``local_directory`` as given (None: from config; see ``memory.local_directory``).
+        self.local_directory_option = local_directory
         self._process = psutil.Process()
         #: The address of the nanny supervising this worker (squall.worker.nanny), if any.
         self.nanny = nanny
@@ -183,6 +187,12 @@ class Worker:
 
         self._fetcher = Fetcher(self)
         self._peer_service = PeerService(self)
+        #: Samples the task threads' stacks (``squall.worker.profile.*``); None: off.
+        self.profiler = (
+            Profiler(self._core, Worker._run_tasks.__code__)
+            if config.get("worker.profile.enabled")
+            else None
+        )
         self._bg: set[asyncio.Task[Any]] = set()
         self._on_scheduler: dispatch.Handlers[None] = dispatch.Handlers(
             m.Route.SCHEDULER_TO_WORKER,
@@ -235,6 +245,19 @@ class Worker:
         """The tasks this worker knows, by the scheduler's task id."""
         return {t: TaskView(*kv) for t, kv in self._core.tasks().items()}
 
+    def call_stack(self, keys: Iterable[Key] | None = None) -> dict[Key, list[str]]:
+        """What each running task (of ``keys``) executes now, as stack lines."""
+        return profile.call_stacks(self._core, Worker._run_tasks.__code__, keys)
+
+    def get_profile(
+        self, start: float | None = None, stop: float | None = None, key: str | None = None
+    ) -> dict[str, Any]:
+        """The sampled profile of the tasks run between ``start`` and ``stop`` (epoch
+        seconds), of key prefix ``key`` if given; empty if profiling is off."""
+        if self.profiler is None:
+            return profile.create()
+        return self.profiler.get(start, stop, key)
+
     def task_counts(self) -> dict[str, int]:
         """How many of those tasks are in each state (for /metrics; no key is read)."""
         return self._core.task_counts()
@@ -266,6 +289,8 @@ class Worker:
             )
         for _ in range(self.nthreads):
             self._start_thread()
+        if self.profiler is not None:
+            self.profiler.start()
         self._heartbeat = self._loop.create_task(self._heartbeat_forever())
         if self.memory is not None:
             self._monitor = self._loop.create_task(self.memory.run())
@@ -324,6 +349,8 @@ class Worker:
             return
         self.status = "closing"
         context.unregister(self)
+        if self.profiler is not None:
+            self.profiler.stop()
         me = asyncio.current_task()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -359,6 +386,9 @@ class Worker:
     async def finished(self) -> None:
         """Wait until the worker has closed."""
         await self._closed.wait()
+
+    def __await__(self) -> Generator[Any, None, Worker]:
+        return self.start().__await__()
 
     async def __aenter__(self) -> Worker:
         return await self.start()
@@ -485,7 +515,7 @@ class Worker:
         return m.Memory(int(self._process.memory_info().rss), *self._core.memory())
 
     def _spill_store(self) -> SpillStore:
-        return SpillStore(local_directory(self._local_directory))
+        return SpillStore(local_directory(self.local_directory_option))
 
     def _paused(self, paused: bool) -> None:
         """The memory monitor paused or resumed the worker: tell the scheduler."""

@@ -29,8 +29,8 @@ use squall_core::Key;
 use squall_wire::compute::decode_compute;
 use squall_wire::keys::{read_keys, write_keys};
 use squall_worker::{DepIn, KeyId, Machine, Priority, Sampler, Slot, TaskIn};
-use std::sync::atomic::AtomicU32;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 struct Inner {
@@ -68,6 +68,10 @@ pub struct WorkerCore {
     hooks: Hooks,
     /// Numbers the task threads in the task stream (docs/runtime.md#task-stream).
     next_thread: AtomicU32,
+    /// Each task thread's Python thread ident and the call it runs (task id + 1; 0:
+    /// none), for call stacks and the profiler (docs/runtime.md#call-stacks-and-profiles).
+    /// A thread writes only its own slot, so a call costs two relaxed stores.
+    calls: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
 }
 
 impl WorkerCore {
@@ -232,6 +236,7 @@ impl WorkerCore {
                 loads,
             },
             next_thread: AtomicU32::new(0),
+            calls: Mutex::new(Vec::new()),
         })
     }
 

@@ -4,7 +4,9 @@
 use super::{key_of, WorkerCore};
 use pyo3::prelude::*;
 use squall_worker::Outcome;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `run` returns to Python at least this often, so that the event loop thread gets the
@@ -36,6 +38,8 @@ thread_local! {
     /// The call this thread is running, as (task id, instance), for `secede` and
     /// `rejoin`.
     static CURRENT: Cell<Option<(u32, u64)>> = const { Cell::new(None) };
+    /// This thread's slot in its worker's `calls`: (the `WorkerCore`'s address, slot).
+    static SLOT: RefCell<Option<(usize, Arc<AtomicU64>)>> = const { RefCell::new(None) };
 }
 
 /// The instance of the call of `task` the calling thread runs (None if it runs none).
@@ -50,10 +54,13 @@ impl WorkerCore {
     /// A task thread's body: run ready tasks until told otherwise ([`RunAnswer`]).
     fn run(&self, py: Python<'_>) -> PyResult<RunAnswer> {
         let entered = Instant::now();
+        let slot = self.call_slot();
         loop {
             let mut g = self.lock(py);
             if g.closing {
                 g.threads -= 1;
+                drop(g);
+                self.leave_calls(&slot);
                 return Ok(RunAnswer::Exit);
             }
             // Results wait up to `report_delay` for more to share their message.
@@ -80,6 +87,8 @@ impl WorkerCore {
                 }
                 if self.surplus(&g) {
                     g.threads -= 1;
+                    drop(g);
+                    self.leave_calls(&slot);
                     return Ok(RunAnswer::Exit);
                 }
                 drop(g);
@@ -114,7 +123,9 @@ impl WorkerCore {
                     Err(e) => Err(e),
                     Ok(()) => {
                         CURRENT.with(|c| c.set(Some((job.id, job.instance))));
+                        slot.store(u64::from(job.id) + 1, Ordering::Relaxed);
                         let r = self.call(py, &job, &deps);
+                        slot.store(0, Ordering::Relaxed);
                         CURRENT.with(|c| c.set(None));
                         r
                     }
@@ -179,6 +190,19 @@ impl WorkerCore {
             .collect()
     }
 
+    /// `(Python thread ident, task id)` of each call running now; read with
+    /// `sys._current_frames()` for call stacks and the profiler.
+    fn running_calls(&self) -> Vec<(u64, u32)> {
+        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        calls
+            .iter()
+            .filter_map(|(ident, slot)| {
+                let task = slot.load(Ordering::Relaxed).checked_sub(1)?;
+                Some((*ident, u32::try_from(task).ok()?))
+            })
+            .collect()
+    }
+
     /// The task the calling thread runs, if any.
     #[staticmethod]
     fn current_task() -> Option<u32> {
@@ -217,5 +241,39 @@ impl WorkerCore {
                 g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
             }
         });
+    }
+}
+
+impl WorkerCore {
+    /// The calling thread's slot in `calls`, made and registered on its first `run`.
+    fn call_slot(&self) -> Arc<AtomicU64> {
+        let me = std::ptr::from_ref(self) as usize;
+        SLOT.with(|cell| {
+            let mut mine = cell.borrow_mut();
+            if let Some((owner, slot)) = mine.as_ref() {
+                if *owner == me {
+                    return Arc::clone(slot);
+                }
+            }
+            let slot = Arc::new(AtomicU64::new(0));
+            // SAFETY: reads the calling thread's identifier; no precondition.
+            #[allow(clippy::useless_conversion)] // c_ulong is u32 on some platforms
+            let ident = u64::from(unsafe { pyo3::ffi::PyThread_get_thread_ident() });
+            self.calls
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((ident, Arc::clone(&slot)));
+            *mine = Some((me, Arc::clone(&slot)));
+            slot
+        })
+    }
+
+    /// The calling thread leaves the task loop: its slot goes.
+    fn leave_calls(&self, slot: &Arc<AtomicU64>) {
+        SLOT.with(|cell| cell.borrow_mut().take());
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(_, s)| !Arc::ptr_eq(s, slot));
     }
 }
