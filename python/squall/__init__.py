@@ -24,6 +24,7 @@ from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.diagnostics import progress
 from squall.worker.context import get_worker, rejoin, secede
+from squall.worker.events import print, warn
 
 __all__ = [
     "Client",
@@ -49,9 +50,11 @@ __all__ = [
     "get_worker",
     "order",
     "performance_report",
+    "print",
     "progress",
     "rejoin",
     "secede",
     "sim",
     "wait",
+    "warn",
 ]
