@@ -10,6 +10,7 @@ stay alive after an unpublish and their states reach the futures."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -71,8 +72,10 @@ class DatasetOps:
             sizes=list(map(len, values)),
             override=override,
         )
-        # The request follows the graphs that made these futures on the same stream,
-        # so the scheduler knows their keys when it reads it.
+        # The graphs that made these futures were queued for the loop (``send_soon``)
+        # before this ran; one turn of the loop sends them, so that on the stream the
+        # request follows them and the scheduler knows their keys when it reads it.
+        await asyncio.sleep(0)
         reply, _ = await self.connection.request(
             msg, m.PublishDatasetsReply, b"".join([names, keys, *values])
         )

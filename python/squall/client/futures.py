@@ -307,6 +307,9 @@ def futures_of(obj: Any) -> list[Future]:
         return list(dict(zip(map(id, obj), obj, strict=True)).values())
     out: list[Future] = []
     seen: set[int] = set()
+    # Persisted collections, their graphs walked after: ``collect`` must not refer to
+    # itself, or the cycle would keep the futures found alive until a garbage collection.
+    collections: list[Any] = []
 
     def collect(o: Any) -> Any:
         if isinstance(o, Future):
@@ -315,11 +318,13 @@ def futures_of(obj: Any) -> list[Future]:
                 out.append(o)
             return o
         if is_dask_collection(o):  # a persisted collection: its graph holds futures
-            rebuild(list(dict(o.__dask_graph__()).values()), collect)
+            collections.append(o)
             return o
         return DESCEND
 
     rebuild(obj, collect)
+    while collections:
+        rebuild(list(dict(collections.pop().__dask_graph__()).values()), collect)
     return out
 
 
