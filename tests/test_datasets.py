@@ -38,7 +38,7 @@ def test_publish_lists_and_refuses_a_taken_name(cluster: LocalCluster) -> None:
         c.publish_dataset(data=data)
         try:
             assert c.list_datasets() == ["data"] == f.list_datasets()
-            with pytest.raises(KeyError, match="data.*exists"):
+            with pytest.raises(KeyError, match=r"data.*exists"):
                 c.publish_dataset(data=[1])
             assert f.gather(f.get_dataset("data")) == [0, 1, 2]
             c.publish_dataset(data=[7], override=True)
@@ -84,7 +84,7 @@ def test_persisted_collections_recompute_in_another_client(cluster: LocalCluster
 
 def test_get_dataset_default_and_missing_names(cluster: LocalCluster) -> None:
     with Client(cluster) as c:
-        with pytest.raises(KeyError, match="nonexistent.*not found"):
+        with pytest.raises(KeyError, match=r"nonexistent.*not found"):
             c.get_dataset("nonexistent")
         assert c.get_dataset("nonexistent", default=None) is None
         c.publish_dataset(here=1)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import builtins
 import logging
-import pickle
 import sys
 import warnings
 from collections.abc import Collection
 from typing import Any, TextIO
 
+import cloudpickle  # type: ignore[import-untyped]
 import msgspec
 
 from squall.protocol import messages as m
@@ -71,14 +71,16 @@ def warn(
 ) -> None:
     """``warnings.warn``, and from a task also on every client connected to the
     worker's scheduler (there without ``stacklevel`` and ``source``, which name the
-    task's frames): the event ``{"message", "category"}`` (pickled) under ``"warn"``."""
+    task's frames): the event ``{"message", "category"}`` (cloudpickled: a category
+    defined in a submitted module arrives too) under ``"warn"``."""
     try:
         worker = get_worker()
     except ValueError:
         pass
     else:
         worker.log_event(
-            "warn", {"message": pickle.dumps(message), "category": pickle.dumps(category)}
+            "warn",
+            {"message": cloudpickle.dumps(message), "category": cloudpickle.dumps(category)},
         )
     warnings.warn(message, category, stacklevel + 1, source)
 
