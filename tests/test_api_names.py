@@ -22,10 +22,11 @@ OURS = {
     "LocalCluster", "Nanny", "Scheduler", "Security", "Status", "TimeoutError", "Worker",
     "as_completed", "fire_and_forget", "get_client", "get_task_stream",
     "get_worker", "performance_report", "progress", "rejoin", "secede", "sync", "wait",
+    "print", "warn",
 }  # fmt: skip
 OTHERS = {
     "Actor", "ActorFuture", "BaseActorFuture", "Event", "Lock", "MultiLock", "Queue",
-    "Semaphore", "Variable", "print", "warn", "worker_client", "local_client",
+    "Semaphore", "Variable", "worker_client", "local_client",
     "futures_of", "default_client", "get_task_metadata", "span", "Reschedule",
     "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "SchedulerPlugin",
     "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall",

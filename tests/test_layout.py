@@ -16,7 +16,7 @@ from squall.deploy.requests import run_sync
 CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
 CLIENT |= {"CancelledError", "CompatibleExecutor", "KilledWorker", "Security", "TimeoutError"}
 SERVERS = {"Scheduler", "Worker", "Nanny", "Status", "sync"}
-IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
+IN_TASKS = {"get_client", "get_worker", "rejoin", "secede", "print", "warn"}
 # The bare core is squall.core (its ``Scheduler`` and ``Commands``); ``Scheduler`` here
 # is the server, as distributed's.
 CORE = {"core", "order", "sim", "config", "__version__"}

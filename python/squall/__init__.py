@@ -32,6 +32,7 @@ from squall.diagnostics import progress
 from squall.errors import CancelledError, KilledWorker
 from squall.security import Security
 from squall.worker.context import get_worker, rejoin, secede
+from squall.worker.events import print, warn
 from squall.worker.worker import Worker
 
 #: distributed's ``TimeoutError``: the builtin one, which squall raises.
@@ -69,10 +70,12 @@ __all__ = [
     "get_worker",
     "order",
     "performance_report",
+    "print",
     "progress",
     "rejoin",
     "secede",
     "sim",
     "sync",
     "wait",
+    "warn",
 ]

@@ -17,6 +17,7 @@ a plain object holding the connection (and what else it needs), which does the w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from functools import partial
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from typing import Any, Literal
 from squall.client import display
 from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
+from squall.client.datasets import NO_DEFAULT, DatasetOps, Datasets
 from squall.client.default import (
     become_default,
     default_client,
@@ -31,6 +33,7 @@ from squall.client.default import (
     stop_being_default,
 )
 from squall.client.diagnostics import Diagnostics
+from squall.client.events import EventOps, Handler
 from squall.client.futures import Future, FutureState, Key
 from squall.client.inspection import Inspection
 from squall.client.scheduler_file import read_scheduler_file
@@ -97,6 +100,8 @@ class Client:
         self.diagnostics = Diagnostics(self.connection, self.data)
         self.task_stream = TaskStreamReader(self.connection)
         self.inspection = Inspection(self.connection, self.cluster_ops, self.diagnostics)
+        self.dataset_ops = DatasetOps(self, self.connection)
+        self.event_ops = EventOps(self.connection, self.cluster_ops)
         #: distributed's client extensions: ``{name: extension(client)}``.
         self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
@@ -533,6 +538,81 @@ class Client:
         return self.task_stream.get_task_stream(
             start, stop, count, plot, filename, bokeh_resources, **kwargs
         )
+
+    # ----- published datasets (datasets.py) --------------------------------
+
+    @property
+    def datasets(self) -> Datasets:
+        """The published datasets as a mapping: ``client.datasets["x"] = value``,
+        ``client.datasets["x"]``, ``del``, ``in``, iteration, ``len``."""
+        return Datasets(self)
+
+    def publish_dataset(
+        self, *args: Any, name: Key | None = None, override: bool = False, **kwargs: Any
+    ) -> Any:
+        """Publish named values (dask collections, futures, any picklable object) on
+        the scheduler, for any client to get with ``get_dataset``:
+        ``publish_dataset(x=df)``, ``publish_dataset(df, name="x")`` or
+        ``publish_dataset({"x": df})``. The futures inside stay alive while the
+        dataset is published, even after this client leaves; persist a collection
+        first, or it is published uncomputed. A name already published raises
+        KeyError (and nothing is published) unless ``override``."""
+        return self.sync(self.dataset_ops.publish, args, name, override, kwargs)
+
+    def get_dataset(self, name: Key | list[Key], default: Any = NO_DEFAULT, **kwargs: Any) -> Any:
+        """The dataset published under ``name`` (a list of names: a list of datasets),
+        its futures bound to this client; ``default`` if there is none, or without a
+        default KeyError."""
+        return self.sync(self.dataset_ops.get, name, default, **kwargs)
+
+    def list_datasets(self, **kwargs: Any) -> Any:
+        """The names of the published datasets, sorted by their text."""
+        return self.sync(self.dataset_ops.names, **kwargs)
+
+    def unpublish_dataset(self, name: Key | list[Key], **kwargs: Any) -> Any:
+        """Remove the datasets of ``name`` (or of each of a list of names; unknown
+        names are ignored): the scheduler keeps their futures alive no longer."""
+        return self.sync(self.dataset_ops.unpublish, name, **kwargs)
+
+    # ----- events (events.py) ----------------------------------------------
+
+    def log_event(self, topic: str | Collection[str], msg: Any) -> Any:
+        """Log ``msg`` (a msgpack value; else TypeError) under ``topic``, or under
+        each of several topics, at the scheduler: subscribers get it at once,
+        ``get_events`` while it is among the topic's newest
+        ``squall.admin.events-log-length``."""
+        return self.event_ops.log_event(topic, msg)
+
+    def get_events(self, topic: str | None = None) -> Any:
+        """The events kept under ``topic``, oldest first, as ``(time, msg)`` tuples
+        (time: epoch seconds at the scheduler); without a topic, ``{topic: events}``
+        of every topic with events."""
+        return self.event_ops.get_events(topic)
+
+    def subscribe_topic(self, topic: str, handler: Handler) -> None:
+        """Call ``handler((time, msg))`` on the client's event loop for every event
+        logged under ``topic`` from now on (a coroutine function's result is awaited);
+        replaces the topic's handler if it had one."""
+        self.event_ops.subscribe_topic(topic, handler)
+
+    def unsubscribe_topic(self, topic: str) -> None:
+        """Stop handling ``topic``'s events; ValueError if it has no handler."""
+        self.event_ops.unsubscribe_topic(topic)
+
+    def forward_logging(
+        self, logger_name: str | None = None, level: int | str = logging.NOTSET
+    ) -> Any:
+        """Forward the records the logger ``logger_name`` (default the root logger,
+        so all of them) handles on the workers, at ``level`` or above, to the logger
+        of the same name in this process, as distributed does. Installed on the
+        workers running now (squall has no worker plugins yet: a worker that joins
+        later forwards once this is called again); calling it again does not forward
+        twice."""
+        return self.event_ops.forward_logging(logger_name, level)
+
+    def unforward_logging(self, logger_name: str | None = None) -> Any:
+        """Stop ``forward_logging(logger_name)``."""
+        return self.event_ops.unforward_logging(logger_name)
 
     # ----- the connection (connection.py) ----------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import logging
 import operator
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from squall import config
 from squall._core import decode_keys, encode_keys
+from squall.client.events import DEFAULT_HANDLERS, Handler
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
 from squall.protocol import comm, liveness
@@ -115,6 +117,9 @@ class ClientConnection:
         self._watchdog: liveness.Watchdog | None = None
         self._requests: dict[int, asyncio.Future[tuple[m.Message, memoryview]]] = {}
         self._graphs: dict[int, list[Key]] = {}
+        #: ``{topic: handler}`` of the topics subscribed to (``subscribe_topic``).
+        self.event_handlers: dict[str, Handler] = dict(DEFAULT_HANDLERS)
+        self._handler_tasks: set[asyncio.Task[Any]] = set()
         self._handlers = self._scheduler_handlers()
         self._ids = itertools.count(1)
         self._to_release: list[Key] = []
@@ -188,6 +193,8 @@ class ClientConnection:
             keep_alive=True,
         )
         self.status = "running"
+        for topic in self.event_handlers:
+            self.send(m.SubscribeTopic(topic=topic))
 
     def close(self, timeout: float | str | None = None) -> Any:
         """``Client.close``: awaitable on an asynchronous client, else blocking."""
@@ -527,6 +534,7 @@ class ClientConnection:
             m.TaskRetried: lambda _, p: self._each(p, FutureState.retry),
             m.CancelledKeys: self._cancelled,
             m.Restart: lambda _, __: self._restarted(),
+            m.Event: self._event,
             m.HeartbeatClient: lambda _, __: None,  # the keep-alive's answer
             m.ClientRegistered: self._unexpected,
             m.Error: self._unexpected,
@@ -564,6 +572,24 @@ class ClientConnection:
                 fut.set_result((msg, payload))
         elif isinstance(msg, m.RequestFailed) and keys is None:
             logger.debug("scheduler refused a request: %s", msg.error)
+
+    def _event(self, msg: m.Event, payload: memoryview) -> None:
+        """An event of a subscribed topic: its handler is called on the loop (a
+        coroutine's awaited); one of a topic no longer handled unsubscribes it."""
+        handler = self.event_handlers.get(msg.topic)
+        if handler is None:
+            self.send(m.UnsubscribeTopic(topic=msg.topic))
+            return
+        result = handler((msg.time, msg.msg))
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._handler_tasks.add(task)
+            task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[Any]) -> None:
+        self._handler_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("an event handler failed", exc_info=task.exception())
 
     def _unexpected(self, msg: m.Message, payload: memoryview) -> None:
         logger.warning("client: unexpected %r from the scheduler", msg.op())

@@ -698,3 +698,95 @@ class Malformed(msgspec.Struct):
     op: str | None
     id: int | None
     error: str
+
+
+# ----- datasets and events (docs/protocol.md#datasets-and-events) ----------------------
+
+
+@on(C2S)
+class PublishDatasets(Request, tag="publish-datasets", kw_only=True):
+    PAYLOAD = (
+        f"{KEYS} of the names (`names_bytes` long), {KEYS} of the futures' keys "
+        "(`keys_bytes` long), then each pickled value"
+    )
+    names_bytes: int
+    keys_bytes: int
+    counts: Annotated[list[int], note("futures' keys per dataset, in order")]
+    sizes: Annotated[list[int], note("bytes of each pickled value")]
+    override: Annotated[bool, note("replace datasets of these names")] = False
+
+
+@on(S2C)
+class PublishDatasetsReply(Reply, tag="publish-datasets", kw_only=True):
+    error: Annotated[str | None, note("a name already published: nothing was")] = None
+
+
+@on(C2S)
+class GetDatasets(Request, tag="get-datasets", kw_only=True):
+    PAYLOAD = f"{KEYS} of the names"
+
+
+@on(S2C)
+class GetDatasetsReply(Reply, tag="get-datasets", kw_only=True):
+    PAYLOAD = "each pickled value, concatenated"
+    sizes: Annotated[list[int], note("per name; -1: none published")]
+
+
+@on(C2S)
+class UnpublishDatasets(Request, tag="unpublish-datasets", kw_only=True):
+    PAYLOAD = f"{KEYS} of the names (unknown ones are ignored)"
+
+
+@on(S2C)
+class UnpublishDatasetsReply(Reply, tag="unpublish-datasets", kw_only=True):
+    pass
+
+
+@on(C2S)
+class ListDatasets(Request, tag="list-datasets", kw_only=True):
+    pass
+
+
+@on(S2C)
+class ListDatasetsReply(Reply, tag="list-datasets", kw_only=True):
+    PAYLOAD = f"{KEYS} of the names, sorted by their text"
+
+
+@on(C2S)
+class DesireKeys(Message, tag="desire-keys", kw_only=True):
+    PAYLOAD = f"{KEYS}: the client now holds futures on these (unknown ones: cancelled)"
+
+
+@on(C2S, W2S)
+class LogEvent(Message, tag="log-event", kw_only=True):
+    topics: list[str]
+    msg: Annotated[Any, note("any msgpack value")]
+
+
+@on(C2S)
+class GetEvents(Request, tag="get-events", kw_only=True):
+    topic: Annotated[str | None, note("null: every topic with events")] = None
+
+
+@on(S2C)
+class GetEventsReply(Reply, tag="get-events", kw_only=True):
+    events: Annotated[dict[str, list[tuple[float, Any]]], note("{topic: [[time, msg]]}")]
+
+
+@on(C2S)
+class SubscribeTopic(Message, tag="subscribe-topic", kw_only=True):
+    topic: str
+
+
+@on(C2S)
+class UnsubscribeTopic(Message, tag="unsubscribe-topic", kw_only=True):
+    topic: str
+
+
+@on(S2C)
+class Event(Message, tag="event", kw_only=True):
+    """An event logged under a topic the client subscribed to."""
+
+    topic: str
+    time: Annotated[float, note("epoch seconds, the scheduler's clock")]
+    msg: Any

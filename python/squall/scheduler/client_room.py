@@ -43,6 +43,8 @@ class ClientRoom:
         await c.write(m.ClientRegistered(client_id=cid, **self._dashboard_fields()))
         stream.start()
         logger.log(log_level, "client %s connected from %s", name, c.peer)
+        if not hello.one_request:
+            s.events.log(["all", name], {"action": "add-client", "client": name})
         s.clients_added += not hello.one_request
         handlers = self._handlers(cid)
 
@@ -62,6 +64,10 @@ class ClientRoom:
         finally:
             s.clients_removed += not hello.one_request
             s.diagnostics.client_left(cid)
+            s.events.client_left(cid)
+            if not hello.one_request:
+                s.events.log(["all", name], {"action": "remove-client", "client": name})
+                s.events.left(name, lambda: any(p.name == name for p in s.clients.values()))
             peer = s.clients.pop(cid)
             await peer.stream.close()
             with contextlib.suppress(SchedulerError):
@@ -96,6 +102,15 @@ class ClientRoom:
             m.WaitForWorkers: s.lifecycle.wait_request,
             m.AdaptiveTarget: s.lifecycle.adaptive_request,
             m.Shutdown: s.lifecycle.shutdown_request,
+            m.PublishDatasets: s.datasets.publish,
+            m.GetDatasets: s.datasets.get,
+            m.UnpublishDatasets: s.datasets.unpublish,
+            m.ListDatasets: s.datasets.names,
+            m.DesireKeys: s.datasets.desire,
+            m.LogEvent: s.events.log_request,
+            m.GetEvents: s.events.get_request,
+            m.SubscribeTopic: s.events.subscribe,
+            m.UnsubscribeTopic: s.events.unsubscribe,
         }
         return Handlers(
             m.Route.CLIENT_TO_SCHEDULER,

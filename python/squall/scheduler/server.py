@@ -25,6 +25,8 @@ from squall.protocol import comm, liveness
 from squall.protocol import messages as m
 from squall.scheduler.client_diagnostics import ClientDiagnostics
 from squall.scheduler.client_room import ClientRoom
+from squall.scheduler.datasets import Datasets
+from squall.scheduler.events import EventLog
 from squall.scheduler.failure_log import FailureLog
 from squall.scheduler.health import Health
 from squall.scheduler.lifecycle import Lifecycle
@@ -99,12 +101,18 @@ class SchedulerServer:
     task_stream: TaskStream = field(init=False)
     #: Progress watches, and the logs and versions of the scheduler and workers.
     diagnostics: ClientDiagnostics = field(init=False)
+    #: Events by topic and their subscribers (docs/runtime.md#events-and-printing-from-tasks).
+    events: EventLog = field(init=False)
+    #: Published datasets (docs/runtime.md#datasets).
+    datasets: Datasets = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
         self.lifecycle = Lifecycle(self)
         self.health = Health(lambda: int(self.core.counters()["tasks_computed"]))
         self.diagnostics = ClientDiagnostics(self)
+        self.events = EventLog(self)
+        self.datasets = Datasets(self)
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self.worker_room = WorkerRoom(self)

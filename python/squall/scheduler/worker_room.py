@@ -80,6 +80,8 @@ class WorkerRoom:
         await c.write(m.WorkerRegistered(worker_id=w))
         stream.start()
         logger.info("worker %s joined (%s threads)", address, hello.nthreads)
+        s.events.log(address, {"action": "add-worker"})
+        s.events.log("all", {"action": "add-worker", "worker": address})
         s.dispatch()
         handlers = self._handlers(w)
         try:
@@ -95,6 +97,9 @@ class WorkerRoom:
             with contextlib.suppress(SchedulerError):
                 self._remove_worker(w, s.now(), report)
             s.dispatch()
+            s.events.log(address, {"action": "remove-worker"})
+            s.events.log("all", {"action": "remove-worker", "worker": address})
+            s.events.left(address, lambda: any(p.address == address for p in s.workers.values()))
 
     def _handlers(self, w: int) -> Handlers[None]:
         """The handlers of worker ``w``'s messages."""
@@ -111,6 +116,7 @@ class WorkerRoom:
             m.ReleaseWorkerData: self._release_worker_data,
             m.Retire: self._retire,
             m.HeldKeys: self._held_keys,
+            m.LogEvent: self._log_event,
         }
         return Handlers(
             m.Route.WORKER_TO_SCHEDULER,
@@ -132,6 +138,9 @@ class WorkerRoom:
 
     def _malformed(self, w: int, msg: m.Malformed) -> None:
         raise comm.ProtocolError(f"worker {w}: {msg.error}")
+
+    def _log_event(self, w: int, msg: m.LogEvent, payload: memoryview) -> None:
+        self._server.events.worker_event(self._server.workers[w].address, msg)
 
     def _finished(self, w: int, msg: m.Finished, payload: memoryview) -> None:
         s = self._server

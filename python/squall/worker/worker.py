@@ -41,7 +41,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Generator, Hashable, Iterable
+from collections.abc import Callable, Collection, Generator, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psutil  # type: ignore[import-untyped]
@@ -56,6 +56,7 @@ from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context, profile
+from squall.worker.events import log_event_message
 from squall.worker.fetch import Fetcher
 from squall.worker.load import LoadMeter, Transfers, heartbeat
 from squall.worker.memory import (
@@ -667,6 +668,12 @@ class Worker:
         where = self.address
         logger.warning("worker %s: task %r failed: %s\n%s", where, key, exc_text, tb_text.rstrip())
         self._send(*error_fields(m.Erred(task=tid, run_id=run_id), err))
+
+    def log_event(self, topic: str | Collection[str], msg: Any) -> None:
+        """Log ``msg`` (a msgpack value) under ``topic`` (or each of several topics) at
+        the scheduler, as ``Client.log_event`` does; a dict is tagged with this
+        worker's address there. From any thread (tasks call it)."""
+        self._send(log_event_message(topic, msg))
 
     def retire(self, *, restart: bool = False) -> None:
         """Ask the scheduler to retire this worker (``--lifetime``): once its results

@@ -20,6 +20,21 @@ impl Scheduler {
         })
     }
 
+    /// The client holds futures on these keys (a pseudo-client: keeps them alive).
+    /// Raises on an unknown key, before anything changes.
+    #[pyo3(signature = (client, keys, *, now))]
+    fn client_desires_keys(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| {
+            s.client_desires_keys(ClientId(client), keys, now)
+        })
+    }
+
     /// Releases tasks by id (packed little-endian u32).
     #[pyo3(signature = (client, tasks, *, now))]
     fn client_releases_tasks(
