@@ -7,6 +7,21 @@ use squall_core::{ClientId, Scattered, TaskId};
 
 #[pymethods]
 impl Scheduler {
+    /// The client (or pseudo-client) holds these keys: they stay alive until it releases
+    /// them; one already in memory or erred is notified to it.
+    #[pyo3(signature = (client, keys, *, now))]
+    fn client_desires_keys(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| {
+            s.client_desires_keys(ClientId(client), keys, now)
+        })
+    }
+
     #[pyo3(signature = (client, keys, *, now))]
     fn client_releases_keys(
         &mut self,
