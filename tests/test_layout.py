@@ -17,10 +17,11 @@ CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget",
 IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
 CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
+PRIMITIVES = {"Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
-PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS | DIAGNOSTICS
+PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS | DIAGNOSTICS | PRIMITIVES
 
 
 def test_public_names() -> None:

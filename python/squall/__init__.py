@@ -23,6 +23,7 @@ from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.diagnostics import progress
+from squall.primitives import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from squall.worker.context import get_worker, rejoin, secede
 
 __all__ = [
@@ -30,16 +31,22 @@ __all__ = [
     "Commands",
     "CycleError",
     "DuplicateKeyError",
+    "Event",
     "Future",
     "InternalError",
     "LocalCluster",
+    "Lock",
+    "MultiLock",
+    "Queue",
     "Scheduler",
     "SchedulerError",
+    "Semaphore",
     "StaleReportError",
     "UnknownDependencyError",
     "UnknownKeyError",
     "UnknownTaskError",
     "UnknownWorkerError",
+    "Variable",
     "__version__",
     "as_completed",
     "config",
