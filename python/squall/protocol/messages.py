@@ -811,7 +811,7 @@ class QueueClose(Request, tag="queue-close", kw_only=True):
 
 @on(S2C)
 class CoordReply(Reply, tag="coord", kw_only=True):
-    """The answer to every request above."""
+    """The answer to a primitive's request (`semaphore-acquire` … `queue-close`)."""
 
     PAYLOAD = "the values' pickles (`sizes`), then `encode_keys` of their futures' keys"
     ok: Annotated[bool, note("false: timed out")] = True
