@@ -25,9 +25,11 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[squall.Client]:
-    with squall.LocalCluster(n_workers=2, threads_per_worker=2) as cluster:
-        with squall.Client(cluster) as c:
-            yield c
+    with (
+        squall.LocalCluster(n_workers=2, threads_per_worker=2) as cluster,
+        squall.Client(cluster) as c,
+    ):
+        yield c
 
 
 def hold_for(name: str, seconds: float) -> tuple[float, float]:
@@ -350,18 +352,20 @@ def take(primitive: Semaphore) -> bool:
 def test_lease_comes_back_when_its_worker_is_killed(kind: str) -> None:
     name = f"killed-{kind}"
     primitive = Lock(name) if kind == "lock" else Semaphore(1, name)
-    with squall.LocalCluster(n_workers=2, threads_per_worker=1) as cluster:
-        with squall.Client(cluster) as c:
-            c.wait_for_workers(2, timeout=WAIT)
-            a, b = sorted(c.scheduler_info()["workers"])
-            holder = c.submit(hold_until_killed, primitive, name, workers=[a], pure=False)
-            pid = Variable(name).get(timeout=WAIT)
-            waiter = c.submit(take, primitive, workers=[b], pure=False)
-            time.sleep(0.2)
-            assert not waiter.done()
-            start = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            assert waiter.result(timeout=WAIT) is True
-            assert time.monotonic() - start < 15
-            Event(f"{name}-done").set()
-            del holder
+    with (
+        squall.LocalCluster(n_workers=2, threads_per_worker=1) as cluster,
+        squall.Client(cluster) as c,
+    ):
+        c.wait_for_workers(2, timeout=WAIT)
+        a, b = sorted(c.scheduler_info()["workers"])
+        holder = c.submit(hold_until_killed, primitive, name, workers=[a], pure=False)
+        pid = Variable(name).get(timeout=WAIT)
+        waiter = c.submit(take, primitive, workers=[b], pure=False)
+        time.sleep(0.2)
+        assert not waiter.done()
+        start = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        assert waiter.result(timeout=WAIT) is True
+        assert time.monotonic() - start < 15
+        Event(f"{name}-done").set()
+        del holder

@@ -297,15 +297,16 @@ class ClientConnection:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(fn, *args)
 
-    def send(self, msg: m.Message, payload: bytes = b"") -> None:
-        """On the loop: send one message (pending releases go first)."""
+    def send(self, msg: m.Message, payload: bytes = b"", urgent: bool = False) -> None:
+        """On the loop: send one message (pending releases go first); ``urgent``: see
+        :meth:`squall.protocol.comm.BatchedSend.send`."""
         self._drain_releasing()
         self._flush_releases()
         if self._stream is None or self.status not in ("running",):
             return
         try:
             self._stream.comm.check(msg, payload)
-            self._stream.send(msg, payload)
+            self._stream.send(msg, payload, urgent)
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", msg.op())
         except comm.MessageTooLarge as e:
@@ -347,7 +348,7 @@ class ClientConnection:
         return rid
 
     async def request(
-        self, msg: m.Request, reply: type[R], payload: bytes = b""
+        self, msg: m.Request, reply: type[R], payload: bytes = b"", urgent: bool = False
     ) -> tuple[R, memoryview]:
         """Send a request (any thread's coroutine on the loop) and wait for its
         ``reply``; ``request-failed`` raises RuntimeError with the scheduler's reason."""
@@ -357,7 +358,7 @@ class ClientConnection:
         )
         self._requests[rid] = fut
         try:
-            self.send(msg, payload)
+            self.send(msg, payload, urgent)
             if self.status != "running":
                 raise comm.CommClosedError("the client is not connected")
             answer, data = await fut

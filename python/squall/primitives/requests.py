@@ -40,8 +40,9 @@ class Bound:
         return self._client
 
     async def ask(self, msg: m.Request, payload: bytes = b"") -> Answer:
-        """Send a request; its answer (``request-failed`` raises RuntimeError)."""
-        return await self.client.connection.request(msg, m.CoordReply, payload)
+        """Send a request, at once (its caller blocks on it); its answer
+        (``request-failed`` raises RuntimeError)."""
+        return await self.client.connection.request(msg, m.CoordReply, payload, urgent=True)
 
     def call(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """``func(*args)`` on the client's loop: an awaitable on an asynchronous client,
