@@ -22,11 +22,10 @@ OURS = {
     "LocalCluster", "Nanny", "Scheduler", "Security", "Status", "TimeoutError", "Worker",
     "as_completed", "fire_and_forget", "get_client", "get_task_stream",
     "get_worker", "performance_report", "progress", "rejoin", "secede", "sync", "wait",
-    "print", "warn",
+    "print", "warn", "Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable",
 }  # fmt: skip
 OTHERS = {
-    "Actor", "ActorFuture", "BaseActorFuture", "Event", "Lock", "MultiLock", "Queue",
-    "Semaphore", "Variable", "worker_client", "local_client",
+    "Actor", "ActorFuture", "BaseActorFuture", "worker_client", "local_client",
     "futures_of", "default_client", "get_task_metadata", "span", "Reschedule",
     "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "SchedulerPlugin",
     "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall",

@@ -21,10 +21,11 @@ IN_TASKS = {"get_client", "get_worker", "rejoin", "secede", "print", "warn"}
 # is the server, as distributed's.
 CORE = {"core", "order", "sim", "config", "__version__"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
+PRIMITIVES = {"Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
-PUBLIC = CLIENT | SERVERS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS
+PUBLIC = CLIENT | SERVERS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS | PRIMITIVES
 
 
 def test_public_names() -> None:

@@ -30,6 +30,7 @@ from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status
 from squall.diagnostics import progress
 from squall.errors import CancelledError, KilledWorker
+from squall.primitives import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from squall.security import Security
 from squall.worker.context import get_worker, rejoin, secede
 from squall.worker.events import print, warn
@@ -44,14 +45,19 @@ __all__ = [
     "CompatibleExecutor",
     "CycleError",
     "DuplicateKeyError",
+    "Event",
     "Future",
     "InternalError",
     "KilledWorker",
     "LocalCluster",
+    "Lock",
+    "MultiLock",
     "Nanny",
+    "Queue",
     "Scheduler",
     "SchedulerError",
     "Security",
+    "Semaphore",
     "StaleReportError",
     "Status",
     "TimeoutError",
@@ -59,6 +65,7 @@ __all__ = [
     "UnknownKeyError",
     "UnknownTaskError",
     "UnknownWorkerError",
+    "Variable",
     "Worker",
     "__version__",
     "as_completed",

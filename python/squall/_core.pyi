@@ -10,6 +10,8 @@ __all__ = [
     "COMMAND_OPS",
     "TASK_STATES",
     "Commands",
+    "CoordCommand",
+    "Coordination",
     "CycleError",
     "DuplicateKeyError",
     "InternalError",
@@ -194,6 +196,114 @@ class ProgressWatch:
     def remaining(self) -> int: ...
     @property
     def cancelled(self) -> int: ...
+
+@final
+class CoordCommand:
+    """A command of :class:`Coordination` (docs/primitives.md)."""
+
+    @property
+    def op(self) -> Literal["answer", "hold", "release"]: ...
+    @property
+    def holder(self) -> int | None: ...
+    @property
+    def request(self) -> int: ...
+    @property
+    def owner(self) -> str | None: ...
+    @property
+    def status(
+        self,
+    ) -> Literal["", "granted", "done", "timed-out", "count", "values", "failed"]: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def values(self) -> list[tuple[bytes, list[_Key]]]: ...
+    @property
+    def keys(self) -> list[_Key]: ...
+
+@final
+class Coordination:
+    """The coordination primitives' state (squall-coord): events in, commands out."""
+
+    def __new__(cls) -> Coordination: ...
+    def semaphore_acquire(
+        self,
+        holder: int,
+        request: int,
+        name: str,
+        max_leases: int,
+        timeout: float | None,
+        *,
+        now: float,
+    ) -> None: ...
+    def semaphore_release(
+        self, holder: int, request: int, name: str, lease: int, *, now: float
+    ) -> None: ...
+    def semaphore_value(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def semaphore_close(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def multi_lock_acquire(
+        self,
+        holder: int,
+        request: int,
+        names: Sequence[str],
+        num_locks: int | None,
+        timeout: float | None,
+        *,
+        now: float,
+    ) -> None: ...
+    def multi_lock_release(self, holder: int, request: int, lease: int, *, now: float) -> None: ...
+    def event_wait(
+        self, holder: int, request: int, name: str, timeout: float | None, *, now: float
+    ) -> None: ...
+    def event_set(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def event_clear(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def event_is_set(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def variable_set(
+        self,
+        holder: int,
+        request: int,
+        name: str,
+        data: bytes,
+        keys: Sequence[_Key],
+        *,
+        now: float,
+    ) -> None: ...
+    def variable_get(
+        self, holder: int, request: int, name: str, timeout: float | None, *, now: float
+    ) -> None: ...
+    def variable_delete(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def queue_put(
+        self,
+        holder: int,
+        request: int,
+        name: str,
+        maxsize: int,
+        data: bytes,
+        keys: Sequence[_Key],
+        timeout: float | None,
+        *,
+        now: float,
+    ) -> None: ...
+    def queue_get(
+        self,
+        holder: int,
+        request: int,
+        name: str,
+        maxsize: int,
+        batch: bool | int,
+        timeout: float | None,
+        *,
+        now: float,
+    ) -> None: ...
+    def queue_size(
+        self, holder: int, request: int, name: str, maxsize: int, *, now: float
+    ) -> None: ...
+    def queue_close(self, holder: int, request: int, name: str, *, now: float) -> None: ...
+    def holder_gone(self, holder: int, *, now: float) -> None: ...
+    def expire(self, *, now: float) -> None: ...
+    def next_deadline(self) -> float | None: ...
+    def take_commands(self) -> list[CoordCommand]: ...
 
 @final
 class Scheduler:

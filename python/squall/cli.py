@@ -41,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     e2e.add_argument("--workers", type=int, default=1, help="worker processes")
     e2e.add_argument("--threads", type=int, default=1, help="threads per worker")
     e2e.add_argument("--systems", default="squall,dask", help="comma-separated")
-    e2e.add_argument("--workloads", default="map,submit,delayed-tree,array-x+xT-sum")
+    e2e.add_argument(
+        "--workloads",
+        default=",".join(bench_e2e.DEFAULT_WORKLOADS),
+        help=f"comma-separated, of: {', '.join(bench_e2e.WORKLOADS)}",
+    )
     e2e.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     e2e.add_argument("--full", action="store_true", help="the 1,000,000-task squall map")
     e2e.add_argument("--nanny", action="store_true", help="workers under nannies (both systems)")

@@ -34,6 +34,7 @@ from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
 from squall.protocol.tracebacks import user_frames
 from squall.security import Security
+from squall.worker.context import task_worker_address
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -100,6 +101,9 @@ class ClientConnection:
         self.address = address
         self.asynchronous = asynchronous
         self.id = name or f"Client-{uuid.uuid4()}"
+        #: The worker this client was made on by a task, which the scheduler is told:
+        #: what it holds of the primitives comes back when that worker is removed.
+        self.on_worker = task_worker_address()
         self.status = "newly-created"
         #: The state of every key this client holds futures for, under ``refcount_lock``.
         self.futures: dict[Key, FutureState] = {}
@@ -116,6 +120,8 @@ class ClientConnection:
         self._reader: asyncio.Task[None] | None = None
         self._watchdog: liveness.Watchdog | None = None
         self._requests: dict[int, asyncio.Future[tuple[m.Message, memoryview]]] = {}
+        #: Futures' states a reply handed over, held for its request until taken.
+        self._handed: dict[int, list[FutureState]] = {}
         self._graphs: dict[int, list[Key]] = {}
         #: ``{topic: handler}`` of the topics subscribed to (``subscribe_topic``).
         self.event_handlers: dict[str, Handler] = dict(DEFAULT_HANDLERS)
@@ -171,7 +177,7 @@ class ClientConnection:
         c = await comm.connect(
             self.address,
             role="client",
-            info={"client": self.id},
+            info={"client": self.id, "worker": self.on_worker},
             timeout=self.timeout,
             security=self.security,
         )
@@ -298,15 +304,16 @@ class ClientConnection:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(fn, *args)
 
-    def send(self, msg: m.Message, payload: bytes = b"") -> None:
-        """On the loop: send one message (pending releases go first)."""
+    def send(self, msg: m.Message, payload: bytes = b"", urgent: bool = False) -> None:
+        """On the loop: send one message (pending releases go first); ``urgent``: see
+        :meth:`squall.protocol.comm.BatchedSend.send`."""
         self._drain_releasing()
         self._flush_releases()
         if self._stream is None or self.status not in ("running",):
             return
         try:
             self._stream.comm.check(msg, payload)
-            self._stream.send(msg, payload)
+            self._stream.send(msg, payload, urgent)
         except comm.CommClosedError:
             logger.debug("dropped %s: the scheduler connection is closed", msg.op())
         except comm.MessageTooLarge as e:
@@ -348,7 +355,7 @@ class ClientConnection:
         return rid
 
     async def request(
-        self, msg: m.Request, reply: type[R], payload: bytes = b""
+        self, msg: m.Request, reply: type[R], payload: bytes = b"", urgent: bool = False
     ) -> tuple[R, memoryview]:
         """Send a request (any thread's coroutine on the loop) and wait for its
         ``reply``; ``request-failed`` raises RuntimeError with the scheduler's reason."""
@@ -358,7 +365,7 @@ class ClientConnection:
         )
         self._requests[rid] = fut
         try:
-            self.send(msg, payload)
+            self.send(msg, payload, urgent)
             if self.status != "running":
                 raise comm.CommClosedError("the client is not connected")
             answer, data = await fut
@@ -539,6 +546,7 @@ class ClientConnection:
             m.ClientRegistered: self._unexpected,
             m.Error: self._unexpected,
             **dict.fromkeys(replies, self._reply),
+            m.CoordReply: self._reply_handing_over,
         }
         return Handlers(m.Route.SCHEDULER_TO_CLIENT, table, malformed=self._malformed)
 
@@ -590,6 +598,26 @@ class ClientConnection:
         self._handler_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.error("an event handler failed", exc_info=task.exception())
+
+    def _reply_handing_over(self, msg: m.CoordReply, payload: memoryview) -> None:
+        """A primitive's reply may hand over futures (a variable's or a queue's values):
+        their states are held from now, before the notices about their keys that follow
+        it, until the caller made its futures (``take_handed``)."""
+        n = sum(msg.n_keys)
+        if n and msg.id is not None:
+            keys = decode_keys(bytes(payload[sum(msg.sizes) :]))
+            with self.refcount_lock:
+                states = [self.hold(k) for k in keys]
+            if msg.id in self._requests:
+                self._handed[msg.id] = states
+            else:  # its caller gave up: nothing will make futures of them
+                for st in states:
+                    self.release_soon(st)
+        self._reply(msg, payload)
+
+    def take_handed(self, rid: int) -> list[FutureState]:
+        """The states a reply to request ``rid`` handed over (release each once)."""
+        return self._handed.pop(rid, [])
 
     def _unexpected(self, msg: m.Message, payload: memoryview) -> None:
         logger.warning("client: unexpected %r from the scheduler", msg.op())

@@ -621,9 +621,13 @@ class BatchedSend:
         """The payload a batch may gather; a larger message is a batch of its own."""
         return self.comm.max_frame_bytes - HEADER_ROOM
 
-    def send(self, msg: m.Message, payload: bytes | memoryview = b"") -> None:
+    def send(
+        self, msg: m.Message, payload: bytes | memoryview = b"", urgent: bool = False
+    ) -> None:
         """Queue one message; a batch that would outgrow a frame goes out as several,
-        and a message larger than a frame goes alone, in parts."""
+        and a message larger than a frame goes alone, in parts. An ``urgent`` one (a
+        request its sender blocks on, back to back: a lock's) does not wait out the
+        interval after the last frame when the stream is idle."""
         if self.comm.closed:
             raise CommClosedError(f"{self.comm.peer}: cannot send on a closed connection")
         batch = self._batch
@@ -631,6 +635,8 @@ class BatchedSend:
             self._full.append(batch)
             batch = self._batch = _Pending()
         batch.add(msg, payload)
+        if urgent:
+            self._last_flush = float("-inf")
         self._wake.set()
 
     async def _run(self) -> None:

@@ -123,6 +123,7 @@ class Hello(Message, tag="hello", kw_only=True):
     # A client's.
     client: Annotated[str | None, note("a client's name")] = None
     one_request: Annotated[bool, note("a connection made for one request")] = False
+    worker: Annotated[str | None, note("a task's client: its worker's address")] = None
 
 
 @on(Route.HANDSHAKE)
@@ -790,3 +791,122 @@ class Event(Message, tag="event", kw_only=True):
     topic: str
     time: Annotated[float, note("epoch seconds, the scheduler's clock")]
     msg: Any
+
+
+# ----- coordination primitives (docs/primitives.md) -----------------------------------
+
+VALUE = "the pickled value (`n_data` bytes), then `encode_keys` of the futures' keys in it"
+SECONDS = note("seconds; null: wait as long as it takes")
+
+
+@on(C2S)
+class SemaphoreAcquire(Request, tag="semaphore-acquire", kw_only=True):
+    name: str
+    max_leases: int
+    timeout: Annotated[float | None, SECONDS] = None
+
+
+@on(C2S)
+class SemaphoreRelease(Request, tag="semaphore-release", kw_only=True):
+    name: str
+    lease: Annotated[int, note("the id of the acquire that took it")]
+
+
+@on(C2S)
+class SemaphoreValue(Request, tag="semaphore-value", kw_only=True):
+    name: str
+
+
+@on(C2S)
+class SemaphoreClose(Request, tag="semaphore-close", kw_only=True):
+    name: str
+
+
+@on(C2S)
+class MultiLockAcquire(Request, tag="multi-lock-acquire", kw_only=True):
+    names: list[str]
+    num_locks: Annotated[int | None, note("null: all of them")] = None
+    timeout: Annotated[float | None, SECONDS] = None
+
+
+@on(C2S)
+class MultiLockRelease(Request, tag="multi-lock-release", kw_only=True):
+    lease: Annotated[int, note("the id of the acquire that took them")]
+
+
+@on(C2S)
+class EventWait(Request, tag="event-wait", kw_only=True):
+    name: str
+    timeout: Annotated[float | None, SECONDS] = None
+
+
+@on(C2S)
+class EventSet(Request, tag="event-set", kw_only=True):
+    name: str
+
+
+@on(C2S)
+class EventClear(Request, tag="event-clear", kw_only=True):
+    name: str
+
+
+@on(C2S)
+class EventIsSet(Request, tag="event-is-set", kw_only=True):
+    name: str
+
+
+@on(C2S)
+class VariableSet(Request, tag="variable-set", kw_only=True):
+    PAYLOAD = VALUE
+    name: str
+    n_data: int
+
+
+@on(C2S)
+class VariableGet(Request, tag="variable-get", kw_only=True):
+    name: str
+    timeout: Annotated[float | None, SECONDS] = None
+
+
+@on(C2S)
+class VariableDelete(Request, tag="variable-delete", kw_only=True):
+    name: str
+
+
+@on(C2S)
+class QueuePut(Request, tag="queue-put", kw_only=True):
+    PAYLOAD = VALUE
+    name: str
+    maxsize: Annotated[int, note("if the queue is new; 0: unbounded")] = 0
+    n_data: int
+    timeout: Annotated[float | None, SECONDS] = None
+
+
+@on(C2S)
+class QueueGet(Request, tag="queue-get", kw_only=True):
+    name: str
+    maxsize: int = 0
+    batch: Annotated[bool | int, note("false: one; true: all queued; n: n of them")] = False
+    timeout: Annotated[float | None, SECONDS] = None
+
+
+@on(C2S)
+class QueueSize(Request, tag="queue-qsize", kw_only=True):
+    name: str
+    maxsize: int = 0
+
+
+@on(C2S)
+class QueueClose(Request, tag="queue-close", kw_only=True):
+    name: str
+
+
+@on(S2C)
+class CoordReply(Reply, tag="coord", kw_only=True):
+    """The answer to a primitive's request (`semaphore-acquire` … `queue-close`)."""
+
+    PAYLOAD = "the values' pickles (`sizes`), then `encode_keys` of their futures' keys"
+    ok: Annotated[bool, note("false: timed out")] = True
+    count: Annotated[int, note("leases held, values queued, an event's flag")] = 0
+    sizes: Annotated[list[int], note("bytes of each value")] = []
+    n_keys: Annotated[list[int], note("futures' keys of each value")] = []

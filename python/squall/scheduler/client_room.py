@@ -40,6 +40,7 @@ class ClientRoom:
         cid = s.core.client(name)
         stream = s.stream(c)
         s.clients[cid] = Peer(c, stream, name)
+        s.coordination.client_joined(cid, hello)
         await c.write(m.ClientRegistered(client_id=cid, **self._dashboard_fields()))
         stream.start()
         logger.log(log_level, "client %s connected from %s", name, c.peer)
@@ -72,6 +73,7 @@ class ClientRoom:
             await peer.stream.close()
             with contextlib.suppress(SchedulerError):
                 s.core.remove_client(cid, now=s.now())
+            s.coordination.client_left(cid)
             s.dispatch()
 
     def _handlers(self, cid: int) -> Handlers[Answer]:
@@ -111,6 +113,7 @@ class ClientRoom:
             m.GetEvents: s.events.get_request,
             m.SubscribeTopic: s.events.subscribe,
             m.UnsubscribeTopic: s.events.unsubscribe,
+            **s.coordination.handlers(),
         }
         return Handlers(
             m.Route.CLIENT_TO_SCHEDULER,

@@ -25,6 +25,7 @@ from squall.protocol import comm, liveness
 from squall.protocol import messages as m
 from squall.scheduler.client_diagnostics import ClientDiagnostics
 from squall.scheduler.client_room import ClientRoom
+from squall.scheduler.coordination import CoordinationRoom
 from squall.scheduler.datasets import Datasets
 from squall.scheduler.events import EventLog
 from squall.scheduler.failure_log import FailureLog
@@ -105,6 +106,8 @@ class SchedulerServer:
     events: EventLog = field(init=False)
     #: Published datasets (docs/runtime.md#datasets).
     datasets: Datasets = field(init=False)
+    #: Locks, semaphores, events, variables, queues (docs/primitives.md).
+    coordination: CoordinationRoom = field(init=False)
 
     def __post_init__(self) -> None:
         self.core = Scheduler(config.core_config(self.config))
@@ -117,6 +120,7 @@ class SchedulerServer:
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self.worker_room = WorkerRoom(self)
         self.client_room = ClientRoom(self)
+        self.coordination = CoordinationRoom(self)
         self.outbox = Outbox(self)
         self.task_stream = TaskStream(config.integer("diagnostics.task-stream.capacity"))
 
@@ -169,6 +173,7 @@ class SchedulerServer:
         if self._listener is not None:
             await self._listener.close()
         await self.diagnostics.close()
+        self.coordination.close()
 
     async def _tick_forever(self) -> None:
         while True:

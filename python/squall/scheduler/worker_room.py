@@ -91,6 +91,9 @@ class WorkerRoom:
                 lambda msg, payload: self._handle(w, handlers, msg, payload),
             )
         finally:
+            # Its tasks' clients give back their leases now, whatever their
+            # connections do (a hung worker's may stay open).
+            s.coordination.worker_left(address)
             report = await self._death_report(w)
             peer = s.workers.pop(w)
             await peer.stream.close()

@@ -5,7 +5,9 @@ the same noise.
 
 Rows: a no-op ``map``, N ``submit`` calls, a ``dask.delayed`` binary-tree sum and a
 dask.array ``(x + x.T).sum()``: tasks/s (median of ``--repeat`` runs), the squall/dask
-throughput ratio, and scheduler-process CPU µs per task. Two more: scheduler memory per
+throughput ratio, and scheduler-process CPU µs per task. On request (``--workloads``),
+the primitives from a task: N ``Lock`` acquire/release pairs and N ``Queue`` put/get
+pairs (pairs/s in place of tasks/s). Two more: scheduler memory per
 task while holding N waiting tasks (no workers), and the time from a 100k-task delayed
 graph leaving the client until the scheduler holds all of it. Sizes differ per system
 (distributed is far slower); throughput, not wall time, is compared.
@@ -29,6 +31,7 @@ import psutil  # type: ignore[import-untyped]
 from squall.client.client import Client
 from squall.client.waiting import wait as squall_wait
 from squall.deploy.local import LocalCluster
+from squall.primitives import Lock, Queue
 from squall.tools.browser import chromium, open_page
 
 SYSTEMS = ("squall", "dask")
@@ -48,15 +51,16 @@ class Sizes:
     array_side: int
     hold: int
     accept_leaves: int
+    primitive_pairs: int
 
 
 SIZES = {
-    "squall": Sizes(200_000, 20_000, 20_000, 100, 1_000_000, 50_000),
-    "dask": Sizes(3_000, 2_000, 1_000, 20, 100_000, 50_000),
+    "squall": Sizes(200_000, 20_000, 20_000, 100, 1_000_000, 50_000, 10_000),
+    "dask": Sizes(3_000, 2_000, 1_000, 20, 100_000, 50_000, 10_000),
 }
 QUICK = {
-    "squall": Sizes(2_000, 500, 500, 10, 20_000, 2_000),
-    "dask": Sizes(300, 200, 100, 6, 5_000, 2_000),
+    "squall": Sizes(2_000, 500, 500, 10, 20_000, 2_000, 200),
+    "dask": Sizes(300, 200, 100, 6, 5_000, 2_000, 200),
 }
 
 
@@ -209,12 +213,55 @@ def run_array(client: Any, side: int) -> int:
     return n
 
 
+def _primitive(system: str, kind: str) -> Any:
+    """The ``Lock`` or ``Queue`` class of ``system``, in a task."""
+    if system == "squall":
+        return {"Lock": Lock, "Queue": Queue}[kind]
+    import distributed  # the bench extra
+
+    return getattr(distributed, kind)
+
+
+def lock_pairs(system: str, n: int) -> int:
+    """A task: ``n`` acquire/release pairs of one lock."""
+    lock = _primitive(system, "Lock")("bench-lock")
+    for _ in range(n):
+        lock.acquire()
+        lock.release()
+    return n
+
+
+def queue_pairs(system: str, n: int) -> int:
+    """A task: ``n`` put/get pairs on one queue."""
+    q = _primitive(system, "Queue")("bench-queue")
+    for i in range(n):
+        q.put(i)
+        assert q.get() == i
+    return n
+
+
+def _system(client: Any) -> str:
+    return "squall" if type(client).__module__.startswith("squall") else "dask"
+
+
+def run_lock_pairs(client: Any, n: int) -> int:
+    return int(client.submit(lock_pairs, _system(client), n, pure=False).result())
+
+
+def run_queue_pairs(client: Any, n: int) -> int:
+    return int(client.submit(queue_pairs, _system(client), n, pure=False).result())
+
+
 WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
     "map": (run_map, "map"),
     "submit": (run_submit, "submit"),
     "delayed-tree": (run_tree, "tree_leaves"),
     "array-x+xT-sum": (run_array, "array_side"),
+    "lock-acquire-release": (run_lock_pairs, "primitive_pairs"),
+    "queue-put-get": (run_queue_pairs, "primitive_pairs"),
 }
+#: What runs unless ``--workloads`` says otherwise: the task-throughput rows.
+DEFAULT_WORKLOADS = ("map", "submit", "delayed-tree", "array-x+xT-sum")
 
 
 Run = tuple[float, float, float, int]  # tasks/s, seconds, scheduler CPU µs/task, tasks
@@ -353,7 +400,7 @@ def _until_held(client: Any, n: int) -> None:
 def main(
     *,
     systems: tuple[str, ...] = SYSTEMS,
-    workloads: tuple[str, ...] = tuple(WORKLOADS),
+    workloads: tuple[str, ...] = DEFAULT_WORKLOADS,
     repeat: int = 3,
     workers: int = 1,
     threads: int = 1,

@@ -52,6 +52,13 @@ def get_worker() -> Worker:
     raise ValueError("No worker found")
 
 
+def task_worker_address() -> str | None:
+    """The address of the worker whose task thread this is (None on any other thread):
+    a client made here lives on that worker (docs/primitives.md#when-a-holder-dies)."""
+    worker: Worker | None = getattr(_task, "worker", None)
+    return None if worker is None else worker.address
+
+
 def secede() -> None:
     """Have the current task leave its worker's thread pool: its thread no longer
     counts against ``nthreads``, so the worker starts another task (for instance one

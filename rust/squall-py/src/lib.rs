@@ -7,6 +7,7 @@ mod bench;
 mod commands;
 mod config;
 mod convert;
+mod coordination;
 mod errors;
 mod order;
 mod scheduler;
@@ -26,6 +27,8 @@ mod _core {
     use super::commands::Commands;
     #[pymodule_export]
     use super::config::{check_config, core_settings};
+    #[pymodule_export]
+    use super::coordination::{CoordCommand, Coordination};
     #[pymodule_export]
     use super::errors::{
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,

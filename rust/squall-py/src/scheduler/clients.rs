@@ -7,21 +7,9 @@ use squall_core::{ClientId, Scattered, TaskId};
 
 #[pymethods]
 impl Scheduler {
-    #[pyo3(signature = (client, keys, *, now))]
-    fn client_releases_keys(
-        &mut self,
-        py: Python<'_>,
-        client: u32,
-        keys: Vec<Bound<'_, PyAny>>,
-        now: f64,
-    ) -> PyResult<()> {
-        self.on_keys(py, &keys, |s, keys| {
-            s.client_releases_keys(ClientId(client), keys, now)
-        })
-    }
-
-    /// The client holds futures on these keys (a pseudo-client: keeps them alive).
-    /// Raises on an unknown key, before anything changes.
+    /// The client (or pseudo-client) holds these keys: they stay alive until it releases
+    /// them; one already in memory or erred is notified to it. Raises on an unknown
+    /// key, before anything changes.
     #[pyo3(signature = (client, keys, *, now))]
     fn client_desires_keys(
         &mut self,
@@ -32,6 +20,19 @@ impl Scheduler {
     ) -> PyResult<()> {
         self.on_keys(py, &keys, |s, keys| {
             s.client_desires_keys(ClientId(client), keys, now)
+        })
+    }
+
+    #[pyo3(signature = (client, keys, *, now))]
+    fn client_releases_keys(
+        &mut self,
+        py: Python<'_>,
+        client: u32,
+        keys: Vec<Bound<'_, PyAny>>,
+        now: f64,
+    ) -> PyResult<()> {
+        self.on_keys(py, &keys, |s, keys| {
+            s.client_releases_keys(ClientId(client), keys, now)
         })
     }
 

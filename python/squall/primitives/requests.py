@@ -1,0 +1,115 @@
+"""What every primitive shares: the client it talks through, bound lazily (inside a task,
+the worker's task client), its requests and their answers, timeouts, and values with
+the futures inside them (docs/primitives.md)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+
+from squall._core import encode_keys
+from squall.client.client import Client, get_client
+from squall.client.futures import Future, Key
+from squall.client.loop import timeout_seconds
+from squall.protocol import messages as m
+
+#: A reply and its payload.
+Answer = tuple[m.CoordReply, memoryview]
+
+
+class Bound:
+    """A primitive's client: the one given, or ``get_client()`` when first needed, so
+    that a primitive unpickled in a task uses its worker's client."""
+
+    def __init__(self, client: Client | None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            try:
+                self._client = get_client()
+            except ValueError:
+                raise RuntimeError(
+                    f"{type(self).__name__} needs a client: make one, or use it in a task"
+                ) from None
+        return self._client
+
+    async def ask(self, msg: m.Request, payload: bytes = b"") -> Answer:
+        """Send a request, at once (its caller blocks on it); its answer
+        (``request-failed`` raises RuntimeError)."""
+        return await self.client.connection.request(msg, m.CoordReply, payload, urgent=True)
+
+    def call(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
+        """``func(*args)`` on the client's loop: an awaitable on an asynchronous client,
+        else its result."""
+        return self.client.sync(func, *args)
+
+    def tell(self, msg: m.Request) -> None:
+        """Send a request whose answer nobody waits for (any thread)."""
+        self.client.connection.send_soon(msg)
+
+    def pack(self, value: Any) -> tuple[bytes, int]:
+        """The payload of a set or a put: ``value`` pickled, futures inside it by key,
+        then those keys; and the pickle's length."""
+        keys: list[Key] = []
+        buf = io.BytesIO()
+        _Pickler(buf, keys).dump(value)
+        data = buf.getvalue()
+        return data + (encode_keys(keys) if keys else b""), len(data)
+
+    def unpack(self, reply: m.CoordReply, payload: memoryview) -> list[Any]:
+        """The values of a reply; futures inside them are this client's (the reply
+        handed their keys over, docs/primitives.md#futures-inside-values)."""
+        client = self.client
+        handed = client.connection.take_handed(reply.id or 0)
+        try:
+            out = []
+            offset = 0
+            for size in reply.sizes:
+                data = payload[offset : offset + size]
+                out.append(_Unpickler(io.BytesIO(data), client).load())
+                offset += size
+            return out
+        finally:
+            for st in handed:
+                client.connection.release_soon(st)
+
+
+def seconds(timeout: float | str | None) -> float | None:
+    """A timeout in seconds (a number, or a string like ``"200ms"``); None: forever."""
+    return timeout_seconds(timeout)
+
+
+def non_blocking(blocking: bool, timeout: float | str | None) -> float | str | None:
+    """The timeout of a lock's ``acquire(blocking=, timeout=)``, as distributed's."""
+    if blocking:
+        return timeout
+    if timeout is not None:
+        raise ValueError("can't specify a timeout for a non-blocking call")
+    return 0
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # untyped base
+    def __init__(self, file: io.BytesIO, keys: list[Key]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._keys = keys
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, Future):
+            self._keys.append(obj.key)
+            return ("future", obj.key)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, client: Client) -> None:
+        super().__init__(file)
+        self._client = client
+
+    def persistent_load(self, pid: Any) -> Any:
+        return Future(pid[1], self._client)
