@@ -16,14 +16,18 @@ from squall._core import (
     __version__,
 )
 from squall.client.client import Client, get_client
-from squall.client.futures import Future, fire_and_forget
+from squall.client.default import default_client
+from squall.client.futures import Future, fire_and_forget, futures_of
 from squall.client.performance_report import performance_report
+from squall.client.task_metadata import get_task_metadata, span
 from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.diagnostics import progress
+from squall.errors import Reschedule
 from squall.worker.context import get_worker, rejoin, secede
+from squall.worker.worker_client import local_client, worker_client
 
 __all__ = [
     "Client",
@@ -33,6 +37,7 @@ __all__ = [
     "Future",
     "InternalError",
     "LocalCluster",
+    "Reschedule",
     "Scheduler",
     "SchedulerError",
     "StaleReportError",
@@ -43,15 +48,21 @@ __all__ = [
     "__version__",
     "as_completed",
     "config",
+    "default_client",
     "fire_and_forget",
+    "futures_of",
     "get_client",
+    "get_task_metadata",
     "get_task_stream",
     "get_worker",
+    "local_client",
     "order",
     "performance_report",
     "progress",
     "rejoin",
     "secede",
     "sim",
+    "span",
     "wait",
+    "worker_client",
 ]

@@ -1,60 +1,109 @@
 """The default client, which ``Future(key)``, ``get_client()`` and dask use.
 
-It is the latest client made with ``set_as_default=True`` that is not closed; dask's
-``scheduler="squall"`` names it.
+It is the client made current by ``Client.as_current()`` in this context, else the
+latest client made with ``set_as_default=True`` that is not closed. Dask's
+``scheduler="squall"`` names the client a dask call should use (:func:`dask_client`),
+and the config points dask at it while a default client or a worker runs in the
+process (docs/runtime.md#tasks-that-use-the-cluster).
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from squall.client.client import Client
 
-# Clients made with ``set_as_default=True``, latest last (``default_client()``), and the
-# dask config they replaced, restored when the last of them closes.
+# Clients made with ``set_as_default=True``, latest last (``default_client()``).
 _defaults: list[Client] = []
-_config_before_defaults: Any = None
+# The client of ``Client.as_current()`` (and of ``with Client(...)``) in this context.
+current: ContextVar[Client | None] = ContextVar("squall_current_client", default=None)
+# Objects (running workers) that keep dask pointed at squall in this process.
+_routers: list[object] = []
+# The dask config that ``scheduler="squall"`` replaced while clients or workers need it.
+_config_before: Any = None
 
 
-def default_client() -> Client:
-    """The latest client made with ``set_as_default=True`` that is not closed."""
+def default_client(c: Client | None = None) -> Client:
+    """``c`` if given, else the current client (``as_current``), else the latest client
+    made with ``set_as_default=True`` that is not closed; ``ValueError`` if none."""
+    if c is not None:
+        return c
+    client = current.get()
+    if client is not None:
+        return client
     for c in reversed(_defaults):
         if c.status != "closed":
             return c
     raise ValueError("no squall Client is running: create one with Client(address)")
 
 
+def _route_dask() -> None:
+    """Point dask's default scheduler at squall while a default client or a worker is
+    up in this process; give the previous config back once none is."""
+    global _config_before
+    import dask
+
+    wanted = bool(_routers) or any(c.status != "closed" for c in _defaults)
+    if wanted and _config_before is None:
+        _config_before = dask.config.set(scheduler="squall")
+    elif not wanted and _config_before is not None:
+        _defaults.clear()
+        _config_before.__exit__(None, None, None)
+        _config_before = None
+
+
 def become_default(client: Client) -> None:
     """As ``distributed.Client(set_as_default=True)``: plain ``compute()``/``persist()``
     calls run on the latest such client until it closes."""
-    global _config_before_defaults
-    import dask
-
     _defaults.append(client)
-    if _config_before_defaults is None:
-        _config_before_defaults = dask.config.set(scheduler="squall")
+    _route_dask()
 
 
 def stop_being_default(client: Client) -> None:
-    global _config_before_defaults
     if client in _defaults:
         _defaults.remove(client)
-    if _config_before_defaults is not None and not any(c.status != "closed" for c in _defaults):
-        _defaults.clear()
-        _config_before_defaults.__exit__(None, None, None)
-        _config_before_defaults = None
+    _route_dask()
+
+
+def route_dask_here(holder: object) -> None:
+    """A worker started in this process: dask calls made in it (in its tasks above
+    all) go to the cluster, as on distributed's workers, whose tasks find their client
+    through dask's fallback to ``distributed.get_client``. Set once per worker, so a
+    task pays nothing for it."""
+    _routers.append(holder)
+    _route_dask()
+
+
+def stop_routing(holder: object) -> None:
+    if holder in _routers:
+        _routers.remove(holder)
+    _route_dask()
+
+
+def dask_client() -> Client:
+    """The client of a dask call made with ``scheduler="squall"``: the current one
+    (``as_current``), else ``get_client()``'s — on a worker (in its tasks above all)
+    the worker's client, elsewhere the default client."""
+    client = current.get()
+    if client is not None:
+        return client
+    from squall.client.client import get_client
+
+    return get_client()
 
 
 class _DefaultClient:
-    """``scheduler="squall"`` in dask: the default client's ``get``, as a bound method
-    so that ``dask.persist`` finds ``persist`` beside it (and persists to futures)."""
+    """``scheduler="squall"`` in dask: :func:`dask_client`'s ``get``, as a bound
+    method so that ``dask.persist`` finds ``persist`` beside it (and persists to
+    futures)."""
 
     def get(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
-        return default_client().get(dsk, keys, **kwargs)
+        return dask_client().get(dsk, keys, **kwargs)
 
     def persist(self, collections: Any, **kwargs: Any) -> Any:
-        return default_client().persist(collections, **kwargs)
+        return dask_client().persist(collections, **kwargs)
 
 
 def _register_scheduler_name() -> None:
