@@ -215,15 +215,17 @@ def test_local_client_warns(client: Client) -> None:
 
 def test_worker_closing_does_not_close_a_default_client() -> None:
     """In one process (threads for workers), tasks use the process's own client."""
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False) as cluster:
-        with Client(cluster) as c:
 
-            def same() -> bool:
-                return squall.get_client() is default_client()
+    def same() -> bool:
+        return squall.get_client() is default_client()
 
-            assert c.submit(same).result(timeout=30)
-            cluster.scale(0)
-            assert c.status == "running"
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False) as cluster,
+        Client(cluster) as c,
+    ):
+        assert c.submit(same).result(timeout=30)
+        cluster.scale(0)
+        assert c.status == "running"
 
 
 # ----- futures_of, the current client, normalize_collection -----------------------------------
@@ -342,18 +344,16 @@ def test_reschedule_of_a_released_task(client: Client, tmp_path: Path) -> None:
 
 
 def test_span_is_accepted_and_annotates(client: Client) -> None:
-    with span("outer") as outer_id:
-        with span("inner") as inner_id:
-            annotation = dask.get_annotations()["span"]
-            x = dask.delayed(inc)(1)
-            assert client.compute(x).result(timeout=30) == 2
-            assert client.submit(inc, 2).result(timeout=30) == 3
+    with span("outer") as outer_id, span("inner") as inner_id:
+        annotation = dask.get_annotations()["span"]
+        x = dask.delayed(inc)(1)
+        assert client.compute(x).result(timeout=30) == 2
+        assert client.submit(inc, 2).result(timeout=30) == 3
     assert annotation["name"] == ("outer", "inner")
     assert annotation["ids"][-2:] == (outer_id, inner_id)
     assert "span" not in dask.get_annotations()
-    with pytest.raises(ValueError):
-        with span():
-            pass
+    with pytest.raises(ValueError), span():
+        pass
 
 
 def test_get_task_metadata(client: Client) -> None:
