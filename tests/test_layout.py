@@ -14,7 +14,9 @@ from squall.deploy.requests import run_sync
 
 # Every public name squall has had, by kind: a name leaves only on purpose.
 CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
+CLIENT |= {"default_client", "futures_of", "get_task_metadata", "span"}
 IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
+IN_TASKS |= {"worker_client", "local_client", "Reschedule"}
 CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}

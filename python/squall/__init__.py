@@ -22,12 +22,12 @@ from squall.client.performance_report import performance_report
 from squall.client.task_metadata import get_task_metadata, span
 from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
+from squall.client.worker_client import local_client, worker_client
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.diagnostics import progress
 from squall.errors import Reschedule
 from squall.worker.context import get_worker, rejoin, secede
-from squall.worker.worker_client import local_client, worker_client
 
 __all__ = [
     "Client",

@@ -625,3 +625,6 @@ def get_client(
 def _usable(client: Client) -> bool:
     """Whether a task may block on ``client``: running and synchronous."""
     return client.status == "running" and not client.asynchronous
+
+
+default.get_client = get_client

@@ -2,27 +2,26 @@
 
 It is the client made current by ``Client.as_current()`` in this context, else the
 latest client made with ``set_as_default=True`` that is not closed. Dask's
-``scheduler="squall"`` names the client a dask call should use (:func:`dask_client`),
-and the config points dask at it while a default client or a worker runs in the
-process (docs/runtime.md#tasks-that-use-the-cluster).
+``scheduler="squall"`` names the client a dask call should use (:func:`dask_client`);
+dask's config points at it while a default client or a worker is up in the process
+(:func:`squall.config.route_dask`, docs/runtime.md#tasks-that-use-the-cluster).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+
+from squall import config
 
 if TYPE_CHECKING:
     from squall.client.client import Client
 
 # Clients made with ``set_as_default=True``, latest last (``default_client()``).
 _defaults: list[Client] = []
-# The client of ``Client.as_current()`` (and of ``with Client(...)``) in this context.
+# The client of ``Client.as_current()`` in this context.
 current: ContextVar[Client | None] = ContextVar("squall_current_client", default=None)
-# Objects (running workers) that keep dask pointed at squall in this process.
-_routers: list[object] = []
-# The dask config that ``scheduler="squall"`` replaced while clients or workers need it.
-_config_before: Any = None
 
 
 def default_client(c: Client | None = None) -> Client:
@@ -39,47 +38,22 @@ def default_client(c: Client | None = None) -> Client:
     raise ValueError("no squall Client is running: create one with Client(address)")
 
 
-def _route_dask() -> None:
-    """Point dask's default scheduler at squall while a default client or a worker is
-    up in this process; give the previous config back once none is."""
-    global _config_before
-    import dask
-
-    wanted = bool(_routers) or any(c.status != "closed" for c in _defaults)
-    if wanted and _config_before is None:
-        _config_before = dask.config.set(scheduler="squall")
-    elif not wanted and _config_before is not None:
-        _defaults.clear()
-        _config_before.__exit__(None, None, None)
-        _config_before = None
-
-
 def become_default(client: Client) -> None:
     """As ``distributed.Client(set_as_default=True)``: plain ``compute()``/``persist()``
     calls run on the latest such client until it closes."""
     _defaults.append(client)
-    _route_dask()
+    config.route_dask(client)
 
 
 def stop_being_default(client: Client) -> None:
     if client in _defaults:
         _defaults.remove(client)
-    _route_dask()
+    config.unroute_dask(client)
 
 
-def route_dask_here(holder: object) -> None:
-    """A worker started in this process: dask calls made in it (in its tasks above
-    all) go to the cluster, as on distributed's workers, whose tasks find their client
-    through dask's fallback to ``distributed.get_client``. Set once per worker, so a
-    task pays nothing for it."""
-    _routers.append(holder)
-    _route_dask()
-
-
-def stop_routing(holder: object) -> None:
-    if holder in _routers:
-        _routers.remove(holder)
-    _route_dask()
+#: ``get_client`` without arguments: the worker's client in a task, else the default
+#: client. ``squall.client.client`` installs it on import (it sits above this module).
+get_client: Callable[[], Client] = default_client
 
 
 def dask_client() -> Client:
@@ -87,11 +61,7 @@ def dask_client() -> Client:
     (``as_current``), else ``get_client()``'s — on a worker (in its tasks above all)
     the worker's client, elsewhere the default client."""
     client = current.get()
-    if client is not None:
-        return client
-    from squall.client.client import get_client
-
-    return get_client()
+    return client if client is not None else get_client()
 
 
 class _DefaultClient:

@@ -27,6 +27,7 @@ choices:
   ``held-keys`` (docs/runtime.md#reconnection-and-liveness).
 * With a memory limit, a monitor spills results to disk and pauses the worker
   (docs/runtime.md#memory).
+* A task raising ``Reschedule`` is reported with ``reschedule`` instead of ``erred``.
 * Not implemented yet: actors.
 """
 
@@ -46,7 +47,6 @@ import psutil  # type: ignore[import-untyped]
 
 from squall import config, log_ring
 from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
-from squall.client import default
 from squall.errors import Reschedule
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
@@ -272,7 +272,7 @@ class Worker:
         if self.memory is not None:
             self._monitor = self._loop.create_task(self.memory.run())
         context.register(self)
-        default.route_dask_here(self)
+        config.route_dask(self)  # dask calls in its tasks go to the cluster
         return self
 
     async def _serve_http(self, address: str | int) -> None:
@@ -327,7 +327,7 @@ class Worker:
             return
         self.status = "closing"
         context.unregister(self)
-        default.stop_routing(self)
+        config.unroute_dask(self)
         me = asyncio.current_task()
         if self._watchdog is not None:
             self._watchdog.stop()
