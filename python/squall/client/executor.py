@@ -107,8 +107,8 @@ class ClientExecutor(cf.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No new calls from now on. With ``wait`` (and not ``cancel_futures``), wait
-        for the calls submitted so far; otherwise cancel them (distributed's
-        ``wait=False``). Calling it again does nothing."""
+        for the calls submitted so far; otherwise cancel those not done (distributed's
+        ``wait=False`` cancels too). Calling it again does nothing."""
         if self._shutdown:
             return
         self._shutdown = True
@@ -119,7 +119,7 @@ class ClientExecutor(cf.Executor):
             with contextlib.suppress(CancelledError):  # a cancelled call is done too
                 waiting.wait(futures)
         else:
-            self._client.cancel(futures)
+            self._client.cancel([f for f in futures if not f.done()])
 
 
 async def _cascade(future: Future, out: cf.Future[Any]) -> None:
