@@ -23,10 +23,11 @@ OURS = {
     "as_completed", "fire_and_forget", "get_client", "get_task_stream",
     "get_worker", "performance_report", "progress", "rejoin", "secede", "sync", "wait",
     "print", "warn", "Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable",
+    "worker_client", "local_client", "futures_of", "default_client", "get_task_metadata",
+    "span", "Reschedule",
 }  # fmt: skip
 OTHERS = {
-    "Actor", "ActorFuture", "BaseActorFuture", "worker_client", "local_client",
-    "futures_of", "default_client", "get_task_metadata", "span", "Reschedule",
+    "Actor", "ActorFuture", "BaseActorFuture",
     "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "SchedulerPlugin",
     "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall",
     "Environ", "UploadDirectory", "UploadFile",

@@ -20,6 +20,8 @@ IN_TASKS = {"get_client", "get_worker", "rejoin", "secede", "print", "warn"}
 # The bare core is squall.core (its ``Scheduler`` and ``Commands``); ``Scheduler`` here
 # is the server, as distributed's.
 CORE = {"core", "order", "sim", "config", "__version__"}
+CLIENT |= {"default_client", "futures_of", "get_task_metadata", "span"}
+IN_TASKS |= {"worker_client", "local_client", "Reschedule"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
 PRIMITIVES = {"Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}

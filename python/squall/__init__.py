@@ -20,16 +20,19 @@ from squall._core import (
 )
 from squall.client.client import Client, get_client
 from squall.client.compat import CompatibleExecutor
-from squall.client.futures import Future, fire_and_forget
+from squall.client.default import default_client
+from squall.client.futures import Future, fire_and_forget, futures_of
 from squall.client.loop import sync
 from squall.client.performance_report import performance_report
+from squall.client.task_metadata import get_task_metadata, span
 from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
+from squall.client.worker_client import local_client, worker_client
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status
 from squall.diagnostics import progress
-from squall.errors import CancelledError, KilledWorker
+from squall.errors import CancelledError, KilledWorker, Reschedule
 from squall.primitives import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from squall.security import Security
 from squall.worker.context import get_worker, rejoin, secede
@@ -54,6 +57,7 @@ __all__ = [
     "MultiLock",
     "Nanny",
     "Queue",
+    "Reschedule",
     "Scheduler",
     "SchedulerError",
     "Security",
@@ -71,10 +75,14 @@ __all__ = [
     "as_completed",
     "config",
     "core",
+    "default_client",
     "fire_and_forget",
+    "futures_of",
     "get_client",
+    "get_task_metadata",
     "get_task_stream",
     "get_worker",
+    "local_client",
     "order",
     "performance_report",
     "print",
@@ -82,7 +90,9 @@ __all__ = [
     "rejoin",
     "secede",
     "sim",
+    "span",
     "sync",
     "wait",
     "warn",
+    "worker_client",
 ]

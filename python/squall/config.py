@@ -228,3 +228,29 @@ def _canonical(key: Any) -> str:
 
 def _unknown(key: str, what: str, known: Iterable[str]) -> str:
     return f"unknown {what} {key}; known: {', '.join(sorted(known))}"
+
+
+# What keeps dask's ``scheduler`` config at "squall" in this process (default clients,
+# running workers), and the config that setting replaced.
+_dask_holders: list[object] = []
+_dask_before: Any = None
+
+
+def route_dask(holder: object) -> None:
+    """Point dask's default scheduler at squall (``scheduler="squall"``, which resolves to
+    a client at each dask call: docs/runtime.md#tasks-that-use-the-cluster) while
+    ``holder`` — a default client, or a worker started in this process — is up."""
+    global _dask_before
+    _dask_holders.append(holder)
+    if _dask_before is None:
+        _dask_before = dask.config.set(scheduler="squall")
+
+
+def unroute_dask(holder: object) -> None:
+    """``holder`` is gone; the previous config comes back once no holder is left."""
+    global _dask_before
+    if holder in _dask_holders:
+        _dask_holders.remove(holder)
+    if not _dask_holders and _dask_before is not None:
+        _dask_before.__exit__(None, None, None)
+        _dask_before = None

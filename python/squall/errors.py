@@ -34,3 +34,8 @@ class KilledWorker(Exception):
 
 class RemoteError(Exception):
     """A task failed remotely and its exception could not be unpickled here."""
+
+
+class Reschedule(Exception):
+    """Raised by a task to have the scheduler run it again, maybe on another worker
+    (its usual placement decides); its result is not an error."""

@@ -18,11 +18,14 @@ a plain object holding the connection (and what else it needs), which does the w
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from functools import partial
 from typing import Any, Literal
 
-from squall.client import display
+import dask
+
+from squall.client import default, display
 from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
 from squall.client.datasets import NO_DEFAULT, DatasetOps, Datasets
@@ -34,12 +37,14 @@ from squall.client.default import (
 )
 from squall.client.diagnostics import Diagnostics
 from squall.client.events import EventOps, Handler
-from squall.client.futures import Future, FutureState, Key
+from squall.client.executor import ClientExecutor
+from squall.client.futures import Future, FutureState, Key, futures_of
 from squall.client.inspection import Inspection
 from squall.client.scheduler_file import read_scheduler_file
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
+from squall.dask.graphs import insert_futures
 from squall.protocol import messages as m
 from squall.protocol.tracebacks import user_frames
 from squall.security import Security
@@ -348,6 +353,52 @@ class Client:
     def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
         """Run erred futures (and erred dependencies) again."""
         return self.submission.retry(futures, asynchronous)
+
+    def get_executor(self, **kwargs: Any) -> ClientExecutor:
+        """A ``concurrent.futures.Executor`` submitting to this client; ``kwargs``
+        (``pure``, ``workers``, ``resources``, ``allow_other_workers``, ``retries``)
+        go to each ``submit``/``map``."""
+        return ClientExecutor(self, **kwargs)
+
+    def normalize_collection(self, collection: Any) -> Any:
+        """``collection`` with the tasks whose keys this client holds futures for
+        replaced by those futures (and what only they needed left out), so that
+        computing it reuses those results; the collection itself if none is held."""
+        graph = collection.__dask_graph__()
+        with self.connection.refcount_lock:
+            held = [k for k in graph if k in self.connection.futures]
+            futures = {k: Future(k, self) for k in held}
+        if not futures:
+            return collection
+        return insert_futures(collection, graph, futures)
+
+    def futures_of(self, futures: Any) -> list[Future]:
+        """:func:`futures_of` of ``futures``, raising if one of them was cancelled."""
+        return futures_of(futures, client=self)
+
+    # ----- the current client (default.py) ---------------------------------
+
+    @contextmanager
+    def as_current(self) -> Iterator[None]:
+        """Within the block (this thread or task only), ``Client.current()``,
+        ``default_client()`` and dask's ``compute``/``persist`` use this client."""
+        token = default.current.set(self)
+        try:
+            with dask.config.set(scheduler="squall"):
+                yield
+        finally:
+            default.current.reset(token)
+
+    @classmethod
+    def current(cls, allow_global: bool = True) -> Client:
+        """The client of the enclosing ``as_current()`` block, else (``allow_global``)
+        the default client; ``ValueError`` if there is none."""
+        client = default.current.get()
+        if client is not None:
+            return client
+        if allow_global:
+            return default_client()
+        raise ValueError("Not running inside the `as_current` context manager")
 
     # ----- moving data (data.py) -------------------------------------------
 
@@ -705,16 +756,26 @@ def check_serializers(families: list[str] | None, what: str) -> None:
         )
 
 
-def get_client(address: str | None = None, timeout: float | str | None = None) -> Client:
-    """A client for tasks to submit work: on a worker, one client per worker connected
-    to its scheduler; elsewhere the default client (or a new one for ``address``)."""
+def get_client(
+    address: str | None = None,
+    timeout: float | str | None = None,
+    resolve_address: bool = True,
+) -> Client:
+    """A client for tasks to submit work. On a worker (for its scheduler): the default
+    client if it is a synchronous one connected to that scheduler, else one client per
+    worker, made on first use; elsewhere the default client (or a new one for
+    ``address``). ``resolve_address`` is accepted: addresses are compared as given."""
+    seconds = 10 if timeout is None else timeout
     try:
         worker = get_worker()
     except ValueError:
         pass
     else:
         if address is None or address == worker.scheduler_address:
-            seconds = 10 if timeout is None else timeout
+            with suppress(ValueError):
+                client = default_client()
+                if client.address == worker.scheduler_address and _usable(client):
+                    return client
             return worker.task_client(
                 lambda: Client(worker.scheduler_address, timeout=seconds, security=worker.security)
             )
@@ -726,4 +787,12 @@ def get_client(address: str | None = None, timeout: float | str | None = None) -
     else:
         if address is None or client.address == address:
             return client
-    return Client(address, timeout=10 if timeout is None else timeout)
+    return Client(address, timeout=seconds)
+
+
+def _usable(client: Client) -> bool:
+    """Whether a task may block on ``client``: running and synchronous."""
+    return client.status == "running" and not client.asynchronous
+
+
+default.get_client = get_client

@@ -299,9 +299,20 @@ def flat_futures(obj: Any) -> bool:
     )
 
 
-def futures_of(obj: Any) -> list[Future]:
+def futures_of(obj: Any, client: Client | None = None) -> list[Future]:
     """The futures inside ``obj``: a future, lists/tuples/sets/dicts of them, or a
-    persisted dask collection."""
+    persisted dask collection, each once. Given a ``client`` (as distributed's), a
+    cancelled one among them raises its CancelledError."""
+    found = _futures_in(obj)
+    if client is not None:
+        for f in found:
+            if type(f) is not _FutureRef and f.cancelled():
+                assert f._state.exception is not None
+                raise f._state.exception
+    return found
+
+
+def _futures_in(obj: Any) -> list[Future]:
     if flat_futures(obj):
         # A map's futures: C loops, each future once.
         return list(dict(zip(map(id, obj), obj, strict=True)).values())

@@ -36,6 +36,7 @@ from dask.delayed import delayed
 from dask.utils import funcname
 
 from squall._core import encode_keys
+from squall.client import task_metadata
 from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
 from squall.client.futures import Future, Key, dep_key, futures_of
@@ -54,6 +55,7 @@ from squall.diagnostics.dask_progress import dask_progress_bars
 from squall.protocol import messages as m
 from squall.protocol import update_graph
 from squall.protocol.specs import call_prefix, make_spec
+from squall.worker import context
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -122,6 +124,8 @@ class Submission:
         """Queue one ``update-graph`` (``send_soon``: releases of the futures it
         defines or depends on follow it, however soon they are dropped)."""
         fields = options.header()
+        if task_metadata.active:  # get_task_metadata blocks are open
+            task_metadata.record(self.connection, keys if wanted is None else wanted)
         n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps)
         msg = m.UpdateGraph(
             id=self.connection.track_graph(keys),
@@ -309,12 +313,18 @@ class Submission:
         packed = pack_data(keys, futures)
         if not sync:
             return packed
+        # Called from a task (``x.compute()`` in it), the task waits out of its
+        # worker's thread pool, as distributed's: the worker runs the graph meanwhile.
+        blocking = asynchronous is not True and not self.connection.asynchronous
+        seceded = blocking and context.secede_task()
         try:
             with dask_progress_bars(self.client, futures.values(), asynchronous):
                 return self.data.gather(packed, asynchronous=asynchronous)
         finally:
             for f in futures.values():
                 f.release()
+            if seceded:
+                context.rejoin()
 
     def compute(
         self,

@@ -168,6 +168,10 @@ class as_completed:
         if self._event is not None:
             self._event.set()
 
+    def __repr__(self) -> str:
+        with self._cond:
+            return f"<as_completed: waiting={len(self._pending)} done={len(self._queue)}>"
+
     def count(self) -> int:
         with self._cond:
             return len(self._pending) + len(self._queue)

@@ -10,6 +10,7 @@ cache (:func:`squall.protocol.specs.load_function`). Ordering happens in the sch
 
 from __future__ import annotations
 
+import copy
 import copyreg
 import functools
 import io
@@ -279,6 +280,29 @@ def _cull(dsk: Mapping[Key, GraphNode], keys: set[Key]) -> dict[Key, GraphNode]:
         out[k] = node = dsk[k]
         work.extend(d for d in node.dependencies if d in dsk and d not in out)
     return out
+
+
+def insert_futures(collection: Any, graph: Mapping[Key, Any], futures: Mapping[Key, Any]) -> Any:
+    """A copy of ``collection`` whose graph has ``futures`` (references to computed
+    keys) in place of those keys' tasks, culled to what its keys still need
+    (``Client.normalize_collection``); a future standing for its own key is an
+    external dependency once materialised."""
+    from dask.delayed import Delayed
+
+    dsk: dict[Key, Any] = {**_graph_nodes(graph), **futures}
+    out: dict[Key, Any] = {}
+    work = [k for k in flatten_keys(collection.__dask_keys__()) if k in dsk]
+    while work:
+        k = work.pop()
+        if k not in out:
+            out[k] = node = dsk[k]
+            if isinstance(node, GraphNode):
+                work.extend(d for d in node.dependencies if d in dsk and d not in out)
+    if isinstance(collection, Delayed):
+        return Delayed(collection.key, out)  # type: ignore[no-untyped-call]
+    copied = copy.copy(collection)
+    copied.dask = out
+    return copied
 
 
 def pack_data(o: Any, d: Mapping[Key, Any]) -> Any:

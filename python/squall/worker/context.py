@@ -67,6 +67,16 @@ def secede() -> None:
     worker._secede(tid)
 
 
+def secede_task() -> bool:
+    """``secede()`` if called from a task that has not seceded yet (``worker_client``);
+    whether it did."""
+    worker: Worker | None = getattr(_task, "worker", None)
+    tid = None if worker is None else worker._core.current_task()
+    if worker is None or tid is None:
+        return False
+    return worker._secede(tid)
+
+
 def rejoin() -> None:
     """Have a seceded task take a thread slot again; blocks until one is free (or the
     worker closes)."""

@@ -27,6 +27,7 @@ choices:
   ``held-keys`` (docs/runtime.md#reconnection-and-liveness).
 * With a memory limit, a monitor spills results to disk and pauses the worker
   (docs/runtime.md#memory).
+* A task raising ``Reschedule`` is reported with ``reschedule`` instead of ``erred``.
 * Not implemented yet: actors.
 * Its task threads' stacks are sampled by a profiler (:mod:`squall.worker.profile`) for
   ``Client.profile`` and read for ``Client.call_stack``.
@@ -48,6 +49,7 @@ import psutil  # type: ignore[import-untyped]
 
 from squall import config, log_ring
 from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
+from squall.errors import Reschedule
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
 from squall.protocol import comm, dispatch, liveness
@@ -153,7 +155,7 @@ class Worker:
             self._finished_delay,
             run_spec,
             fill_call,
-            pack_error,
+            _pack_task_error,
             sizeof_value,
             config.integer("diagnostics.task-stream.samples"),
         )
@@ -296,6 +298,7 @@ class Worker:
         if self.memory is not None:
             self._monitor = self._loop.create_task(self.memory.run())
         context.register(self)
+        config.route_dask(self)  # dask calls in its tasks go to the cluster
         return self
 
     async def _serve_http(self, address: str | int) -> None:
@@ -352,6 +355,7 @@ class Worker:
         context.unregister(self)
         if self.profiler is not None:
             self.profiler.stop()
+        config.unroute_dask(self)
         me = asyncio.current_task()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -627,17 +631,19 @@ class Worker:
         assert self._loop is not None
         self._loop.call_later(self._finished_delay, self._flush_buffered)
 
-    def _secede(self, tid: int) -> None:
-        """``secede()`` from the task thread running ``tid``."""
+    def _secede(self, tid: int) -> bool:
+        """``secede()`` from the task thread running ``tid``; whether it left the pool
+        now (not if it had already seceded)."""
         answer = self._core.secede(tid)
         if answer is None:
-            return  # already seceded, or finished meanwhile
+            return False  # already seceded, or finished meanwhile
         run_id, need_thread = answer
         if run_id is not None:
             duration = self._core.elapsed(tid) or 0.0
             self._send(m.LongRunning(task=tid, run_id=run_id, duration=duration))
         if need_thread:  # the seceded task keeps its thread
             self._start_thread()
+        return True
 
     def task_client(self, make: Callable[[], Client]) -> Client:
         """The client of tasks' ``get_client()``: one per worker, made by ``make`` on
@@ -663,6 +669,9 @@ class Worker:
             self._send(m.DropReplicas(), dropped)
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
+        if err is _RESCHEDULED:  # the scheduler frees the task here, then places it again
+            self._send(m.Reschedule(task=tid))
+            return
         exc_text, tb_text = err[0], err[1]
         key = self._core.task_key(tid)
         where = self.address
@@ -681,6 +690,16 @@ class Worker:
         process (docs/runtime.md#cluster-lifecycle)."""
         logger.info("worker %s: retiring (restart: %s)", self.address, restart)
         self._send(m.Retire(restart=restart))
+
+
+#: What a task raising ``Reschedule`` reports in place of an error (by identity).
+_RESCHEDULED = ("Reschedule()", "", b"", b"")
+
+
+def _pack_task_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
+    """The compiled loop's hook for a task's exception: :func:`pack_error`'s report,
+    or ``_RESCHEDULED`` for ``Reschedule`` (called on errors only)."""
+    return _RESCHEDULED if isinstance(e, Reschedule) else pack_error(e)
 
 
 def _contact(contact: str, bound: str) -> str:
