@@ -14,13 +14,14 @@ from squall.deploy.requests import run_sync
 
 # Every public name squall has had, by kind: a name leaves only on purpose.
 CLIENT = {"Client", "Future", "LocalCluster", "as_completed", "fire_and_forget", "wait"}
+ACTORS = {"Actor", "ActorFuture", "BaseActorFuture"}
 IN_TASKS = {"get_client", "get_worker", "rejoin", "secede"}
 CORE = {"Scheduler", "Commands", "order", "sim", "config", "__version__"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
-PUBLIC = CLIENT | IN_TASKS | CORE | ERRORS | DIAGNOSTICS
+PUBLIC = CLIENT | ACTORS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS
 
 
 def test_public_names() -> None:

@@ -15,6 +15,7 @@ from squall._core import (
     UnknownWorkerError,
     __version__,
 )
+from squall.client.actor import Actor, ActorFuture, BaseActorFuture
 from squall.client.client import Client, get_client
 from squall.client.futures import Future, fire_and_forget
 from squall.client.performance_report import performance_report
@@ -26,6 +27,9 @@ from squall.diagnostics import progress
 from squall.worker.context import get_worker, rejoin, secede
 
 __all__ = [
+    "Actor",
+    "ActorFuture",
+    "BaseActorFuture",
     "Client",
     "Commands",
     "CycleError",

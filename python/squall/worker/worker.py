@@ -27,7 +27,8 @@ choices:
   ``held-keys`` (docs/runtime.md#reconnection-and-liveness).
 * With a memory limit, a monitor spills results to disk and pauses the worker
   (docs/runtime.md#memory).
-* Not implemented yet: actors.
+* Actors live in :class:`~squall.worker.actors.ActorHost` beside the results, their
+  methods called by peers directly (docs/actors.md).
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
 from squall.protocol import comm, dispatch, liveness
+from squall.protocol.actor_links import close_links
 from squall.protocol import messages as m
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context
+from squall.worker.actors import ActorHost
 from squall.worker.fetch import Fetcher
 from squall.worker.load import LoadMeter, Transfers, heartbeat
 from squall.worker.memory import (
@@ -182,6 +185,8 @@ class Worker:
         self._monitor: asyncio.Task[None] | None = None
 
         self._fetcher = Fetcher(self)
+        #: The actor instances built here (docs/actors.md).
+        self.actors = ActorHost(address)
         self._peer_service = PeerService(self)
         self._bg: set[asyncio.Task[Any]] = set()
         self._on_scheduler: dispatch.Handlers[None] = dispatch.Handlers(
@@ -254,6 +259,7 @@ class Worker:
         if self.contact_address is not None:
             self.address = _contact(self.contact_address, self.address)
         self._core.set_address(self.address)
+        self.actors.set_address(self.address)
         if self.dashboard_address is not None:
             await self._serve_http(self.dashboard_address)
         self._loop_thread = threading.get_ident()
@@ -335,6 +341,7 @@ class Worker:
         if not abort:
             self._flush_buffered()
         self._core.close()
+        self.actors.close()
         if abort and self._scheduler is not None:
             await self._scheduler.close()  # nothing pending is sent
         if self._stream is not None:
@@ -342,6 +349,7 @@ class Worker:
         if self._scheduler is not None:
             await self._scheduler.close()
         await self._fetcher.peers.close()
+        await close_links()
         for c in list(self._peer_service.incoming):
             await c.close()
         if self._listener is not None:
@@ -478,6 +486,7 @@ class Worker:
                 self._staged[key] = (values[key], sizes.get(key, 0))
                 self._held.append(key)
         self._core.free(struct.pack(f"<{len(tasks)}I", *tasks))
+        self.actors.clear()  # the scheduler that knew them reports them lost
         self._core.take_reports()  # of tasks the next scheduler never gave
 
     def memory_metrics(self) -> m.Memory:
@@ -498,7 +507,9 @@ class Worker:
         self._core.compute(bytes(payload), msg.addresses)
 
     def _free_keys(self, msg: m.FreeKeys, payload: memoryview) -> None:
-        self._core.free(bytes(payload))
+        tasks = bytes(payload)
+        self.actors.free(tasks)
+        self._core.free(tasks)
 
     def _remove_replicas(self, msg: m.RemoveReplicas, payload: memoryview) -> None:
         self._core.remove_replicas(bytes(payload))
