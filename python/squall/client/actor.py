@@ -73,6 +73,16 @@ class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
         self._client: Client | None = None
         self._future: Future | None = None
         self._bound = worker is not None
+        if worker is None and context.task_worker() is None:
+            # On a client, hold the key from the start (the handle arrives while the
+            # future it came from is alive): the actor lives while a handle does.
+            try:
+                self._client = default_client()
+            except ValueError:
+                pass
+            else:
+                self._future = Future(key, self._client)
+                self._bound = True
 
     def __repr__(self) -> str:
         return f"<Actor: {self._cls.__name__}, key={self._key}>"
@@ -94,19 +104,13 @@ class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
         return self._client
 
     def _bind(self) -> None:
-        """Use the worker running this task, else the default client (whose future on
-        the key keeps the actor alive and says when it is lost), else this process's
-        worker."""
+        """On first use without a client: use the worker running this task, else this
+        process's worker."""
         if self._bound:
             return
         worker = context.task_worker()
         if worker is None:
-            try:
-                self._client = default_client()
-            except ValueError:
-                worker = context.get_worker()  # ValueError: neither a client nor a worker
-            else:
-                self._future = Future(self._key, self._client)
+            worker = context.get_worker()  # ValueError: neither a client nor a worker
         self._worker = worker
         self._bound = True
 
@@ -164,12 +168,12 @@ class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
         _, security, _ = self._where()
         try:
             answer, data = await link(self._address, security).request(msg, payload)
-        except (OSError, comm.CommError):
-            raise await self._lost() from None
+        except (OSError, comm.CommError) as e:
+            raise await self._lost() from e
         if answer.status == "OK":
             return pickle.loads(data)
         if answer.status == "missing":
-            raise await self._lost()
+            raise await self._lost() from LookupError(answer.exception_text)
         exc, tb = unpack_error(answer, data, f"actor {self._key!r}")
         raise exc.with_traceback(tb)
 
