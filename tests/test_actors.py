@@ -104,9 +104,7 @@ def test_actor_passed_into_tasks(client: squall.Client) -> None:
         return int(counter.n)
 
     workers = list(client.scheduler_info()["workers"])
-    done = [
-        client.submit(bump, future, i, workers=[workers[i % 2]], pure=False) for i in range(4)
-    ]
+    done = [client.submit(bump, future, i, workers=[workers[i % 2]], pure=False) for i in range(4)]
     assert len({f.result(timeout=30) for f in done}) >= 1
     assert future.result(timeout=10).n == 12
 
@@ -167,7 +165,7 @@ def test_actor_never_moved_by_retirement() -> None:
         squall.LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
         squall.Client(cluster) as c,
     ):
-        a, b = list(c.scheduler_info()["workers"])
+        a = next(iter(c.scheduler_info()["workers"]))
         future = c.submit(Counter, actor=True, workers=[a])
         counter = future.result(timeout=30)
         counter.increment().result(timeout=10)

@@ -55,7 +55,7 @@ T = TypeVar("T")
 LOST_GRACE = 5.0
 
 
-class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
+class Actor(TaskRef):
     """A handle to an object living on a worker (``distributed.Actor``).
 
     ``client.submit(Cls, *args, actor=True)`` builds ``Cls(*args)`` on a worker; its
@@ -65,7 +65,7 @@ class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
     """
 
     def __init__(self, cls: type, address: str, key: Key, worker: Worker | None = None) -> None:
-        super().__init__(key)
+        super().__init__(key)  # type: ignore[arg-type]  # dask types keys narrowly
         self._cls = cls
         self._address = address
         self._key = key
@@ -132,7 +132,11 @@ class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
         if self._future is not None and self._future.status not in ("finished", "pending"):
             raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
         worker = self._worker
-        if worker is not None and worker.address == self._address and in_actor_thread(self._address):
+        if (
+            worker is not None
+            and worker.address == self._address
+            and in_actor_thread(self._address)
+        ):
             # An actor method calling an actor of its own worker: at once, on this thread.
             attr = getattr(worker.actors.instances[self._key], name)
             if inspect.iscoroutinefunction(attr):
@@ -190,9 +194,7 @@ class Actor(TaskRef):  # type: ignore[misc]  # dask's TaskRef is untyped
         return OSError("Unable to contact Actor's worker")
 
 
-_SLOTS = frozenset(
-    {"_cls", "_address", "_key", "_worker", "_client", "_future", "_bound", "key"}
-)
+_SLOTS = frozenset({"_cls", "_address", "_key", "_worker", "_client", "_future", "_bound", "key"})
 
 
 class BaseActorFuture(abc.ABC, Awaitable[T]):
@@ -216,7 +218,9 @@ class ActorFuture(BaseActorFuture[T]):
 
     __slots__ = ("_done", "_loop")
 
-    def __init__(self, done: concurrent.futures.Future[T], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, done: concurrent.futures.Future[T], loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._done = done
         self._loop = loop
 
@@ -276,5 +280,5 @@ def actor_spec(spec: bytes, deps: list[Key]) -> bytes:
     ``deps``: :func:`build_actor` around it (the dependencies' values fill its
     markers on the worker)."""
     args = (spec, list(deps), *map(Dep, deps))
-    return _BUILD + cloudpickle.dumps((args, {}), protocol=5)
-
+    blob: bytes = cloudpickle.dumps((args, {}), protocol=5)
+    return _BUILD + blob

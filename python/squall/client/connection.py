@@ -27,8 +27,8 @@ from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
 from squall.protocol import comm, liveness
 from squall.protocol import messages as m
-from squall.protocol.dispatch import Handlers
 from squall.protocol.actor_links import close_links
+from squall.protocol.dispatch import Handlers
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
 from squall.protocol.tracebacks import user_frames

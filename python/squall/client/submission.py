@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import uuid
-from itertools import repeat
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,9 +44,9 @@ from squall.client.loop import timeout_seconds
 from squall.client.unique import unique_ids
 from squall.dask.gc_pause import gc_paused
 from squall.dask.graphs import (
+    Graph,
     compute_expr,
     expr_of_graph,
-    Graph,
     flatten_keys,
     materialize,
     pack_data,
@@ -270,7 +269,10 @@ class Submission:
                     specs = [specs[i] for i in fresh]
                     deps = None if deps is None else [deps[i] for i in fresh]
                 if keys and actor:
-                    specs = [actor_spec(s, d) for s, d in zip(specs, deps or repeat([]))]
+                    specs = [
+                        actor_spec(s, d)
+                        for s, d in zip(specs, deps or [[]] * len(specs), strict=True)
+                    ]
                 if keys:
                     self._send_graph(
                         keys,

@@ -30,6 +30,7 @@ class _Link:
 
     async def request(self, msg: m.Request, payload: bytes) -> tuple[m.ActorAnswer, memoryview]:
         rid = next(_ids)
+        answer: asyncio.Future[tuple[m.ActorAnswer, memoryview]]
         answer = asyncio.get_running_loop().create_future()
         self._pending[rid] = answer
         try:

@@ -65,7 +65,9 @@ class ActorHost:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def call(self, key: Key, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def call(
+        self, key: Key, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """Run ``instance.method(*args, **kwargs)``: on the event loop for a coroutine
         function, else on the actor thread. KeyError: no such actor here."""
         func = getattr(self.instances[key], method)
@@ -86,4 +88,3 @@ class ActorHost:
     def attribute(self, key: Key, name: str) -> Any:
         """``getattr(instance, name)``. KeyError: no such actor here."""
         return getattr(self.instances[key], name)
-

@@ -50,8 +50,8 @@ from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
 from squall.protocol import comm, dispatch, liveness
-from squall.protocol.actor_links import close_links
 from squall.protocol import messages as m
+from squall.protocol.actor_links import close_links
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security

@@ -314,7 +314,11 @@ impl Scheduler {
                         .any(|w| self.worker(w).actors.contains(&t)),
                 "{k:?}: an actor in memory lives on exactly one of its holders"
             ),
-            _ => ensure!(homes == 0, "{k:?}: listed as an actor in state {}", ts.state.name()),
+            _ => ensure!(
+                homes == 0,
+                "{k:?}: listed as an actor in state {}",
+                ts.state.name()
+            ),
         }
         Ok(())
     }

@@ -632,7 +632,9 @@ fn actors_are_never_queued_nor_stolen_and_spread_by_actor_count() {
     };
     h.submit_with(&roots(&more), &strs(&more), opts, GraphOrder::Compute)
         .unwrap();
-    assert!(more.iter().all(|k| h.worker_of(k).as_deref() == Some("tcp://b")));
+    assert!(more
+        .iter()
+        .all(|k| h.worker_of(k).as_deref() == Some("tcp://b")));
     h.run_all();
     assert_eq!(h.s.worker(a).actors.len(), 12);
     assert_eq!(h.s.worker(b).actors.len(), 4);
