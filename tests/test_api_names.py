@@ -24,10 +24,9 @@ OURS = {
     "get_worker", "performance_report", "progress", "rejoin", "secede", "sync", "wait",
     "print", "warn", "Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable",
     "worker_client", "local_client", "futures_of", "default_client", "get_task_metadata",
-    "span", "Reschedule",
+    "span", "Reschedule", "Actor", "ActorFuture", "BaseActorFuture",
 }  # fmt: skip
 OTHERS = {
-    "Actor", "ActorFuture", "BaseActorFuture",
     "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "SchedulerPlugin",
     "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall",
     "Environ", "UploadDirectory", "UploadFile",

@@ -22,12 +22,13 @@ IN_TASKS = {"get_client", "get_worker", "rejoin", "secede", "print", "warn"}
 CORE = {"core", "order", "sim", "config", "__version__"}
 CLIENT |= {"default_client", "futures_of", "get_task_metadata", "span"}
 IN_TASKS |= {"worker_client", "local_client", "Reschedule"}
+ACTORS = {"Actor", "ActorFuture", "BaseActorFuture"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
 PRIMITIVES = {"Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
-PUBLIC = CLIENT | SERVERS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS | PRIMITIVES
+PUBLIC = CLIENT | SERVERS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS | PRIMITIVES | ACTORS
 
 
 def test_public_names() -> None:

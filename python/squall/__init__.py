@@ -18,6 +18,7 @@ from squall._core import (
     UnknownWorkerError,
     __version__,
 )
+from squall.client.actor import Actor, ActorFuture, BaseActorFuture
 from squall.client.client import Client, get_client
 from squall.client.compat import CompatibleExecutor
 from squall.client.default import default_client
@@ -43,6 +44,9 @@ from squall.worker.worker import Worker
 TimeoutError = TimeoutError
 
 __all__ = [
+    "Actor",
+    "ActorFuture",
+    "BaseActorFuture",
     "CancelledError",
     "Client",
     "CompatibleExecutor",

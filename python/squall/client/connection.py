@@ -29,6 +29,7 @@ from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
 from squall.protocol import comm, liveness
 from squall.protocol import messages as m
+from squall.protocol.actor_links import close_links
 from squall.protocol.dispatch import Handlers
 from squall.protocol.peers import Peers
 from squall.protocol.remote_errors import parse_task_erred
@@ -242,6 +243,7 @@ class ClientConnection:
         if self._comm is not None:
             await self._comm.close()
         await self.peers.close()
+        await close_links()
         self._fail_everything("client closed")
         self.status = "closed"
         await asyncio.sleep(0)  # let watchers of the now-cancelled futures finish

@@ -288,8 +288,9 @@ def fire_and_forget(obj: Any) -> None:
 
 
 def dep_key(obj: Any) -> Key | None:
-    """The key a task argument stands for: a future's, or None."""
-    return obj.key if isinstance(obj, Future) else None
+    """The key a task argument stands for: a future's or an actor handle's (both task
+    references), or None."""
+    return obj.key if isinstance(obj, TaskRef) else None
 
 
 def flat_futures(obj: Any) -> bool:

@@ -37,6 +37,7 @@ from dask.utils import funcname
 
 from squall._core import encode_keys
 from squall.client import task_metadata
+from squall.client.actor import actor_spec
 from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
 from squall.client.futures import Future, Key, dep_key, futures_of
@@ -44,6 +45,7 @@ from squall.client.loop import timeout_seconds
 from squall.client.unique import unique_ids
 from squall.dask.gc_pause import gc_paused
 from squall.dask.graphs import (
+    Graph,
     compute_expr,
     expr_of_graph,
     flatten_keys,
@@ -95,6 +97,33 @@ class CallOptions(NamedTuple):
             ),
             "allow_other_workers": allow_other_workers,
         }
+
+
+#: The per-task option of an actor task (docs/actors.md): only actor tasks carry it.
+ACTOR: dict[str, Any] = {"actor": True}
+
+
+def mark_actors(g: Graph, actors: Iterable[Key]) -> None:
+    """Make the tasks of ``g`` named in ``actors`` actor tasks: their specs build the
+    actor, and their per-task options say so (merged into the options they had)."""
+    index = {k: i for i, k in enumerate(g.keys)}
+    marked = {index[k] for k in actors if k in index}
+    if not marked:
+        return
+    for i in marked:
+        g.specs[i] = actor_spec(g.specs[i], g.deps[i] if g.deps else [])
+    classes: list[tuple[dict[str, Any], list[int]]] = []
+    for opts, indices in g.task_options:
+        plain = [i for i in indices if i not in marked]
+        if plain:
+            classes.append((opts, plain))
+        both = [i for i in indices if i in marked]
+        if both:
+            classes.append(({**opts, **ACTOR}, both))
+            marked.difference_update(both)
+    if marked:
+        classes.append((ACTOR, sorted(marked)))
+    g.task_options = classes
 
 
 class Submission:
@@ -159,9 +188,8 @@ class Submission:
         """``Client.submit``, its placement options gathered in ``options``."""
         if not callable(func):
             raise TypeError("First input to submit must be a callable function")
-        if actor:
-            raise NotImplementedError("actors are not supported yet")
         self._check_running()
+        pure = pure and not actor  # an actor is stateful: each submission is new
         if key is None:
             if pure:
                 key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
@@ -173,7 +201,11 @@ class Submission:
                 return Future(key, client)
             future = Future(key, client)
         spec, deps = make_spec(call_prefix(cloudpickle.dumps(func)), args, kwargs, dep_key)
-        self._send_graph([key], [spec], [deps], options)
+        if actor:
+            spec = actor_spec(spec, deps)
+        self._send_graph(
+            [key], [spec], [deps], options, task_options=[(ACTOR, [0])] if actor else None
+        )
         return future
 
     def map(
@@ -190,8 +222,7 @@ class Submission:
         """``Client.map``, its placement options gathered in ``options``."""
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
-        if actor:
-            raise NotImplementedError("actors are not supported yet")
+        pure = pure and not actor
         if iterables and all(isinstance(it, Iterator) for it in iterables):
             raise TypeError(
                 "Dask no longer supports mapping over Iterators or Queues."
@@ -241,6 +272,11 @@ class Submission:
                     keys = [keys[i] for i in fresh]
                     specs = [specs[i] for i in fresh]
                     deps = None if deps is None else [deps[i] for i in fresh]
+                if keys and actor:
+                    specs = [
+                        actor_spec(s, d)
+                        for s, d in zip(specs, deps or [[]] * len(specs), strict=True)
+                    ]
                 if keys:
                     self._send_graph(
                         keys,
@@ -249,6 +285,7 @@ class Submission:
                         # Chunks of one map run in order: each after the previous one
                         # (a new FIFO generation), as the tasks of a single graph would.
                         options if batch_size or not start else options._replace(fifo_timeout=0),
+                        task_options=[(ACTOR, list(range(len(keys))))] if actor else None,
                     )
         return out
 
@@ -261,9 +298,8 @@ class Submission:
         cull: bool = False,
         actors: Any = None,
     ) -> dict[Key, Future]:
-        """Submit a dask expression's tasks; futures for ``keys``."""
-        if actors:
-            raise NotImplementedError("actors are not supported yet")
+        """Submit a dask expression's tasks; futures for ``keys``; ``actors`` (True: all
+        of ``keys``, or some keys) are built as actors."""
         self._check_running()
         keys = list(dict.fromkeys(keys))
         g = materialize(expr, keys, cull=cull)
@@ -282,6 +318,8 @@ class Submission:
             holds = [Future(k, client) for k, h in zip(g.keys, held, strict=True) if h]
         if holds:
             g = g.without([i for i, h in enumerate(held) if h])
+        if actors:
+            mark_actors(g, keys if actors is True else flatten_keys([actors]))
         if g.keys:
             self._send_graph(
                 g.keys,

@@ -910,3 +910,31 @@ class CoordReply(Reply, tag="coord", kw_only=True):
     count: Annotated[int, note("leases held, values queued, an event's flag")] = 0
     sizes: Annotated[list[int], note("bytes of each value")] = []
     n_keys: Annotated[list[int], note("futures' keys of each value")] = []
+
+
+# ----- actors (docs/actors.md) ----------------------------------------------------------
+
+
+@on(P2W)
+class ActorCall(Request, tag="actor-call", kw_only=True):
+    """Call a method of an actor this worker holds; answered out of turn, when done
+    (docs/protocol.md#actors)."""
+
+    PAYLOAD = "`cloudpickle((args, kwargs))`"
+    key: Annotated[bytes, note("the actor's key, `encode_keys([key])`")]
+    method: str
+
+
+@on(P2W)
+class ActorAttribute(Request, tag="actor-attribute", kw_only=True):
+    """Read an attribute of an actor this worker holds."""
+
+    key: Annotated[bytes, note("the actor's key, `encode_keys([key])`")]
+    attribute: str
+
+
+@on(W2P)
+class ActorAnswer(ErrorReport, tag="actor-answer", kw_only=True):
+    PAYLOAD = "the pickled value, or the error report's payload"
+    id: int | None = None
+    status: Annotated[str, note('"OK", "error" (the method raised) or "missing" (no such actor)')]

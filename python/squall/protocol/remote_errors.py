@@ -151,5 +151,7 @@ def parse_task_erred(
     if h.error_kind == "KilledWorker":
         text = h.exception_text or f"task {key!r} killed too many workers"
         return key, KilledWorker(text, key), None
+    if h.error_kind == "ActorLost":  # as distributed reports it (docs/actors.md)
+        return key, RuntimeError(h.exception_text or "Worker holding Actor was lost"), None
     exc, tb = unpack_error(h, payload[h.n_key :], f"task {key!r}")
     return key, exc, tb

@@ -11,6 +11,7 @@ loop (``Client.run``) finds the worker among the running ones of this process.
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,6 +39,17 @@ def _current_task(caller: str) -> tuple[Worker, int]:
     if worker is None or tid is None:
         raise ValueError(f"{caller}() must be called from a task running on a squall worker")
     return worker, tid
+
+
+def task_worker() -> Worker | None:
+    """The worker whose task thread this is, if any."""
+    return getattr(_task, "worker", None)
+
+
+def running_task(caller: str) -> tuple[Worker, int, Hashable]:
+    """The worker, task id and key of the task this thread runs (ValueError outside one)."""
+    worker, tid = _current_task(caller)
+    return worker, tid, worker._core.task_key(tid)
 
 
 def get_worker() -> Worker:

@@ -114,7 +114,13 @@ class Nanny:
         )
         self._requests: serving.Requests = dispatch.Handlers(
             m.Route.PEER_TO_WORKER,
-            {m.Run: self._run, m.GetData: self._holds_no_data, m.UpdateData: self._holds_no_data},
+            {
+                m.Run: self._run,
+                m.GetData: self._holds_no_data,
+                m.UpdateData: self._holds_no_data,
+                m.ActorCall: self._holds_no_data,
+                m.ActorAttribute: self._holds_no_data,
+            },
             malformed=serving.refuse_malformed,
         )
 
@@ -364,7 +370,7 @@ class Nanny:
         return serving.run_function(self, msg, payload, self._bg)
 
     def _holds_no_data(
-        self, msg: m.GetData | m.UpdateData, payload: memoryview
+        self, msg: m.GetData | m.UpdateData | m.ActorCall | m.ActorAttribute, payload: memoryview
     ) -> Awaitable[serving.Answer]:
         return serving.refuse(f"{msg.op()!r}: a nanny holds no data (ask its worker)")
 

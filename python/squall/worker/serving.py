@@ -1,11 +1,14 @@
 """What a worker serves its peers, clients and other workers (docs/protocol.md, peer →
 worker): ``get-data`` (its results, pickled), ``update-data`` (scattered values, staged
-until the scheduler's ``scattered`` names their tasks) and ``run`` (``Client.run``, which
-a nanny serves too).
+until the scheduler's ``scattered`` names their tasks), ``run`` (``Client.run``, which
+a nanny serves too) and calls on its actors (``actor-call``, ``actor-attribute``,
+docs/actors.md).
 
 Requests on one connection are answered in order, each by its handler in the table of
-its message type (:class:`~squall.protocol.dispatch.Handlers`). A request whose header
-does not validate is answered with ``error`` and closes that connection only.
+its message type (:class:`~squall.protocol.dispatch.Handlers`), but for ``actor-call``:
+each is answered when its method returns, so that calls on one connection overlap.
+A request whose header does not validate is answered with ``error`` and closes that
+connection only.
 """
 
 from __future__ import annotations
@@ -83,9 +86,17 @@ class PeerService:
         self.incoming: set[comm.Comm] = set()
         self.requests: Requests = dispatch.Handlers(
             m.Route.PEER_TO_WORKER,
-            {m.GetData: self._get_data, m.UpdateData: self._update_data, m.Run: self._run},
+            {
+                m.GetData: self._get_data,
+                m.UpdateData: self._update_data,
+                m.Run: self._run,
+                m.ActorCall: self._actor_call,
+                m.ActorAttribute: self._actor_attribute,
+            },
             malformed=refuse_malformed,
         )
+        #: Actor calls being answered (each outlives the request loop's turn).
+        self._calls: set[asyncio.Task[None]] = set()
 
     async def serve(self, c: comm.Comm) -> None:
         w = self._worker
@@ -94,7 +105,10 @@ class PeerService:
             async with contextlib.aclosing(liveness.read_batches(c, f"peer {c.peer}")) as batches:
                 async for received in batches:
                     for msg, payload in received:
-                        await answer(c, self.requests, msg, payload, w.transfers)
+                        if isinstance(msg, m.ActorCall):
+                            self._answer_later(c, msg, payload)
+                        else:
+                            await answer(c, self.requests, msg, payload, w.transfers)
         except comm.CommError as e:
             if not isinstance(e, comm.CommClosedError):
                 logger.info("worker %s: peer %s: %s", w.address, c.peer, e)
@@ -102,6 +116,36 @@ class PeerService:
             logger.info("worker %s: bad request from %s: %s", w.address, c.peer, e)
         finally:
             self.incoming.discard(c)
+
+    def _answer_later(self, c: comm.Comm, msg: m.ActorCall, payload: memoryview) -> None:
+        async def reply() -> None:
+            with contextlib.suppress(comm.CommError):  # the caller left: nobody to tell
+                await answer(c, self.requests, msg, payload)
+
+        task = asyncio.ensure_future(reply())
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _actor_call(self, msg: m.ActorCall, payload: memoryview) -> Answer:
+        [key] = decode_keys(msg.key)
+        if key not in self._worker.actors.instances:
+            return _no_actor(msg.id, key)
+        try:
+            args, kwargs = pickle.loads(payload)
+            value = await self._worker.actors.call(key, msg.method, args, kwargs)
+            return m.ActorAnswer(id=msg.id, status="OK"), dumps(value)
+        except Exception as e:
+            return error_fields(m.ActorAnswer(id=msg.id, status="error"), pack_error(e))
+
+    async def _actor_attribute(self, msg: m.ActorAttribute, payload: memoryview) -> Answer:
+        [key] = decode_keys(msg.key)
+        if key not in self._worker.actors.instances:
+            return _no_actor(msg.id, key)
+        try:
+            value = self._worker.actors.attribute(key, msg.attribute)
+            return m.ActorAnswer(id=msg.id, status="OK"), dumps(value)
+        except Exception as e:
+            return error_fields(m.ActorAnswer(id=msg.id, status="error"), pack_error(e))
 
     async def _get_data(self, msg: m.GetData, payload: memoryview) -> Answer:
         w = self._worker
@@ -131,6 +175,11 @@ class PeerService:
 
     def _run(self, msg: m.Run, payload: memoryview) -> Awaitable[Answer]:
         return run_function(self._worker, msg, payload, self._worker._bg)
+
+
+def _no_actor(rid: int | None, key: object) -> Answer:
+    """The answer for an actor this worker does not hold (any more)."""
+    return m.ActorAnswer(id=rid, status="missing", exception_text=f"no actor {key!r} here"), b""
 
 
 _Pickled = tuple[list[int], list[Blob], dict[int, tuple[str, bytes]]]

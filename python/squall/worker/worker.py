@@ -28,7 +28,8 @@ choices:
 * With a memory limit, a monitor spills results to disk and pauses the worker
   (docs/runtime.md#memory).
 * A task raising ``Reschedule`` is reported with ``reschedule`` instead of ``erred``.
-* Not implemented yet: actors.
+* Actors live in :class:`~squall.worker.actors.ActorHost` beside the results, their
+  methods called by peers directly (docs/actors.md).
 * Its task threads' stacks are sampled by a profiler (:mod:`squall.worker.profile`) for
   ``Client.profile`` and read for ``Client.call_stack``.
 """
@@ -54,10 +55,12 @@ from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
+from squall.protocol.actor_links import close_links
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.specs import fill_call, run_spec
 from squall.security import Security
 from squall.worker import context, profile
+from squall.worker.actors import ActorHost
 from squall.worker.events import log_event_message
 from squall.worker.fetch import Fetcher
 from squall.worker.load import LoadMeter, Transfers, heartbeat
@@ -189,6 +192,8 @@ class Worker:
         self._monitor: asyncio.Task[None] | None = None
 
         self._fetcher = Fetcher(self)
+        #: The actor instances built here (docs/actors.md).
+        self.actors = ActorHost(address)
         self._peer_service = PeerService(self)
         #: Samples the task threads' stacks (``squall.worker.profile.*``); None: off.
         self.profiler = (
@@ -280,6 +285,7 @@ class Worker:
         if self.contact_address is not None:
             self.address = _contact(self.contact_address, self.address)
         self._core.set_address(self.address)
+        self.actors.set_address(self.address)
         if self.dashboard_address is not None:
             await self._serve_http(self.dashboard_address)
         self._loop_thread = threading.get_ident()
@@ -367,6 +373,7 @@ class Worker:
         if not abort:
             self._flush_buffered()
         self._core.close()
+        self.actors.close()
         if abort and self._scheduler is not None:
             await self._scheduler.close()  # nothing pending is sent
         if self._stream is not None:
@@ -374,6 +381,7 @@ class Worker:
         if self._scheduler is not None:
             await self._scheduler.close()
         await self._fetcher.peers.close()
+        await close_links()
         for c in list(self._peer_service.incoming):
             await c.close()
         if self._listener is not None:
@@ -513,6 +521,7 @@ class Worker:
                 self._staged[key] = (values[key], sizes.get(key, 0))
                 self._held.append(key)
         self._core.free(struct.pack(f"<{len(tasks)}I", *tasks))
+        self.actors.clear()  # the scheduler that knew them reports them lost
         self._core.take_reports()  # of tasks the next scheduler never gave
 
     def memory_metrics(self) -> m.Memory:
@@ -533,7 +542,9 @@ class Worker:
         self._core.compute(bytes(payload), msg.addresses)
 
     def _free_keys(self, msg: m.FreeKeys, payload: memoryview) -> None:
-        self._core.free(bytes(payload))
+        tasks = bytes(payload)
+        self.actors.free(tasks)
+        self._core.free(tasks)
 
     def _remove_replicas(self, msg: m.RemoveReplicas, payload: memoryview) -> None:
         self._core.remove_replicas(bytes(payload))

@@ -112,7 +112,8 @@ impl Scheduler {
 
     /// The results held by none but `workers` (which a graceful retirement of them
     /// must copy elsewhere first), each with the first of its holders; a pass over
-    /// what they hold, not over all tasks.
+    /// what they hold, not over all tasks. Actors are not among them: an actor's
+    /// instance cannot be copied (docs/actors.md).
     pub fn held_only_by(&self, workers: &[WorkerId]) -> Vec<(TaskId, WorkerId)> {
         let leaving = |w: WorkerId| workers.contains(&w);
         let mut out = Vec::new();
@@ -123,7 +124,10 @@ impl Scheduler {
             for &t in &ws.has_what {
                 let ts = self.task(t);
                 // Listed once: under the first of its holders.
-                if ts.who_has.iter().all(leaving) && ts.who_has.iter().next() == Some(w) {
+                if !ts.is_actor()
+                    && ts.who_has.iter().all(leaving)
+                    && ts.who_has.iter().next() == Some(w)
+                {
                     out.push((t, w));
                 }
             }

@@ -13,7 +13,9 @@ impl Scheduler {
     /// `is_rootish` (docs/scheduling.md#root-ish-tasks).
     pub fn is_rootish(&self, t: TaskId) -> bool {
         let ts = self.task(t);
-        if ts.has_restrictions() {
+        // An actor never queues: each is placed at once, on the worker with the fewest
+        // actors (docs/actors.md).
+        if ts.has_restrictions() || ts.is_actor() {
             return false;
         }
         if ts.is_data_producer() {

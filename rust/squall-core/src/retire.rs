@@ -2,7 +2,8 @@
 //!
 //! The retiring workers are those `closing_gracefully`: they get no new tasks, and every
 //! result that no other worker holds is copied to a running worker (`acquire-replicas`)
-//! before they may leave. The core chooses where each result goes and asks again for
+//! before they may leave; a worker holding actors is not retired, as their instances
+//! cannot move (docs/actors.md). The core chooses where each result goes and asks again for
 //! the copies that have not arrived after [`REASK`] seconds; the I/O layer only sends
 //! the commands and bounds the wait (docs/scheduling.md#retirement).
 
@@ -35,6 +36,9 @@ pub enum Retirement {
     /// Nothing runs there, but this many results only retiring workers hold have
     /// nowhere to go: no running worker outside the retiring ones.
     Stuck(usize),
+    /// It holds this many actors, which cannot move: it is not retired (as Dask's
+    /// retirement refuses such a worker).
+    HoldsActors(usize),
     /// Nothing runs there and everything it holds is held elsewhere too: it may leave.
     Done,
 }
@@ -52,6 +56,7 @@ impl Retirement {
             Retirement::Running => "running",
             Retirement::Copying(_) => "copying",
             Retirement::Stuck(_) => "stuck",
+            Retirement::HoldsActors(_) => "holds-actors",
             Retirement::Done => "done",
         }
     }
@@ -105,6 +110,9 @@ impl Scheduler {
         Ok(match ws.status {
             WorkerStatus::Closed => Retirement::Gone,
             WorkerStatus::Running | WorkerStatus::Paused => Retirement::NotRetiring,
+            WorkerStatus::ClosingGracefully if !ws.actors.is_empty() => {
+                Retirement::HoldsActors(ws.actors.len())
+            }
             WorkerStatus::ClosingGracefully if !ws.processing.is_empty() => Retirement::Running,
             WorkerStatus::ClosingGracefully => match self.n_only_on_retiring(w) {
                 0 => Retirement::Done,
@@ -123,8 +131,9 @@ impl Scheduler {
             .count()
     }
 
-    /// Ends the retirement of `workers` (each retiring or gone): one whose results all
-    /// have a holder outside the retiring workers — or any, with `anyway` — is retired:
+    /// Ends the retirement of `workers` (each retiring or gone): one that holds no actor
+    /// and whose results all have a holder outside the retiring workers — or any, with
+    /// `anyway` — is retired:
     /// removed from the core as an expected departure when `remove` (what still runs
     /// there goes elsewhere without counting as suspicious), left `closing_gracefully`
     /// otherwise. The others are kept: running again, with the reason.
@@ -155,15 +164,18 @@ impl Scheduler {
                     out.retired.push(w);
                     continue;
                 }
+                let actors = s.worker(w).actors.len();
                 let left = s.n_only_on_retiring(w);
-                if left == 0 || anyway {
+                if (actors == 0 && left == 0) || anyway {
                     if remove {
                         s.remove_worker_in(w, Suspects::None, st);
                     }
                     out.retired.push(w);
                     continue;
                 }
-                let why = if s.running.is_empty() {
+                let why = if actors > 0 {
+                    format!("it holds {actors} actors, which cannot be moved")
+                } else if s.running.is_empty() {
                     "no other running worker can take its results".to_string()
                 } else {
                     format!("{left} results held only here were not copied in time")

@@ -113,7 +113,12 @@ impl Stealing {
 
 impl Scheduler {
     /// `steal_time_ratio`: (level) or None when the task is not worth stealing.
+    /// An actor is never stolen: its placement balances actors across workers, and
+    /// its instance must live where the scheduler sent it (docs/actors.md).
     pub(crate) fn steal_level(&self, t: TaskId) -> Option<u8> {
+        if self.task(t).is_actor() {
+            return None;
+        }
         let p = self.prefix_of(t);
         if self.prefix(p).fast {
             return None;

@@ -338,10 +338,10 @@ impl Scheduler {
             }
         }
         for t in self.worker(w).has_what.clone() {
-            self.remove_replica(t, w);
             if self.worker(w).actors.contains(&t) {
                 recs.insert(t, S::Erred);
             }
+            self.remove_replica(t, w);
             let ts = self.task(t);
             if ts.who_has.is_empty() {
                 let target = if ts.run_spec.is_some() {

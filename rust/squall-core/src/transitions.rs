@@ -182,24 +182,12 @@ impl Scheduler {
                 self.propagate_released(t, recs);
             }
             (Processing, Erred) => {
-                if self.task(t).is_actor() {
-                    if let Some(ws) = self.task(t).processing_on() {
-                        self.wm(ws).actors.swap_remove(&t);
-                    }
-                }
                 self.exit_processing_common(t);
                 self.propagate_erred(t, args, recs);
             }
             (Memory, Released) => self.memory_released(t, recs),
             (Memory, Erred) => self.memory_erred(t, recs),
-            (Memory, Forgotten) => {
-                if self.task(t).is_actor() {
-                    for w in self.task(t).who_has.to_vec() {
-                        self.wm(w).actors.swap_remove(&t);
-                    }
-                }
-                self.forget(t, recs)
-            }
+            (Memory, Forgotten) => self.forget(t, recs),
             (Released, Forgotten) => self.forget(t, recs),
             (Released, Erred) => self.released_erred(t, recs),
             (Erred, Released) => self.erred_released(t, recs),
@@ -462,6 +450,9 @@ impl Scheduler {
     /// `_exit_processing_common` (docs/scheduling.md#leaving-processing): returns the worker if it is still registered.
     pub(crate) fn exit_processing_common(&mut self, t: TaskId) -> Option<WorkerId> {
         let w = self.task(t).processing_on()?;
+        if self.task(t).is_actor() {
+            self.wm(w).actors.swap_remove(&t);
+        }
         self.tm(t).set_processing_on(None);
         self.detach_from_worker(t, w);
         if !self.is_registered(w) {
@@ -530,6 +521,10 @@ impl Scheduler {
         self.set_nbytes(t, nbytes);
         self.exit_processing_common(t);
         self.counters.tasks_computed += 1;
+        if self.task(t).is_actor() {
+            // The instance lives where it was built.
+            self.wm(worker).actors.insert(t);
+        }
         self.add_to_memory(t, worker, typename, recs);
     }
 
@@ -573,6 +568,10 @@ impl Scheduler {
 
     pub(crate) fn remove_replica(&mut self, t: TaskId, w: WorkerId) {
         let eff = self.eff_nbytes(t);
+        if self.task(t).is_actor() {
+            // Only the worker that built the actor lists it; other holders have handles.
+            self.wm(w).actors.swap_remove(&t);
+        }
         let ts = self.tm(t);
         let Some(pos) = ts.who_has.remove(w) else {
             return;

@@ -167,6 +167,9 @@ impl Scheduler {
             "{k:?}: processing_on set iff processing (state {})",
             ts.state.name()
         );
+        if ts.is_actor() {
+            self.validate_actor(t)?;
+        }
         ensure!(
             ts.who_has.is_empty() != (ts.state == S::Memory),
             "{k:?}: who_has non-empty iff memory (state {})",
@@ -285,9 +288,50 @@ impl Scheduler {
         Ok(())
     }
 
+    /// An actor lives on one worker: the one processing it, then the one of its holders
+    /// that built it (others hold handles); it never queues (docs/actors.md).
+    fn validate_actor(&self, t: TaskId) -> Result<(), String> {
+        let ts = self.task(t);
+        let k = &ts.key;
+        ensure!(ts.state != S::Queued, "{k:?}: an actor is queued");
+        let homes = self
+            .worker_ids()
+            .filter(|&w| self.worker(w).actors.contains(&t))
+            .count();
+        match ts.state {
+            S::Processing => {
+                let w = ts.processing_on().expect("processing");
+                ensure!(
+                    self.worker(w).actors.contains(&t) && homes == 1,
+                    "{k:?}: a processing actor is listed by its worker alone"
+                );
+            }
+            S::Memory => ensure!(
+                homes == 1
+                    && ts
+                        .who_has
+                        .iter()
+                        .any(|w| self.worker(w).actors.contains(&t)),
+                "{k:?}: an actor in memory lives on exactly one of its holders"
+            ),
+            _ => ensure!(
+                homes == 0,
+                "{k:?}: listed as an actor in state {}",
+                ts.state.name()
+            ),
+        }
+        Ok(())
+    }
+
     fn validate_worker(&self, w: WorkerId) -> Result<(), String> {
         let ws = self.worker(w);
         let a = &ws.address;
+        for &t in &ws.actors {
+            let ts = self
+                .get_task(t)
+                .ok_or_else(|| format!("{a}: lists a forgotten actor"))?;
+            ensure!(ts.is_actor(), "{a}: lists {:?} as an actor", ts.key);
+        }
         ensure!(
             ws.status != WorkerStatus::Closed,
             "{a}: closed worker still indexed"

@@ -599,3 +599,43 @@ fn a_worker_silent_past_the_ttl_is_removed_and_its_connection_closed() {
     assert_eq!(h.s.n_workers(), 1);
     assert_eq!(h.s.total_memory(), 0);
 }
+
+#[test]
+fn actors_are_never_queued_nor_stolen_and_spread_by_actor_count() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    let keys = many("actor", 12);
+    let opts = TaskOptions {
+        actor: true,
+        ..Default::default()
+    };
+    // A group far larger than the cluster: root-ish were it not for the actor flag.
+    h.submit_with(&roots(&keys), &strs(&keys), opts, GraphOrder::Compute)
+        .unwrap();
+    assert!(h.s.queued_tasks().is_empty());
+    assert!(keys.iter().all(|k| h.state(k) == S::Processing));
+    assert_eq!(h.s.worker(a).actors.len(), 12);
+    let b = h.worker("tcp://b", 1);
+    assert!(h.s.idle_workers().contains(&b));
+    for _ in 0..5 {
+        let now = h.tick_time(2.0);
+        h.s.tick(now);
+        h.drain();
+    }
+    assert!(h.ops("steal").is_empty(), "an actor is never stolen");
+    assert_eq!(h.s.stealing_stats().n_stealable(), 0);
+    // New actors go to the worker with the fewest.
+    let more = many("late", 4);
+    let opts = TaskOptions {
+        actor: true,
+        ..Default::default()
+    };
+    h.submit_with(&roots(&more), &strs(&more), opts, GraphOrder::Compute)
+        .unwrap();
+    assert!(more
+        .iter()
+        .all(|k| h.worker_of(k).as_deref() == Some("tcp://b")));
+    h.run_all();
+    assert_eq!(h.s.worker(a).actors.len(), 12);
+    assert_eq!(h.s.worker(b).actors.len(), 4);
+}

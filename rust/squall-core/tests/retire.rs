@@ -274,3 +274,74 @@ fn scatter_refuses_unknown_holders_and_keys_in_other_states_changing_nothing() {
     scatter(&mut h, vec![item("busy", 8, &["tcp://b"])]);
     assert_eq!(h.s.task(h.t("busy")).who_has.len(), 2);
 }
+
+fn actor_on_a(h: &mut H, k: &str) {
+    let opts = TaskOptions {
+        actor: true,
+        restrictions: Some(Restrictions {
+            workers: vec!["tcp://a".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    h.submit_with(&[(k, &[])], &[k], opts, GraphOrder::Compute)
+        .unwrap();
+    assert_eq!(h.worker_of(k).as_deref(), Some("tcp://a"));
+}
+
+#[test]
+fn a_worker_holding_an_actor_is_kept_and_its_actor_never_copied() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    h.worker("tcp://b", 1);
+    actor_on_a(&mut h, "counter");
+    h.finish("counter");
+    scatter(&mut h, vec![item("d", 8, &["tcp://a"])]);
+    retire(&mut h, &[a]);
+    assert_eq!(h.s.retirement(a), Ok(Retirement::HoldsActors(1)));
+    // The plain result is copied; the actor is not.
+    assert_eq!(h.ops("acquire"), ["d@tcp://b<-tcp://a"]);
+    tick(&mut h, REASK + 0.1);
+    assert!(h.ops("acquire").iter().all(|x| !x.starts_with("counter")));
+    let now = h.tick_time(0.01);
+    let out = h.s.end_retirement(&[a], false, true, now).unwrap();
+    h.drain();
+    assert_eq!(
+        out.kept,
+        vec![(a, "it holds 1 actors, which cannot be moved".to_string())]
+    );
+    assert_eq!(h.state("counter"), S::Memory);
+    assert_eq!(h.s.worker(a).status, WorkerStatus::Running);
+}
+
+#[test]
+fn a_worker_holding_an_actor_leaves_anyway_and_the_actor_is_lost() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    h.worker("tcp://b", 1);
+    actor_on_a(&mut h, "counter");
+    h.finish("counter");
+    retire(&mut h, &[a]);
+    let now = h.tick_time(0.01);
+    let out = h.s.end_retirement(&[a], true, true, now).unwrap();
+    h.drain();
+    assert_eq!(out.retired, vec![a]);
+    assert_eq!(h.state("counter"), S::Erred);
+    assert_eq!(
+        h.s.task(h.t("counter")).error().unwrap().kind,
+        ErrorKind::ActorLost
+    );
+    assert_eq!(h.ops("task-erred"), vec!["counter"]);
+}
+
+#[test]
+fn adaptive_handover_skips_actors() {
+    let mut h = H::new();
+    let a = h.worker("tcp://a", 1);
+    h.worker("tcp://b", 1);
+    actor_on_a(&mut h, "counter");
+    h.finish("counter");
+    scatter(&mut h, vec![item("d", 8, &["tcp://a"])]);
+    let held: Vec<TaskId> = h.s.held_only_by(&[a]).into_iter().map(|(t, _)| t).collect();
+    assert_eq!(held, vec![h.t("d")]);
+}

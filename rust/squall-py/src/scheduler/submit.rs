@@ -104,10 +104,11 @@ fn task_options_from(d: &Bound<'_, PyDict>) -> PyResult<TaskOptions> {
             "hosts" => r.hosts = value.extract()?,
             "resources" => r.resources = value.extract()?,
             "allow_other_workers" => r.loose = value.extract()?,
+            "actor" => o.actor = value.extract()?,
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown task option {other:?} (expected priority, retries, workers, \
-                     hosts, resources or allow_other_workers)"
+                     hosts, resources, allow_other_workers or actor)"
                 )))
             }
         }
