@@ -119,8 +119,15 @@ class PeerService:
 
     def _answer_later(self, c: comm.Comm, msg: m.ActorCall, payload: memoryview) -> None:
         async def reply() -> None:
-            with contextlib.suppress(comm.CommError):  # the caller left: nobody to tell
+            w = self._worker
+            try:
                 await answer(c, self.requests, msg, payload)
+            except comm.CommClosedError:
+                pass  # the caller left: nobody to tell
+            except (comm.CommError, *comm.MALFORMED) as e:
+                # Refused or malformed, as in the serving loop: the connection closes.
+                logger.info("worker %s: bad request from %s: %s", w.address, c.peer, e)
+                c.abort()
 
         task = asyncio.ensure_future(reply())
         self._calls.add(task)
