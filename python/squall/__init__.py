@@ -6,7 +6,15 @@ Its names mean what ``distributed``'s do: ``squall.Scheduler`` is the scheduler 
 """
 
 from squall import config, core, sim
-from squall._core import (
+from squall._core import __version__
+from squall.client.client import Client, get_client
+from squall.client.compat import CompatibleExecutor
+from squall.client.futures import Future, fire_and_forget
+from squall.client.loop import sync
+from squall.client.performance_report import performance_report
+from squall.client.task_stream import get_task_stream
+from squall.client.waiting import as_completed, wait
+from squall.core import (
     CycleError,
     DuplicateKeyError,
     InternalError,
@@ -16,15 +24,7 @@ from squall._core import (
     UnknownKeyError,
     UnknownTaskError,
     UnknownWorkerError,
-    __version__,
 )
-from squall.client.client import Client, get_client
-from squall.client.compat import CompatibleExecutor
-from squall.client.futures import Future, fire_and_forget
-from squall.client.loop import sync
-from squall.client.performance_report import performance_report
-from squall.client.task_stream import get_task_stream
-from squall.client.waiting import as_completed, wait
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import cloudpickle  # type: ignore[import-untyped]
 
@@ -78,6 +78,50 @@ class Bound:
         finally:
             for st in handed:
                 client.connection.release_soon(st)
+
+
+class Primitive:
+    """What every primitive has: its client (``Bound``), and ``await``, which returns
+    the primitive itself (it needs no setup on the scheduler)."""
+
+    _bound: Bound
+
+    @property
+    def client(self) -> Client:
+        return self._bound.client
+
+    def __await__(self) -> Any:
+        async def ready() -> Primitive:
+            return self
+
+        return ready().__await__()
+
+
+class _Takes(Protocol):
+    def acquire(self) -> Any: ...
+    def release(self) -> Any: ...
+
+
+_T = TypeVar("_T", bound=_Takes)
+
+
+class Taken:
+    """A primitive used as a context manager, plain or ``async``: ``acquire`` on the
+    way in, ``release`` on the way out."""
+
+    def __enter__(self: _T) -> _T:
+        self.acquire()
+        return self
+
+    def __exit__(self: _Takes, *exc: object) -> None:
+        self.release()
+
+    async def __aenter__(self: _T) -> _T:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self: _Takes, *exc: object) -> None:
+        await self.release()
 
 
 def seconds(timeout: float | str | None) -> float | None:
