@@ -729,7 +729,7 @@ class GetDatasets(Request, tag="get-datasets", kw_only=True):
 
 @on(S2C)
 class GetDatasetsReply(Reply, tag="get-datasets", kw_only=True):
-    """Hands the values' futures over to the client (docs/protocol.md#futures-handed-over)."""
+    """The answer to `get-datasets`: it hands the values' futures over to the client."""
 
     PAYLOAD = "each pickled value, concatenated, then `encode_keys` of their futures' keys"
     sizes: Annotated[list[int], note("per name; -1: none published")]
