@@ -148,3 +148,23 @@ def test_an_asynchronous_client(cluster: LocalCluster) -> None:
             await c.unpublish_dataset("x")
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_get_then_an_unpublish_leaves_the_getter_live_futures(cluster: LocalCluster) -> None:
+    """The getter holds the keys from the step its get is answered: an unpublish the
+    scheduler reads right after (here on the same stream, before the reply arrives)
+    cannot make it forget them."""
+    name = f"window-{uuid.uuid4().hex}"
+    with Client(cluster) as c:
+        x = c.submit(inc, 1, key=f"{name}-x")
+        x.result(timeout=20)
+        c.publish_dataset(x, name=name)
+        del x  # the dataset alone keeps the key
+
+        async def main() -> int:
+            async with Client(cluster.scheduler_address, asynchronous=True) as f:
+                got, _ = await asyncio.gather(f.get_dataset(name), f.unpublish_dataset(name))
+                assert got.client is f
+                return int(await got)
+
+        assert asyncio.run(asyncio.wait_for(main(), 60)) == 2

@@ -6,18 +6,7 @@ Its names mean what ``distributed``'s do: ``squall.Scheduler`` is the scheduler 
 """
 
 from squall import config, core, sim
-from squall._core import (
-    CycleError,
-    DuplicateKeyError,
-    InternalError,
-    SchedulerError,
-    StaleReportError,
-    UnknownDependencyError,
-    UnknownKeyError,
-    UnknownTaskError,
-    UnknownWorkerError,
-    __version__,
-)
+from squall._core import __version__
 from squall.client.actor import Actor, ActorFuture, BaseActorFuture
 from squall.client.client import Client, get_client
 from squall.client.compat import CompatibleExecutor
@@ -29,6 +18,17 @@ from squall.client.task_metadata import get_task_metadata, span
 from squall.client.task_stream import get_task_stream
 from squall.client.waiting import as_completed, wait
 from squall.client.worker_client import local_client, worker_client
+from squall.core import (
+    CycleError,
+    DuplicateKeyError,
+    InternalError,
+    SchedulerError,
+    StaleReportError,
+    UnknownDependencyError,
+    UnknownKeyError,
+    UnknownTaskError,
+    UnknownWorkerError,
+)
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status

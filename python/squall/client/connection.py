@@ -549,6 +549,7 @@ class ClientConnection:
             m.Error: self._unexpected,
             **dict.fromkeys(replies, self._reply),
             m.CoordReply: self._reply_handing_over,
+            m.GetDatasetsReply: self._reply_handing_over,
         }
         return Handlers(m.Route.SCHEDULER_TO_CLIENT, table, malformed=self._malformed)
 
@@ -601,13 +602,16 @@ class ClientConnection:
         if not task.cancelled() and task.exception() is not None:
             logger.error("an event handler failed", exc_info=task.exception())
 
-    def _reply_handing_over(self, msg: m.CoordReply, payload: memoryview) -> None:
-        """A primitive's reply may hand over futures (a variable's or a queue's values):
-        their states are held from now, before the notices about their keys that follow
-        it, until the caller made its futures (``take_handed``)."""
-        n = sum(msg.n_keys)
-        if n and msg.id is not None:
-            keys = decode_keys(bytes(payload[sum(msg.sizes) :]))
+    def _reply_handing_over(
+        self, msg: m.CoordReply | m.GetDatasetsReply, payload: memoryview
+    ) -> None:
+        """A reply that may hand over futures (a variable's, a queue's or a dataset's
+        values, docs/protocol.md#futures-handed-over): their states are held from now,
+        before the notices about their keys that follow it, until the caller made its
+        futures (``take_handed``)."""
+        if sum(msg.n_keys) and msg.id is not None:
+            values_end = sum(size for size in msg.sizes if size > 0)
+            keys = decode_keys(bytes(payload[values_end:]))
             with self.refcount_lock:
                 states = [self.hold(k) for k in keys]
             if msg.id in self._requests:

@@ -1,25 +1,23 @@
 """Published datasets, the client's side (docs/runtime.md#datasets): ``publish_dataset``,
 ``get_dataset``, ``list_datasets``, ``unpublish_dataset`` and ``Client.datasets``.
 
-A value is pickled here and kept by the scheduler as bytes, with the keys of the
-futures inside, which the scheduler keeps alive while the dataset is published. A client
-getting it unpickles it here: its futures arrive bound to no client
-(:class:`~squall.client.futures.Future` pickles by key), are bound to this one, and the
-scheduler is told (``desire-keys``) that this client now holds their keys, so that they
-stay alive after an unpublish and their states reach the futures."""
+A value is pickled here, its futures by key, and kept by the scheduler as bytes, with
+those keys, which the scheduler keeps alive while the dataset is published. A client
+getting it is handed the futures as a primitive's getter is
+(docs/protocol.md#futures-handed-over): the scheduler makes it hold their keys as it
+answers, so that they stay alive for it after an unpublish, and it unpickles the value
+with futures of its own."""
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle  # type: ignore[import-untyped]
-
 from squall._core import decode_keys, encode_keys
 from squall.client.connection import ClientConnection
-from squall.client.futures import Key, futures_of
+from squall.client.futures import Key
+from squall.client.handover import pickle_value, unpickle_values
 from squall.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -62,13 +60,13 @@ class DatasetOps:
     ) -> None:
         items = named_values(args, name, kwargs)
         names = encode_keys([n for n, _ in items])
-        keys_per = [[f.key for f in futures_of(value)] for _, value in items]
-        keys = encode_keys([k for ks in keys_per for k in ks])
-        values = [cloudpickle.dumps(value, protocol=5) for _, value in items]
+        pickled = [pickle_value(value) for _, value in items]
+        values = [data for data, _ in pickled]
+        keys = encode_keys([k for _, ks in pickled for k in ks])
         msg = m.PublishDatasets(
             names_bytes=len(names),
             keys_bytes=len(keys),
-            counts=list(map(len, keys_per)),
+            counts=[len(ks) for _, ks in pickled],
             sizes=list(map(len, values)),
             override=override,
         )
@@ -89,23 +87,15 @@ class DatasetOps:
         )
         if len(reply.sizes) != len(names):
             raise ValueError("get-datasets answered for other names than asked")
+        values = iter(unpickle_values(self.client, reply.id or 0, reply.sizes, payload))
         out: list[Any] = []
-        held: list[Key] = []
-        offset = 0
         for size in reply.sizes:
-            if size < 0:
-                if default is NO_DEFAULT:
-                    raise KeyError(f"Dataset '{name}' not found")
+            if size >= 0:
+                out.append(next(values))
+            elif default is NO_DEFAULT:
+                raise KeyError(f"Dataset '{name}' not found")
+            else:
                 out.append(default)
-                continue
-            value = pickle.loads(payload[offset : offset + size])
-            offset += size
-            for f in futures_of(value):
-                f.bind_client(self.client)
-                held.append(f.key)
-            out.append(value)
-        if held:
-            self.connection.send(m.DesireKeys(), encode_keys(list(dict.fromkeys(held))))
         return out if isinstance(name, list) else out[0]
 
     async def unpublish(self, name: Key | list[Key]) -> None:

@@ -230,12 +230,6 @@ class Future(TaskRef):
         except Exception:
             pass
 
-    def bind_client(self, client: Client) -> None:
-        """Bind to ``client`` a future unpickled there (one of a dataset it got): it
-        becomes a future of that client, counted with its others on the key (telling
-        the scheduler that the client holds the key is the caller's part). A future
-        already bound stays with its client."""
-
     def __reduce__(self) -> Any:
         # By key, as distributed's: a future inside scattered data, or inside an
         # object a task receives, arrives as a reference bound to no client.
@@ -262,13 +256,6 @@ class _FutureRef(Future):
         self._cleared = True  # nothing to release
 
     client = executor = status = type = property(lambda self: None)
-
-    def bind_client(self, client: Client) -> None:
-        # The same slots: from now on it is a bound future.
-        self.__class__ = Future  # type: ignore[assignment]
-        connection = client.connection
-        with connection.refcount_lock:
-            self._bind(self.key, client, connection.hold(self.key))
 
     def __getattr__(self, name: str) -> Any:
         if name in ("_client", "_state"):  # unset: what a bound future's methods use

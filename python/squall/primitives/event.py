@@ -6,27 +6,17 @@ import uuid
 from typing import Any
 
 from squall.client.client import Client
-from squall.primitives.requests import Bound, seconds
+from squall.primitives.requests import Bound, Primitive, seconds
 from squall.protocol import messages as m
 
 
-class Event:
+class Event(Primitive):
     """distributed's ``Event``: a flag named ``name`` (random if not given), false until
     ``set``; ``wait`` returns once it is set. Picklable into tasks by name."""
 
     def __init__(self, name: str | None = None, client: Client | None = None) -> None:
         self.name = name or f"event-{uuid.uuid4().hex}"
         self._bound = Bound(client)
-
-    @property
-    def client(self) -> Client:
-        return self._bound.client
-
-    def __await__(self) -> Any:
-        async def ready() -> Event:
-            return self
-
-        return ready().__await__()
 
     async def _ask(self, msg: m.Request) -> bool:
         reply, _ = await self._bound.ask(msg)

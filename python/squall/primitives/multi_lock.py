@@ -6,11 +6,11 @@ import uuid
 from typing import Any
 
 from squall.client.client import Client
-from squall.primitives.requests import Bound, non_blocking, seconds
+from squall.primitives.requests import Bound, Primitive, Taken, non_blocking, seconds
 from squall.protocol import messages as m
 
 
-class MultiLock:
+class MultiLock(Taken, Primitive):
     """distributed's ``MultiLock``: the locks ``names`` taken together (or
     ``num_locks`` of them), without deadlock between holders of overlapping sets. Its
     locks are not :class:`Lock`'s (another namespace, as distributed's). Picklable into
@@ -22,10 +22,6 @@ class MultiLock:
         self._bound = Bound(client)
         #: The id of the acquire that holds the locks (None: not held).
         self._lease: int | None = None
-
-    @property
-    def client(self) -> Client:
-        return self._bound.client
 
     async def _acquire(self, timeout: float | None, num_locks: int | None) -> bool:
         msg = m.MultiLockAcquire(names=self.names, num_locks=num_locks, timeout=timeout)
@@ -58,20 +54,6 @@ class MultiLock:
     def locked(self) -> bool:
         """Whether this object holds its locks."""
         return self._lease is not None
-
-    def __enter__(self) -> MultiLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    async def __aenter__(self) -> MultiLock:
-        await self.acquire()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
 
     def __reduce__(self) -> Any:
         return (type(self), (self.names,))

@@ -7,11 +7,11 @@ import uuid
 from typing import Any
 
 from squall.client.client import Client
-from squall.primitives.requests import Bound, seconds
+from squall.primitives.requests import Bound, Primitive, seconds
 from squall.protocol import messages as m
 
 
-class Queue:
+class Queue(Primitive):
     """distributed's ``Queue``: a multi-producer, multi-consumer queue named ``name``
     (random if not given) of at most ``maxsize`` values (0: no bound). Values are
     pickled and kept on the scheduler (keep them small); futures inside them stay alive
@@ -24,16 +24,6 @@ class Queue:
         self.name = name or f"queue-{uuid.uuid4().hex}"
         self.maxsize = maxsize
         self._bound = Bound(client)
-
-    @property
-    def client(self) -> Client:
-        return self._bound.client
-
-    def __await__(self) -> Any:
-        async def ready() -> Queue:
-            return self
-
-        return ready().__await__()
 
     async def _put(self, payload: bytes, n_data: int, timeout: float | None) -> None:
         msg = m.QueuePut(name=self.name, maxsize=self.maxsize, n_data=n_data, timeout=timeout)

@@ -4,16 +4,12 @@ the futures inside them (docs/primitives.md)."""
 
 from __future__ import annotations
 
-import io
-import pickle
 from collections.abc import Callable, Coroutine
-from typing import Any
-
-import cloudpickle  # type: ignore[import-untyped]
+from typing import Any, Protocol, TypeVar
 
 from squall._core import encode_keys
 from squall.client.client import Client, get_client
-from squall.client.futures import Future, Key
+from squall.client.handover import pickle_value, unpickle_values
 from squall.client.loop import timeout_seconds
 from squall.protocol import messages as m
 
@@ -56,28 +52,57 @@ class Bound:
     def pack(self, value: Any) -> tuple[bytes, int]:
         """The payload of a set or a put: ``value`` pickled, futures inside it by key,
         then those keys; and the pickle's length."""
-        keys: list[Key] = []
-        buf = io.BytesIO()
-        _Pickler(buf, keys).dump(value)
-        data = buf.getvalue()
+        data, keys = pickle_value(value)
         return data + (encode_keys(keys) if keys else b""), len(data)
 
     def unpack(self, reply: m.CoordReply, payload: memoryview) -> list[Any]:
         """The values of a reply; futures inside them are this client's (the reply
-        handed their keys over, docs/primitives.md#futures-inside-values)."""
-        client = self.client
-        handed = client.connection.take_handed(reply.id or 0)
-        try:
-            out = []
-            offset = 0
-            for size in reply.sizes:
-                data = payload[offset : offset + size]
-                out.append(_Unpickler(io.BytesIO(data), client).load())
-                offset += size
-            return out
-        finally:
-            for st in handed:
-                client.connection.release_soon(st)
+        handed their keys over, docs/protocol.md#futures-handed-over)."""
+        return unpickle_values(self.client, reply.id or 0, reply.sizes, payload)
+
+
+class Primitive:
+    """What every primitive has: its client (``Bound``), and ``await``, which returns
+    the primitive itself (it needs no setup on the scheduler)."""
+
+    _bound: Bound
+
+    @property
+    def client(self) -> Client:
+        return self._bound.client
+
+    def __await__(self) -> Any:
+        async def ready() -> Primitive:
+            return self
+
+        return ready().__await__()
+
+
+class _Takes(Protocol):
+    def acquire(self) -> Any: ...
+    def release(self) -> Any: ...
+
+
+_T = TypeVar("_T", bound=_Takes)
+
+
+class Taken:
+    """A primitive used as a context manager, plain or ``async``: ``acquire`` on the
+    way in, ``release`` on the way out."""
+
+    def __enter__(self: _T) -> _T:
+        self.acquire()
+        return self
+
+    def __exit__(self: _Takes, *exc: object) -> None:
+        self.release()
+
+    async def __aenter__(self: _T) -> _T:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self: _Takes, *exc: object) -> None:
+        await self.release()
 
 
 def seconds(timeout: float | str | None) -> float | None:
@@ -92,24 +117,3 @@ def non_blocking(blocking: bool, timeout: float | str | None) -> float | str | N
     if timeout is not None:
         raise ValueError("can't specify a timeout for a non-blocking call")
     return 0
-
-
-class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # untyped base
-    def __init__(self, file: io.BytesIO, keys: list[Key]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._keys = keys
-
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, Future):
-            self._keys.append(obj.key)
-            return ("future", obj.key)
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, client: Client) -> None:
-        super().__init__(file)
-        self._client = client
-
-    def persistent_load(self, pid: Any) -> Any:
-        return Future(pid[1], self._client)

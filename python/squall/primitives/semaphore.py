@@ -6,11 +6,11 @@ import uuid
 from collections import deque
 from typing import Any
 
-from squall.primitives.requests import Bound, seconds
+from squall.primitives.requests import Bound, Primitive, Taken, seconds
 from squall.protocol import messages as m
 
 
-class Semaphore:
+class Semaphore(Taken, Primitive):
     """distributed's ``Semaphore``: leases of ``name`` (random if not given), at most
     ``max_leases`` held at once; ``acquire`` waits (up to ``timeout``) for one. A lease
     is tied to its holder's client and worker: it comes back when either is gone
@@ -31,12 +31,6 @@ class Semaphore:
         #: The ids of the acquires that took this object's leases, oldest first.
         self._leases: deque[int] = deque()
         self._bound = Bound(None)
-
-    def __await__(self) -> Any:
-        async def ready() -> Semaphore:
-            return self
-
-        return ready().__await__()
 
     def register(self, **kwargs: Any) -> Any:
         """Nothing to do: the scheduler makes the semaphore on its first acquire."""
@@ -82,20 +76,6 @@ class Semaphore:
     def close(self) -> Any:
         """Forget the semaphore on the scheduler (its leases with it)."""
         return self._bound.call(self._close)
-
-    def __enter__(self) -> Semaphore:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    async def __aenter__(self) -> Semaphore:
-        await self.acquire()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
 
     def __getstate__(self) -> Any:
         return (self.name, self.max_leases)

@@ -7,11 +7,11 @@ import uuid
 from typing import Any
 
 from squall.client.client import Client
-from squall.primitives.requests import Bound, seconds
+from squall.primitives.requests import Bound, Primitive, seconds
 from squall.protocol import messages as m
 
 
-class Variable:
+class Variable(Primitive):
     """distributed's ``Variable``: a value named ``name`` (random if not given) that
     clients and tasks set and get. The value is pickled and kept on the scheduler (keep
     it small: share large data as a future); futures inside it stay alive while it is
@@ -21,10 +21,6 @@ class Variable:
     def __init__(self, name: str | None = None, client: Client | None = None) -> None:
         self.name = name or f"variable-{uuid.uuid4().hex}"
         self._bound = Bound(client)
-
-    @property
-    def client(self) -> Client:
-        return self._bound.client
 
     async def _set(self, payload: bytes, n_data: int) -> None:
         await self._bound.ask(m.VariableSet(name=self.name, n_data=n_data), payload)

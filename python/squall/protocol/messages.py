@@ -729,8 +729,11 @@ class GetDatasets(Request, tag="get-datasets", kw_only=True):
 
 @on(S2C)
 class GetDatasetsReply(Reply, tag="get-datasets", kw_only=True):
-    PAYLOAD = "each pickled value, concatenated"
+    """The answer to `get-datasets`: it hands the values' futures over to the client."""
+
+    PAYLOAD = "each pickled value, concatenated, then `encode_keys` of their futures' keys"
     sizes: Annotated[list[int], note("per name; -1: none published")]
+    n_keys: Annotated[list[int], note("futures' keys of each value")] = []
 
 
 @on(C2S)
@@ -751,11 +754,6 @@ class ListDatasets(Request, tag="list-datasets", kw_only=True):
 @on(S2C)
 class ListDatasetsReply(Reply, tag="list-datasets", kw_only=True):
     PAYLOAD = f"{KEYS} of the names, sorted by their text"
-
-
-@on(C2S)
-class DesireKeys(Message, tag="desire-keys", kw_only=True):
-    PAYLOAD = f"{KEYS}: the client now holds futures on these (unknown ones: cancelled)"
 
 
 @on(C2S, W2S)

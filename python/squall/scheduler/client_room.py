@@ -108,7 +108,6 @@ class ClientRoom:
             m.GetDatasets: s.datasets.get,
             m.UnpublishDatasets: s.datasets.unpublish,
             m.ListDatasets: s.datasets.names,
-            m.DesireKeys: s.datasets.desire,
             m.LogEvent: s.events.log_request,
             m.GetEvents: s.events.get_request,
             m.SubscribeTopic: s.events.subscribe,

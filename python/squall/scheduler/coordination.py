@@ -39,24 +39,27 @@ class CoordinationRoom:
 
     def handlers(self) -> dict[type[m.Message], Callable[[int, Any, memoryview], Answer]]:
         """The client room's handlers of the primitives' requests (by client id)."""
+        on = self._on
         return {
-            m.SemaphoreAcquire: self._semaphore_acquire,
-            m.SemaphoreRelease: self._simple(lambda s: s.semaphore_release, "name", "lease"),
-            m.SemaphoreValue: self._simple(lambda s: s.semaphore_value, "name"),
-            m.SemaphoreClose: self._simple(lambda s: s.semaphore_close, "name"),
-            m.MultiLockAcquire: self._multi_lock_acquire,
-            m.MultiLockRelease: self._simple(lambda s: s.multi_lock_release, "lease"),
-            m.EventWait: self._simple(lambda s: s.event_wait, "name", "timeout"),
-            m.EventSet: self._simple(lambda s: s.event_set, "name"),
-            m.EventClear: self._simple(lambda s: s.event_clear, "name"),
-            m.EventIsSet: self._simple(lambda s: s.event_is_set, "name"),
-            m.VariableSet: self._variable_set,
-            m.VariableGet: self._simple(lambda s: s.variable_get, "name", "timeout"),
-            m.VariableDelete: self._simple(lambda s: s.variable_delete, "name"),
-            m.QueuePut: self._queue_put,
-            m.QueueGet: self._simple(lambda s: s.queue_get, "name", "maxsize", "batch", "timeout"),
-            m.QueueSize: self._simple(lambda s: s.queue_size, "name", "maxsize"),
-            m.QueueClose: self._simple(lambda s: s.queue_close, "name"),
+            m.SemaphoreAcquire: on(lambda s: s.semaphore_acquire, "name", "max_leases", "timeout"),
+            m.SemaphoreRelease: on(lambda s: s.semaphore_release, "name", "lease"),
+            m.SemaphoreValue: on(lambda s: s.semaphore_value, "name"),
+            m.SemaphoreClose: on(lambda s: s.semaphore_close, "name"),
+            m.MultiLockAcquire: on(
+                lambda s: s.multi_lock_acquire, "names", "num_locks", "timeout"
+            ),
+            m.MultiLockRelease: on(lambda s: s.multi_lock_release, "lease"),
+            m.EventWait: on(lambda s: s.event_wait, "name", "timeout"),
+            m.EventSet: on(lambda s: s.event_set, "name"),
+            m.EventClear: on(lambda s: s.event_clear, "name"),
+            m.EventIsSet: on(lambda s: s.event_is_set, "name"),
+            m.VariableSet: on(lambda s: s.variable_set, "name", value=True),
+            m.VariableGet: on(lambda s: s.variable_get, "name", "timeout"),
+            m.VariableDelete: on(lambda s: s.variable_delete, "name"),
+            m.QueuePut: on(lambda s: s.queue_put, "name", "maxsize", "timeout", value=True),
+            m.QueueGet: on(lambda s: s.queue_get, "name", "maxsize", "batch", "timeout"),
+            m.QueueSize: on(lambda s: s.queue_size, "name", "maxsize"),
+            m.QueueClose: on(lambda s: s.queue_close, "name"),
         }
 
     # ----- holders ------------------------------------------------------------------
@@ -84,58 +87,24 @@ class CoordinationRoom:
 
     # ----- requests -----------------------------------------------------------------
 
-    def _simple(
-        self, method: Callable[[Coordination], Callable[..., None]], *fields: str
+    def _on(
+        self,
+        method: Callable[[Coordination], Callable[..., None]],
+        *fields: str,
+        value: bool = False,
     ) -> Callable[[int, Any, memoryview], Answer]:
-        """A handler passing the request's ``fields`` to ``method`` of the state."""
+        """A handler passing the request's ``fields`` to ``method`` of the state, by
+        name, and with ``value`` the value the payload carries (``data`` and ``keys``)."""
 
         def handle(cid: int, msg: Any, payload: memoryview) -> Answer:
-            args = [getattr(msg, f) for f in fields]
-            method(self._state)(cid, msg.id or 0, *args, now=self._server.now())
+            args = {f: getattr(msg, f) for f in fields}
+            if value:
+                args["data"], args["keys"] = self._value(msg.n_data, payload)
+            method(self._state)(cid, msg.id or 0, **args, now=self._server.now())
             self._apply()
             return None
 
         return handle
-
-    def _semaphore_acquire(self, cid: int, msg: m.SemaphoreAcquire, payload: memoryview) -> Answer:
-        s = self._state
-        s.semaphore_acquire(
-            cid, msg.id or 0, msg.name, msg.max_leases, msg.timeout, now=self._server.now()
-        )
-        self._apply()
-        return None
-
-    def _multi_lock_acquire(
-        self, cid: int, msg: m.MultiLockAcquire, payload: memoryview
-    ) -> Answer:
-        s = self._state
-        s.multi_lock_acquire(
-            cid, msg.id or 0, msg.names, msg.num_locks, msg.timeout, now=self._server.now()
-        )
-        self._apply()
-        return None
-
-    def _variable_set(self, cid: int, msg: m.VariableSet, payload: memoryview) -> Answer:
-        data, keys = self._value(msg.n_data, payload)
-        self._state.variable_set(cid, msg.id or 0, msg.name, data, keys, now=self._server.now())
-        self._apply()
-        return None
-
-    def _queue_put(self, cid: int, msg: m.QueuePut, payload: memoryview) -> Answer:
-        data, keys = self._value(msg.n_data, payload)
-        s = self._state
-        s.queue_put(
-            cid,
-            msg.id or 0,
-            msg.name,
-            msg.maxsize,
-            data,
-            keys,
-            msg.timeout,
-            now=self._server.now(),
-        )
-        self._apply()
-        return None
 
     def _value(self, n_data: int, payload: memoryview) -> tuple[bytes, list[Any]]:
         """A value's pickle and its futures' keys, each known to the scheduler (a future

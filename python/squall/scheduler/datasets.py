@@ -78,11 +78,20 @@ class Datasets:
         return m.PublishDatasetsReply(id=msg.id), b""
 
     def get(self, cid: int, msg: m.GetDatasets, payload: memoryview) -> Answer:
+        """The values, their futures handed over: the getter's client holds their keys
+        from this step on, and its reply goes out before any notice about them
+        (docs/protocol.md#futures-handed-over)."""
+        s = self._server
         found = [self.table.get(n) for n in decode_keys(bytes(payload))]
-        sizes = [-1 if d is None else len(d.data) for d in found]
-        return m.GetDatasetsReply(id=msg.id, sizes=sizes), b"".join(
-            d.data for d in found if d is not None
+        keys = [k for d in found if d is not None for k in d.keys]
+        s.core.client_desires_keys(cid, list(dict.fromkeys(keys)), now=s.now())
+        reply = m.GetDatasetsReply(
+            id=msg.id,
+            sizes=[-1 if d is None else len(d.data) for d in found],
+            n_keys=[0 if d is None else len(d.keys) for d in found],
         )
+        data = b"".join(d.data for d in found if d is not None)
+        return reply, data + (encode_keys(keys) if keys else b"")
 
     def unpublish(self, cid: int, msg: m.UnpublishDatasets, payload: memoryview) -> Answer:
         s = self._server
@@ -94,17 +103,3 @@ class Datasets:
 
     def names(self, cid: int, msg: m.ListDatasets, payload: memoryview) -> Answer:
         return m.ListDatasetsReply(id=msg.id), encode_keys(sorted(self.table, key=str))
-
-    def desire(self, cid: int, msg: m.DesireKeys, payload: memoryview) -> Answer:
-        """A client bound futures it received (a dataset's): it holds their keys now.
-        Keys the scheduler no longer knows (unpublished meanwhile) are cancelled."""
-        s = self._server
-        keys = decode_keys(bytes(payload))
-        known = [k for k in keys if s.core.lookup(k) is not None]
-        s.core.client_desires_keys(cid, known, now=s.now())
-        if len(known) < len(keys):
-            gone = [k for k in keys if s.core.lookup(k) is None]
-            peer = s.clients.get(cid)
-            if peer is not None:
-                peer.send(m.CancelledKeys(), encode_keys(gone))
-        return None

@@ -1,8 +1,9 @@
 //! Events, by name: a flag, false until set; waits return once it is set. An event
 //! that is clear and waited on by no one is forgotten (clear is the default).
 
+use crate::line::Line;
 use crate::{Coord, Holder, Outcome, Place, RequestId, Waiter};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::Hash;
 
 #[derive(Debug, Default)]
@@ -23,24 +24,14 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         now: f64,
     ) {
         self.at(now);
-        if Self::bad_timeout(timeout) {
-            return self.answer(
-                holder,
-                request,
-                Outcome::Failed("timeout is not a number".into()),
-            );
+        if self.refuse_timeout(holder, request, timeout) {
+            return;
         }
-        if self.events.get(name).is_some_and(|e| e.set) {
+        let e = self.events.entry(name.to_owned()).or_default();
+        if e.set {
             self.answer(holder, request, Outcome::Granted);
-        } else if timeout.is_some_and(|t| t <= 0.0) {
-            self.answer(holder, request, Outcome::TimedOut);
         } else {
-            let w = self.waiter(Place::Event(name.to_owned()), holder, request, timeout);
-            self.events
-                .entry(name.to_owned())
-                .or_default()
-                .waiters
-                .push_back(w);
+            self.wait_in::<EventState>(name, holder, request, timeout);
         }
     }
 
@@ -50,10 +41,7 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         let e = self.events.entry(name.to_owned()).or_default();
         e.set = true;
         let waiters = std::mem::take(&mut e.waiters);
-        for w in waiters {
-            self.unschedule(&w);
-            self.answer(w.holder, w.request, Outcome::Granted);
-        }
+        self.answer_waiters(&waiters, Outcome::Granted);
         self.answer(holder, request, Outcome::Done);
     }
 
@@ -63,7 +51,7 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         if let Some(e) = self.events.get_mut(name) {
             e.set = false;
         }
-        self.forget_idle_event(name);
+        self.forget_if_idle::<EventState>(name);
         self.answer(holder, request, Outcome::Done);
     }
 
@@ -73,34 +61,19 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         let set = self.events.get(name).is_some_and(|e| e.set);
         self.answer(holder, request, Outcome::Count(u64::from(set)));
     }
+}
 
-    fn forget_idle_event(&mut self, name: &str) {
-        if self
-            .events
-            .get(name)
-            .is_some_and(|e| !e.set && e.waiters.is_empty())
-        {
-            self.events.remove(name);
-        }
+impl<K> Line<K> for EventState {
+    fn table(coord: &mut Coord<K>) -> &mut BTreeMap<String, Self> {
+        &mut coord.events
     }
-
-    pub(crate) fn event_timed_out(&mut self, name: &str, holder: Holder, request: RequestId) {
-        if let Some(e) = self.events.get_mut(name) {
-            if Self::take_waiter(&mut e.waiters, holder, request).is_some() {
-                self.answer(holder, request, Outcome::TimedOut);
-            }
-        }
-        self.forget_idle_event(name);
+    fn place(name: &str) -> Place {
+        Place::Event(name.to_owned())
     }
-
-    pub(crate) fn events_holder_gone(&mut self, holder: Holder) {
-        let names: Vec<String> = self.events.keys().cloned().collect();
-        for name in names {
-            let mut waiters =
-                std::mem::take(&mut self.events.get_mut(&name).expect("listed").waiters);
-            self.fail_waiters_of(&mut waiters, holder);
-            self.events.get_mut(&name).expect("listed").waiters = waiters;
-            self.forget_idle_event(&name);
-        }
+    fn waiters(&mut self) -> &mut VecDeque<Waiter> {
+        &mut self.waiters
+    }
+    fn idle(&self) -> bool {
+        !self.set && self.waiters.is_empty()
     }
 }

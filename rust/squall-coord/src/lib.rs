@@ -13,6 +13,7 @@
 //! never unpickles user data.
 
 mod event;
+mod line;
 mod multi_lock;
 mod queue;
 mod semaphore;
@@ -23,8 +24,12 @@ mod variable;
 mod tests;
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
+
+use event::EventState;
+use semaphore::Semaphore;
+use variable::VariableState;
 
 pub use queue::Batch;
 
@@ -125,10 +130,10 @@ pub(crate) struct Waiter {
 /// The coordination state of one scheduler. `K` is the key type of futures.
 #[derive(Debug)]
 pub struct Coord<K> {
-    pub(crate) semaphores: BTreeMap<String, semaphore::Semaphore>,
+    pub(crate) semaphores: BTreeMap<String, Semaphore>,
     pub(crate) multi: multi_lock::MultiLocks,
-    pub(crate) events: BTreeMap<String, event::EventState>,
-    pub(crate) variables: BTreeMap<String, variable::VariableState<K>>,
+    pub(crate) events: BTreeMap<String, EventState>,
+    pub(crate) variables: BTreeMap<String, VariableState<K>>,
     pub(crate) queues: BTreeMap<String, queue::QueueState<K>>,
     deadlines: BTreeMap<Due, (Place, Holder, RequestId)>,
     seq: u64,
@@ -192,10 +197,12 @@ impl<K: Clone + Ord + Hash> Coord<K> {
 
     fn time_out(&mut self, place: Place, holder: Holder, request: RequestId) {
         match place {
-            Place::Semaphore(name) => self.semaphore_timed_out(&name, holder, request),
+            Place::Semaphore(name) => self.line_timed_out::<Semaphore>(&name, holder, request),
             Place::MultiLock => self.multi_lock_timed_out(holder, request),
-            Place::Event(name) => self.event_timed_out(&name, holder, request),
-            Place::Variable(name) => self.variable_timed_out(&name, holder, request),
+            Place::Event(name) => self.line_timed_out::<EventState>(&name, holder, request),
+            Place::Variable(name) => {
+                self.line_timed_out::<VariableState<K>>(&name, holder, request)
+            }
             Place::QueueGet(name) => self.queue_get_timed_out(&name, holder, request),
             Place::QueuePut(name) => self.queue_put_timed_out(&name, holder, request),
         }
@@ -207,8 +214,8 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         self.at(now);
         self.semaphores_holder_gone(holder);
         self.multi_lock_holder_gone(holder);
-        self.events_holder_gone(holder);
-        self.variables_holder_gone(holder);
+        self.lines_holder_gone::<EventState>(holder);
+        self.lines_holder_gone::<VariableState<K>>(holder);
         self.queues_holder_gone(holder);
     }
 
@@ -317,34 +324,4 @@ impl<K: Clone + Ord + Hash> Coord<K> {
             .map(|(o, c)| (o.clone(), c.keys().cloned().collect()))
             .collect()
     }
-
-    /// Whether `timeout` is usable: None (forever) or a number that is not NaN.
-    pub(crate) fn bad_timeout(timeout: Option<f64>) -> bool {
-        timeout.is_some_and(f64::is_nan)
-    }
-
-    /// Removes `(holder, request)`'s waiter from `list` (None if it is not there).
-    pub(crate) fn take_waiter(
-        list: &mut VecDeque<Waiter>,
-        holder: Holder,
-        request: RequestId,
-    ) -> Option<Waiter> {
-        let i = list
-            .iter()
-            .position(|w| w.holder == holder && w.request == request)?;
-        list.remove(i)
-    }
-
-    /// Removes and answers `Failed` every waiter of `holder` in `list`.
-    pub(crate) fn fail_waiters_of(&mut self, list: &mut VecDeque<Waiter>, holder: Holder) {
-        let (gone, kept): (VecDeque<Waiter>, VecDeque<Waiter>) =
-            list.drain(..).partition(|w| w.holder == holder);
-        *list = kept;
-        for w in gone {
-            self.unschedule(&w);
-            self.answer(w.holder, w.request, Outcome::Failed(HOLDER_GONE.into()));
-        }
-    }
 }
-
-pub(crate) const HOLDER_GONE: &str = "its client or worker left";

@@ -4,7 +4,7 @@
 //! a lock it did not need. Releasing (or timing out, or the holder leaving) leaves
 //! every line, which may grant the requests behind.
 
-use crate::{Coord, Holder, Outcome, Place, RequestId, Waiter, HOLDER_GONE};
+use crate::{Coord, Holder, Outcome, Place, RequestId, Waiter};
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::Hash;
 
@@ -181,13 +181,8 @@ impl<K: Clone + Ord + Hash> Coord<K> {
                 .requests
                 .get_mut(&id)
                 .and_then(|r| r.waiting.take());
-            if let Some(w) = &waiting {
-                self.unschedule(w);
-            }
             self.drop_request(id);
-            if waiting.is_some() {
-                self.answer(id.0, id.1, Outcome::Failed(HOLDER_GONE.into()));
-            }
+            self.fail_gone(&waiting);
         }
     }
 }

@@ -4,7 +4,8 @@
 //! get hands them to its client. A queue lives until the last client that used it
 //! closes it.
 
-use crate::{Coord, Holder, Outcome, Owner, Place, RequestId, Value, Waiter, HOLDER_GONE};
+use crate::line::{take_waiter, take_waiters_of};
+use crate::{Coord, Holder, Outcome, Owner, Place, RequestId, Value, Waiter};
 use std::collections::{BTreeSet, VecDeque};
 use std::hash::Hash;
 
@@ -80,12 +81,8 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         now: f64,
     ) {
         self.at(now);
-        if Self::bad_timeout(timeout) {
-            return self.answer(
-                holder,
-                request,
-                Outcome::Failed("timeout is not a number".into()),
-            );
+        if self.refuse_timeout(holder, request, timeout) {
+            return;
         }
         let q = self.queue(name, maxsize, holder);
         let room = q.has_room() && q.putters.is_empty();
@@ -123,12 +120,8 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         now: f64,
     ) {
         self.at(now);
-        if Self::bad_timeout(timeout) {
-            return self.answer(
-                holder,
-                request,
-                Outcome::Failed("timeout is not a number".into()),
-            );
+        if self.refuse_timeout(holder, request, timeout) {
+            return;
         }
         if matches!(batch, Batch::Count(_)) && timeout.is_some() {
             let why =
@@ -254,14 +247,9 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         let Some(q) = self.queues.get_mut(name) else {
             return;
         };
-        let Some(i) = q
-            .getters
-            .iter()
-            .position(|g| g.w.holder == holder && g.w.request == request)
-        else {
+        let Some(g) = take_waiter(&mut q.getters, holder, request) else {
             return;
         };
-        let g = q.getters.remove(i).expect("found");
         // Only single gets time out, and they take nothing before they are answered.
         for v in g.got.into_iter().rev() {
             q.items.push_front(v);
@@ -274,44 +262,42 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         let Some(q) = self.queues.get_mut(name) else {
             return;
         };
-        let Some(i) = q
-            .putters
-            .iter()
-            .position(|p| p.w.holder == holder && p.w.request == request)
-        else {
+        let Some(p) = take_waiter(&mut q.putters, holder, request) else {
             return;
         };
-        let p = q.putters.remove(i).expect("found");
         self.release(&Owner::Queue(name.to_owned()), &p.value.keys);
         self.answer(holder, request, Outcome::TimedOut);
     }
 
     pub(crate) fn queues_holder_gone(&mut self, holder: Holder) {
         let names: Vec<String> = self.queues.keys().cloned().collect();
-        let owner = |n: &str| Owner::Queue(n.to_owned());
         for name in names {
             let q = self.queues.get_mut(&name).expect("listed");
             q.users.remove(&holder);
-            let (gone, kept): (VecDeque<_>, VecDeque<_>) =
-                q.getters.drain(..).partition(|g| g.w.holder == holder);
-            q.getters = kept;
+            let gone = take_waiters_of(&mut q.getters, holder);
             // Values a gone batch had taken go back to the front, in order.
             for v in gone.iter().rev().flat_map(|g| g.got.iter().rev()) {
                 q.items.push_front(v.clone());
             }
-            let (gone_puts, kept_puts): (VecDeque<_>, VecDeque<_>) =
-                q.putters.drain(..).partition(|p| p.w.holder == holder);
-            q.putters = kept_puts;
-            for g in gone {
-                self.unschedule(&g.w);
-                self.answer(holder, g.w.request, Outcome::Failed(HOLDER_GONE.into()));
-            }
+            let gone_puts = take_waiters_of(&mut q.putters, holder);
+            self.fail_gone(gone.iter().map(AsRef::as_ref));
             for p in gone_puts {
-                self.unschedule(&p.w);
-                self.release(&owner(&name), &p.value.keys);
-                self.answer(holder, p.w.request, Outcome::Failed(HOLDER_GONE.into()));
+                self.release(&Owner::Queue(name.clone()), &p.value.keys);
+                self.fail_gone([&p.w]);
             }
             self.serve_queue(&name);
         }
+    }
+}
+
+impl<K> AsRef<Waiter> for Getter<K> {
+    fn as_ref(&self) -> &Waiter {
+        &self.w
+    }
+}
+
+impl<K> AsRef<Waiter> for Putter<K> {
+    fn as_ref(&self) -> &Waiter {
+        &self.w
     }
 }

@@ -1,8 +1,9 @@
 //! Semaphores, by name: at most `max_leases` leases at once, waiting acquires granted in
 //! arrival order as leases come back. A `Lock` is a semaphore of one lease.
 
+use crate::line::Line;
 use crate::{Coord, Holder, Outcome, Place, RequestId, Waiter};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::Hash;
 
 #[derive(Debug)]
@@ -42,15 +43,8 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         if sem.leases.len() < sem.max_leases as usize {
             sem.leases.insert((holder, request));
             self.answer(holder, request, Outcome::Granted);
-        } else if timeout.is_some_and(|t| t <= 0.0) {
-            self.answer(holder, request, Outcome::TimedOut);
         } else {
-            let w = self.waiter(Place::Semaphore(name.to_owned()), holder, request, timeout);
-            self.semaphores
-                .get_mut(name)
-                .expect("made above")
-                .waiters
-                .push_back(w);
+            self.wait_in::<Semaphore>(name, holder, request, timeout);
         }
     }
 
@@ -107,10 +101,7 @@ impl<K: Clone + Ord + Hash> Coord<K> {
     pub fn semaphore_close(&mut self, holder: Holder, request: RequestId, name: &str, now: f64) {
         self.at(now);
         if let Some(sem) = self.semaphores.remove(name) {
-            for w in sem.waiters {
-                self.unschedule(&w);
-                self.answer(w.holder, w.request, Outcome::TimedOut);
-            }
+            self.answer_waiters(&sem.waiters, Outcome::TimedOut);
         }
         self.answer(holder, request, Outcome::Done);
     }
@@ -133,23 +124,29 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         }
     }
 
-    pub(crate) fn semaphore_timed_out(&mut self, name: &str, holder: Holder, request: RequestId) {
-        if let Some(sem) = self.semaphores.get_mut(name) {
-            if Self::take_waiter(&mut sem.waiters, holder, request).is_some() {
-                self.answer(holder, request, Outcome::TimedOut);
-            }
-        }
-    }
-
     pub(crate) fn semaphores_holder_gone(&mut self, holder: Holder) {
         let names: Vec<String> = self.semaphores.keys().cloned().collect();
         for name in names {
             let sem = self.semaphores.get_mut(&name).expect("listed");
             sem.leases.retain(|(h, _)| *h != holder);
-            let mut waiters = std::mem::take(&mut sem.waiters);
-            self.fail_waiters_of(&mut waiters, holder);
-            self.semaphores.get_mut(&name).expect("listed").waiters = waiters;
+            self.line_holder_gone::<Semaphore>(&name, holder);
             self.grant_waiting(&name);
         }
+    }
+}
+
+/// A semaphore is kept until it is closed (its `max_leases` with it).
+impl<K> Line<K> for Semaphore {
+    fn table(coord: &mut Coord<K>) -> &mut BTreeMap<String, Self> {
+        &mut coord.semaphores
+    }
+    fn place(name: &str) -> Place {
+        Place::Semaphore(name.to_owned())
+    }
+    fn waiters(&mut self) -> &mut VecDeque<Waiter> {
+        &mut self.waiters
+    }
+    fn idle(&self) -> bool {
+        false
     }
 }

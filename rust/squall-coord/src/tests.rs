@@ -26,6 +26,10 @@ fn val(keys: &[u32]) -> Value<u32> {
     }
 }
 
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
 fn semaphore_grants_up_to_max_then_in_arrival_order() {
     let mut c = C::new();
@@ -114,7 +118,6 @@ fn closing_a_semaphore_answers_its_waiters() {
 #[test]
 fn multi_lock_takes_locks_together() {
     let mut c = C::new();
-    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     c.multi_lock_acquire(1, 1, &names(&["a", "b"]), None, None, 0.0);
     c.multi_lock_acquire(2, 1, &names(&["b", "c"]), None, None, 0.0);
     c.multi_lock_acquire(3, 1, &names(&["c"]), None, None, 0.0);
@@ -139,7 +142,6 @@ fn multi_lock_takes_locks_together() {
 #[test]
 fn multi_lock_with_num_locks_leaves_the_lines_it_does_not_need() {
     let mut c = C::new();
-    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     c.multi_lock_acquire(1, 1, &names(&["a"]), None, None, 0.0);
     c.multi_lock_acquire(2, 1, &names(&["a", "b"]), Some(1), None, 0.0);
     c.multi_lock_acquire(3, 1, &names(&["a"]), None, Some(2.0), 0.0);

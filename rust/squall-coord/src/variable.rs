@@ -1,8 +1,9 @@
 //! Variables, by name: one value (bytes, and the futures' keys it holds alive), gets
 //! waiting until there is one.
 
+use crate::line::Line;
 use crate::{Coord, Holder, Outcome, Owner, Place, RequestId, Value, Waiter};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::Hash;
 
 #[derive(Debug)]
@@ -57,24 +58,14 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         now: f64,
     ) {
         self.at(now);
-        if Self::bad_timeout(timeout) {
-            return self.answer(
-                holder,
-                request,
-                Outcome::Failed("timeout is not a number".into()),
-            );
+        if self.refuse_timeout(holder, request, timeout) {
+            return;
         }
-        if let Some(v) = self.variables.get(name).and_then(|v| v.value.clone()) {
+        let var = self.variables.entry(name.to_owned()).or_default();
+        if let Some(v) = var.value.clone() {
             self.hand_over(holder, request, vec![v]);
-        } else if timeout.is_some_and(|t| t <= 0.0) {
-            self.answer(holder, request, Outcome::TimedOut);
         } else {
-            let w = self.waiter(Place::Variable(name.to_owned()), holder, request, timeout);
-            self.variables
-                .entry(name.to_owned())
-                .or_default()
-                .waiters
-                .push_back(w);
+            self.wait_in::<VariableState<K>>(name, holder, request, timeout);
         }
     }
 
@@ -85,37 +76,22 @@ impl<K: Clone + Ord + Hash> Coord<K> {
         if let Some(old) = self.variables.get_mut(name).and_then(|v| v.value.take()) {
             self.release(&Owner::Variable(name.to_owned()), &old.keys);
         }
-        self.forget_idle_variable(name);
+        self.forget_if_idle::<VariableState<K>>(name);
         self.answer(holder, request, Outcome::Done);
     }
+}
 
-    fn forget_idle_variable(&mut self, name: &str) {
-        if self
-            .variables
-            .get(name)
-            .is_some_and(|v| v.value.is_none() && v.waiters.is_empty())
-        {
-            self.variables.remove(name);
-        }
+impl<K> Line<K> for VariableState<K> {
+    fn table(coord: &mut Coord<K>) -> &mut BTreeMap<String, Self> {
+        &mut coord.variables
     }
-
-    pub(crate) fn variable_timed_out(&mut self, name: &str, holder: Holder, request: RequestId) {
-        if let Some(v) = self.variables.get_mut(name) {
-            if Self::take_waiter(&mut v.waiters, holder, request).is_some() {
-                self.answer(holder, request, Outcome::TimedOut);
-            }
-        }
-        self.forget_idle_variable(name);
+    fn place(name: &str) -> Place {
+        Place::Variable(name.to_owned())
     }
-
-    pub(crate) fn variables_holder_gone(&mut self, holder: Holder) {
-        let names: Vec<String> = self.variables.keys().cloned().collect();
-        for name in names {
-            let mut waiters =
-                std::mem::take(&mut self.variables.get_mut(&name).expect("listed").waiters);
-            self.fail_waiters_of(&mut waiters, holder);
-            self.variables.get_mut(&name).expect("listed").waiters = waiters;
-            self.forget_idle_variable(&name);
-        }
+    fn waiters(&mut self) -> &mut VecDeque<Waiter> {
+        &mut self.waiters
+    }
+    fn idle(&self) -> bool {
+        self.value.is_none() && self.waiters.is_empty()
     }
 }

@@ -126,41 +126,44 @@ fn set_owner(out: &mut CoordCommand, owner: Owner) {
     }
 }
 
+/// The requests whose arguments go to the core as they come: one method each, named
+/// as the core's, taking `(holder, request, <arguments>, *, now)`.
+macro_rules! forwarded {
+    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {
+        #[pymethods]
+        impl Coordination {
+            $(
+                #[pyo3(signature = (holder, request, $($arg,)* *, now))]
+                fn $method(&mut self, holder: u32, request: u64, $($arg: $ty,)* now: f64) {
+                    self.inner.$method(holder, request, $($arg,)* now);
+                }
+            )*
+        }
+    };
+}
+
+forwarded! {
+    semaphore_acquire(name: &str, max_leases: u32, timeout: Option<f64>);
+    semaphore_release(name: &str, lease: u64);
+    semaphore_value(name: &str);
+    semaphore_close(name: &str);
+    multi_lock_release(lease: u64);
+    event_wait(name: &str, timeout: Option<f64>);
+    event_set(name: &str);
+    event_clear(name: &str);
+    event_is_set(name: &str);
+    variable_get(name: &str, timeout: Option<f64>);
+    variable_delete(name: &str);
+    queue_size(name: &str, maxsize: usize);
+    queue_close(name: &str);
+}
+
+/// The requests whose arguments are converted first, and the state's other methods.
 #[pymethods]
 impl Coordination {
     #[new]
     fn new() -> Self {
         Self::default()
-    }
-
-    #[pyo3(signature = (holder, request, name, max_leases, timeout, *, now))]
-    fn semaphore_acquire(
-        &mut self,
-        holder: u32,
-        request: u64,
-        name: &str,
-        max_leases: u32,
-        timeout: Option<f64>,
-        now: f64,
-    ) {
-        self.inner
-            .semaphore_acquire(holder, request, name, max_leases, timeout, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, lease, *, now))]
-    fn semaphore_release(&mut self, holder: u32, request: u64, name: &str, lease: u64, now: f64) {
-        self.inner
-            .semaphore_release(holder, request, name, lease, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn semaphore_value(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.semaphore_value(holder, request, name, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn semaphore_close(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.semaphore_close(holder, request, name, now);
     }
 
     #[pyo3(signature = (holder, request, names, num_locks, timeout, *, now))]
@@ -177,38 +180,6 @@ impl Coordination {
             .multi_lock_acquire(holder, request, &names, num_locks, timeout, now);
     }
 
-    #[pyo3(signature = (holder, request, lease, *, now))]
-    fn multi_lock_release(&mut self, holder: u32, request: u64, lease: u64, now: f64) {
-        self.inner.multi_lock_release(holder, request, lease, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, timeout, *, now))]
-    fn event_wait(
-        &mut self,
-        holder: u32,
-        request: u64,
-        name: &str,
-        timeout: Option<f64>,
-        now: f64,
-    ) {
-        self.inner.event_wait(holder, request, name, timeout, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn event_set(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.event_set(holder, request, name, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn event_clear(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.event_clear(holder, request, name, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn event_is_set(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.event_is_set(holder, request, name, now);
-    }
-
     #[pyo3(signature = (holder, request, name, data, keys, *, now))]
     fn variable_set(
         &mut self,
@@ -222,23 +193,6 @@ impl Coordination {
         let v = value(data, &keys)?;
         self.inner.variable_set(holder, request, name, v, now);
         Ok(())
-    }
-
-    #[pyo3(signature = (holder, request, name, timeout, *, now))]
-    fn variable_get(
-        &mut self,
-        holder: u32,
-        request: u64,
-        name: &str,
-        timeout: Option<f64>,
-        now: f64,
-    ) {
-        self.inner.variable_get(holder, request, name, timeout, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn variable_delete(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.variable_delete(holder, request, name, now);
     }
 
     #[pyo3(signature = (holder, request, name, maxsize, data, keys, timeout, *, now))]
@@ -277,16 +231,6 @@ impl Coordination {
         self.inner
             .queue_get(holder, request, name, maxsize, b, timeout, now);
         Ok(())
-    }
-
-    #[pyo3(signature = (holder, request, name, maxsize, *, now))]
-    fn queue_size(&mut self, holder: u32, request: u64, name: &str, maxsize: usize, now: f64) {
-        self.inner.queue_size(holder, request, name, maxsize, now);
-    }
-
-    #[pyo3(signature = (holder, request, name, *, now))]
-    fn queue_close(&mut self, holder: u32, request: u64, name: &str, now: f64) {
-        self.inner.queue_close(holder, request, name, now);
     }
 
     /// A client left, or the worker it lives on was removed.
