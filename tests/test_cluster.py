@@ -21,6 +21,7 @@ from conftest import cli_scheduler
 
 import squall
 from squall import Client
+from squall.deploy.lifeline import STDIN_CLOSED_GRACE
 from squall.deploy.local import LocalCluster
 from squall.deploy.shape import default_shape
 from squall.protocol.comm import CommError
@@ -197,6 +198,37 @@ def test_local_cluster_processes_end_with_the_process_that_started_them() -> Non
             assert time.monotonic() < deadline, "LocalCluster processes outlived their parent"
             time.sleep(0.05)
         assert not gone(forked[0])
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        kill_all(pids)
+
+
+def test_a_worker_stuck_holding_the_gil_ends_with_its_parent() -> None:
+    """A task stuck in C code that holds the GIL (a runaway regex) leaves no Python
+    thread of its worker able to run; the worker still ends once its parent is gone,
+    STDIN_CLOSED_GRACE after its stdin closed."""
+    program = """if True:
+        import re, sys, time
+        from squall import Client, LocalCluster, fire_and_forget
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, nanny=False)
+        client = Client(cluster)
+        fire_and_forget(client.submit(re.fullmatch, "(a+)+b", "a" * 64))
+        time.sleep(1.0)  # the task has started
+        print(*[p.pid for p in cluster.worker_processes], flush=True)
+        time.sleep(120)
+    """
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = pids_from(parent)
+        assert len(pids) == 1
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + STDIN_CLOSED_GRACE + 10
+        while not gone(pids[0]):
+            assert time.monotonic() < deadline, "a stuck worker outlived its parent"
+            time.sleep(0.1)
     finally:
         parent.kill()
         parent.wait(timeout=10)

@@ -11,13 +11,10 @@ a ``Client()`` made on a thread that then ends would take its cluster down with 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import threading
-import time
 
-from squall import config
+from squall import _core, config
 
 # (read end, write end) of this process's lifeline pipe, made on first use. Both ends
 # are non-inheritable: children get the read end only as their stdin, and the write end
@@ -62,17 +59,9 @@ def watch_stdin() -> None:
     """``--watch-stdin``: shut this process down (SIGTERM to itself, the graceful path of
     ``squall scheduler`` and ``squall worker``) once stdin reaches end of file, i.e. once
     the process that started it is gone; exit regardless after
-    ``STDIN_CLOSED_GRACE`` seconds."""
-
-    def watch() -> None:
-        with contextlib.suppress(OSError):  # an unreadable stdin counts as closed
-            while os.read(0, 1 << 16):
-                pass
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(STDIN_CLOSED_GRACE)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="squall-watch-stdin", daemon=True).start()
+    ``STDIN_CLOSED_GRACE`` seconds. The watcher is a native thread, so that it acts even
+    when a stuck thread holds the GIL."""
+    _core.watch_stdin(STDIN_CLOSED_GRACE)
 
 
 def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -9,6 +9,7 @@ mod config;
 mod convert;
 mod coordination;
 mod errors;
+mod lifeline;
 mod order;
 mod scheduler;
 mod sim;
@@ -34,6 +35,8 @@ mod _core {
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
         UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
     };
+    #[pymodule_export]
+    use super::lifeline::watch_stdin;
     #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]
