@@ -14,12 +14,11 @@ from pathlib import Path
 
 import dask.config
 import pytest
+from conftest import cli_scheduler, start_scheduler, start_worker
 
 import squall
 from squall.preload import PreloadError, Preloads
 from squall.worker.nanny import PRELOAD_FAILED
-
-from conftest import cli_scheduler, start_scheduler, start_worker
 
 
 def recorder(out: Path, tag: str) -> str:
