@@ -105,8 +105,8 @@ def test_in_process_scheduler_and_worker_serve_a_client(tmp_path: Path) -> None:
 
 
 def test_server_arguments_squall_lacks_are_refused() -> None:
-    with pytest.raises(TypeError, match="preload"):
-        squall.Scheduler(preload=["x"])
+    with pytest.raises(TypeError, match="extensions"):
+        squall.Scheduler(extensions={"x": object})
     with pytest.raises(TypeError, match="no_such_option"):
         squall.Scheduler(no_such_option=1)
     with pytest.raises(TypeError, match="plugins"):

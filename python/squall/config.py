@@ -106,7 +106,17 @@ def setup_logging(level: str, printed: str | None = None) -> None:
 # ----- the core's scheduling knobs ------------------------------------------------------
 
 # Keys of squall.scheduler that configure the scheduler process, not its core.
-_SERVER_KEYS = frozenset({"host", "port", "tick-interval", "nanny-report-timeout", "dashboard"})
+_SERVER_KEYS = frozenset(
+    {
+        "host",
+        "port",
+        "tick-interval",
+        "nanny-report-timeout",
+        "dashboard",
+        "preload",
+        "preload-argv",
+    }
+)
 
 
 def _duration(value: Any, where: str, unit: str = "s") -> float:

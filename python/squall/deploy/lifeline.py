@@ -14,7 +14,8 @@ import argparse
 import os
 import threading
 
-from squall import _core, config
+from squall import config, preload
+from squall._core import watch_stdin as watch_stdin_natively
 
 # (read end, write end) of this process's lifeline pipe, made on first use. Both ends
 # are non-inheritable: children get the read end only as their stdin, and the write end
@@ -61,13 +62,15 @@ def watch_stdin() -> None:
     the process that started it is gone; exit regardless after
     ``STDIN_CLOSED_GRACE`` seconds. The watcher is a native thread, so that it acts even
     when a stuck thread holds the GIL."""
-    _core.watch_stdin(STDIN_CLOSED_GRACE)
+    watch_stdin_natively(STDIN_CLOSED_GRACE)
 
 
-def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+def parse_process_args(
+    p: argparse.ArgumentParser, argv: list[str] | None, *, nanny: bool = False
+) -> argparse.Namespace:
     """The arguments of ``squall scheduler`` or ``squall worker``, after the flags both
-    take (``--log-level``, ``--print-level``, ``--watch-stdin``) are added; stdin is
-    watched if asked."""
+    take (``--log-level``, ``--print-level``, ``--watch-stdin``, the preload flags, with
+    ``--preload-nanny`` if ``nanny``) are added; stdin is watched if asked."""
     p.add_argument("--log-level", help="default: squall.logging.level")
     p.add_argument(
         "--print-level",
@@ -75,7 +78,15 @@ def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> ar
         "those of --log-level for get_scheduler_logs/get_worker_logs (default: --log-level)",
     )
     p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
-    args = p.parse_args(argv)
+    preload.add_cli_options(p, nanny=nanny)
+    args, extra = p.parse_known_args(argv)
+    # As distributed's programs, arguments they do not know go to a --preload's click
+    # command; so do those after --preload-argv.
+    if extra and not args.preload:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.preload_argv = [*extra, *args.preload_argv]
+    if args.preload_argv and not args.preload:
+        p.error("--preload-argv without a --preload")
     if args.watch_stdin:
         watch_stdin()
     return args

@@ -34,6 +34,7 @@ from squall.deploy.lifeline import lifeline
 from squall.deploy.requests import ask, run_sync
 from squall.deploy.scaling import Scaling, stop_processes
 from squall.deploy.shape import default_shape
+from squall.preload import worker_flags
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.security import Security
@@ -65,6 +66,9 @@ class LocalCluster:
     instead (as Dask's, one worker with a thread per core by default, and no nanny):
     the quick embedded mode for tests and notebooks. Restarted workers are replaced by
     new ones in the process; a task that crashes the worker crashes the caller too.
+
+    As distributed's, ``preload``, ``preload_argv`` and ``preload_nanny`` are the
+    workers' (and nannies') preloads (docs/runtime.md#preload).
 
     ``memory_limit`` is each worker's ("auto" by default: as Dask's LocalCluster, the
     system memory / ``n_workers``; docs/runtime.md#memory), spilling under
@@ -125,6 +129,13 @@ class LocalCluster:
         #: Flags of its processes: what they print (their log keeps squall.logging.level).
         self._log_flags = print_level_flags(silence_logs)
         self._scaling = Scaling(self)
+        #: distributed's worker arguments for preloads (docs/runtime.md#preload).
+        self._preload = kwargs.pop("preload", None)
+        self._preload_argv = kwargs.pop("preload_argv", None)
+        self._preload_flags = [
+            *worker_flags(kwargs.pop("preload_nanny", None), None, "--preload-nanny"),
+            *worker_flags(self._preload, self._preload_argv),
+        ]
         try:
             if processes:
                 self._start(host, scheduler_port, timeout)
@@ -184,6 +195,8 @@ class LocalCluster:
             resources=self.resources,
             memory_limit=self.memory_limit,
             local_directory=self.local_directory,
+            preload=self._preload,
+            preload_argv=self._preload_argv,
         )
 
     def _spawn_worker(self, name: str) -> subprocess.Popen[str]:
@@ -195,6 +208,7 @@ class LocalCluster:
         cmd += ["--memory-limit", str(self.memory_limit)]
         if self.local_directory is not None:
             cmd += ["--local-directory", self.local_directory]
+        cmd += self._preload_flags  # last: --preload-argv takes the rest
         return subprocess.Popen(cmd, stdin=lifeline(), text=True, env=self._env)
 
     @property

@@ -2,9 +2,9 @@
 ``squall.Nanny`` (``squall.Worker`` is the worker itself), started on the running event
 loop with ``await`` or ``async with`` (docs/runtime.md#servers-in-process).
 
-They take distributed's arguments; those naming a feature squall does not have
-(services, extensions, preloads, plugins, Jupyter) raise a ``TypeError`` saying so
-rather than being ignored.
+They take distributed's arguments, preloads included (docs/runtime.md#preload); those
+naming a feature squall does not have (services, extensions, plugins, Jupyter) raise a
+``TypeError`` saying so rather than being ignored.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from enum import Enum
 from typing import Any
 
 from squall.client.scheduler_file import read_scheduler_file, write_scheduler_file
 from squall.config import get as config_get
 from squall.deploy.local import print_level_flags, scheduler_info
+from squall.preload import worker_flags
 from squall.protocol import comm
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
@@ -83,7 +84,9 @@ class Scheduler(SchedulerServer):
     ``dashboard=False`` serves no dashboard, else it is served at ``dashboard_address``
     (default ``squall.scheduler.dashboard.address``). ``allowed_failures``, ``validate``
     and ``worker_ttl`` override the ``squall.scheduler`` knobs of those names;
-    ``scheduler_file`` is written once it listens."""
+    ``scheduler_file`` is written once it listens. ``preload`` and ``preload_argv``
+    (default: ``squall.scheduler.preload``, else Dask's ``distributed.scheduler.preload``)
+    run with this object as their server (docs/runtime.md#preload)."""
 
     def __init__(
         self,
@@ -104,8 +107,8 @@ class Scheduler(SchedulerServer):
         dashboard_address: str | int | None = None,
         dashboard: bool | None = None,
         http_prefix: str | None = "/",
-        preload: Any = None,
-        preload_argv: Any = (),
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] = (),
         plugins: Any = (),
         contact_address: str | None = None,
         transition_counter_max: bool | int = False,
@@ -120,8 +123,6 @@ class Scheduler(SchedulerServer):
             service_kwargs=service_kwargs,
             extensions=extensions,
             idle_timeout=idle_timeout,
-            preload=preload,
-            preload_argv=preload_argv,
             plugins=plugins,
             contact_address=contact_address,
             jupyter=jupyter,
@@ -137,12 +138,12 @@ class Scheduler(SchedulerServer):
                 knobs[name] = value
         tls = security is not None and security.tls
         address = listen_address(host, port, interface, protocol, tls)
+        served: str | int | None = dashboard_address
         if dashboard is False:
-            super().__init__(address, knobs, security, None)
-        elif dashboard_address is not None:
-            super().__init__(address, knobs, security, dashboard_address)
-        else:
-            super().__init__(address, knobs, security)
+            served = None
+        elif dashboard_address is None:
+            served = config_get("scheduler.dashboard.address")
+        super().__init__(address, knobs, security, served, preload, preload_argv)
         self.scheduler_file = scheduler_file
         self.status = Status.created
 
@@ -195,7 +196,9 @@ class Nanny:
     ``n.address`` the nanny's.
 
     The worker process takes its config from this process's environment and config
-    files (not from a ``dask.config.set`` here)."""
+    files (not from a ``dask.config.set`` here). ``preload``/``preload_argv`` run in
+    the worker process, ``preload_nanny``/``preload_nanny_argv`` here, with the nanny's
+    supervisor as their server (docs/runtime.md#preload)."""
 
     def __init__(
         self,
@@ -215,10 +218,10 @@ class Nanny:
         resources: dict[str, float] | None = None,
         silence_logs: int | None = None,
         death_timeout: float | str | None = None,
-        preload: Any = None,
-        preload_argv: Any = None,
-        preload_nanny: Any = None,
-        preload_nanny_argv: Any = None,
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        preload_nanny: str | Sequence[str] | None = None,
+        preload_nanny_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
         security: Security | None = None,
         contact_address: str | None = None,
         listen_address: str | None = None,
@@ -235,10 +238,6 @@ class Nanny:
             "Nanny",
             worker_kwargs,
             services=services,
-            preload=preload,
-            preload_argv=preload_argv,
-            preload_nanny=preload_nanny,
-            preload_nanny_argv=preload_nanny_argv,
             security=security,
             worker_class=worker_class,
             env=env,
@@ -274,8 +273,15 @@ class Nanny:
         if death_timeout is not None:
             command += ["--death-timeout", str(death_timeout)]
         command += print_level_flags(silence_logs)
+        command += worker_flags(preload, preload_argv)
         self._supervisor = Supervisor(
-            scheduler_ip, command, death_timeout, self.memory_limit, handle_signals=False
+            scheduler_ip,
+            command,
+            death_timeout,
+            self.memory_limit,
+            handle_signals=False,
+            preload=preload_nanny,
+            preload_argv=preload_nanny_argv,
         )
         self._start_timeout = min(
             NANNY_START_TIMEOUT, self._supervisor.death_timeout or NANNY_START_TIMEOUT

@@ -19,17 +19,28 @@ logger = logging.getLogger("squall.scheduler")
 
 
 async def run_scheduler(
-    address: str, dashboard_address: str | int | None, config: dict[str, Any] | None = None
+    address: str,
+    dashboard_address: str | int | None,
+    config: dict[str, Any] | None = None,
+    preload: list[str] | None = None,
+    preload_argv: list[str] | None = None,
 ) -> None:
     """Run a scheduler until SIGINT/SIGTERM or a client's ``shutdown`` (``squall
     scheduler``)."""
-    server = SchedulerServer(address, config, dashboard_address=dashboard_address)
+    server = SchedulerServer(
+        address,
+        config,
+        dashboard_address=dashboard_address,
+        preload=preload,
+        preload_argv=preload_argv,
+    )
     await server.start()
-    print(f"squall scheduler listening at {server.address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # Once signals close it gracefully: its starter may stop it as soon as it reads this.
+    print(f"squall scheduler listening at {server.address}", flush=True)
     server.lifecycle.on_shutdown = stop.set  # Client.shutdown()
     try:
         await stop.wait()
@@ -39,8 +50,9 @@ async def run_scheduler(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``squall scheduler [--host HOST] [--port PORT] [--log-level LEVEL]``; flags
-    override ``squall.scheduler.host``, ``.port`` and ``squall.logging.level``."""
+    """``squall scheduler [--host HOST] [--port PORT] [--log-level LEVEL] [--preload
+    MODULE]``; flags override ``squall.scheduler.host``, ``.port``, ``.preload`` and
+    ``squall.logging.level``."""
     p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
     p.add_argument("--host", help="address to bind (default: squall.scheduler.host)")
     p.add_argument("--interface", help="network interface to bind, e.g. eth0 (for --host)")
@@ -60,9 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         address = comm.format_address(host, port)
         comm.parse_address(address)
         config.setup_logging(*levels)
-        asyncio.run(
-            run_scheduler(address, http_options.address_from(args, "scheduler.dashboard.address"))
-        )
+        dashboard = http_options.address_from(args, "scheduler.dashboard.address")
+        asyncio.run(run_scheduler(address, dashboard, None, args.preload, args.preload_argv))
     except (ValueError, OSError, comm.CommError) as e:
         print(f"squall scheduler: {e}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from squall import config, log_ring
 from squall._core import Scheduler
 from squall.http.scheduler_routes import STATIC, api_enabled, scheduler_routes
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
+from squall.preload import Preloads
 from squall.protocol import comm, liveness
 from squall.protocol import messages as m
 from squall.scheduler.client_diagnostics import ClientDiagnostics
@@ -68,6 +69,13 @@ class SchedulerServer:
     dashboard_address: str | int | None = field(
         default_factory=lambda: config.get("scheduler.dashboard.address")
     )
+    #: Preloads (docs/runtime.md#preload): module names or ``.py`` paths, and the
+    #: arguments of their click ``dask_setup``; empty: ``squall.scheduler.preload``,
+    #: else Dask's ``distributed.scheduler.preload`` (and ``-argv``).
+    preload: str | Sequence[str] | None = None
+    preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None
+    #: The preloads, imported on creation (``PreloadError`` if one fails).
+    preloads: Preloads = field(init=False)
     #: The HTTP listener, once started (None: no dashboard).
     http: HttpServer | None = field(init=False, default=None)
     core: Scheduler = field(init=False)
@@ -110,6 +118,7 @@ class SchedulerServer:
     coordination: CoordinationRoom = field(init=False)
 
     def __post_init__(self) -> None:
+        self.preloads = Preloads.of("scheduler", self.preload, self.preload_argv)
         self.core = Scheduler(config.core_config(self.config))
         self.lifecycle = Lifecycle(self)
         self.health = Health(lambda: int(self.core.counters()["tasks_computed"]))
@@ -141,6 +150,7 @@ class SchedulerServer:
             await self._serve_http(self.dashboard_address, bind_host)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self.health.start()
+        await self.preloads.setup(self)
         # `squall scheduler` prints the one listening line (on stdout, for its starters).
         logger.debug("scheduler listening at %s", self.address)
 
@@ -158,6 +168,7 @@ class SchedulerServer:
             )
 
     async def close(self) -> None:
+        await self.preloads.teardown(self)
         if self.http is not None:
             await self.http.close()
         for t in self._tasks:

@@ -25,9 +25,10 @@ from squall import config, security
 from squall.deploy.lifeline import log_levels, parse_process_args
 from squall.deploy.shape import default_shape
 from squall.http import options as http_options
+from squall.preload import PreloadError
 from squall.protocol import comm, liveness
 from squall.worker.memory import default_memory_limit, parse_memory_limit
-from squall.worker.nanny import run_nanny
+from squall.worker.nanny import PRELOAD_FAILED, run_nanny
 from squall.worker.worker import Worker
 
 logger = logging.getLogger("squall.worker")
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executing-record", help=argparse.SUPPRESS)
     security.add_cli_options(p)
     http_options.add_cli_options(p, "worker.dashboard.address")
-    args = parse_process_args(p, argv)
+    args = parse_process_args(p, argv, nanny=True)
     try:
         security.apply_cli_options(args, "worker")
         levels = log_levels(args)
@@ -206,7 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.nanny:
         command = worker_command(args, args.name)
-        return run_nanny(args.scheduler, command, args.death_timeout, memory_limit)
+        try:
+            return run_nanny(
+                args.scheduler, command, args.death_timeout, memory_limit, args.preload_nanny
+            )
+        except PreloadError as e:
+            print(f"squall worker: {e}", file=sys.stderr)
+            return 1
     try:
         restart = asyncio.run(
             run_worker(
@@ -224,8 +231,13 @@ def main(argv: list[str] | None = None) -> int:
                 death_timeout=args.death_timeout,
                 local_directory=args.local_directory,
                 dashboard_address=http_options.address_from(args, "worker.dashboard.address"),
+                preload=args.preload,
+                preload_argv=args.preload_argv,
             )
         )
+    except PreloadError as e:
+        logger.error("worker failed: %s", e)
+        return PRELOAD_FAILED  # its nanny, if any, gives up too: a new process would fail
     except (comm.CommError, ValueError) as e:
         logger.error("worker failed: %s", e)
         return 1
@@ -256,8 +268,7 @@ def _run_workers(args: argparse.Namespace) -> int:
     try:
         for i in range(args.nworkers):
             name = None if args.name is None else f"{args.name}-{i}"
-            cmd = worker_command(args, name)
-            cmd.append("--nanny" if args.nanny else "--no-nanny")
+            cmd = worker_command(args, name, "--nanny" if args.nanny else "--no-nanny")
             procs.append(subprocess.Popen(cmd))
         codes = [proc.wait() for proc in procs]
     except BaseException:
@@ -277,9 +288,10 @@ def listen_address(args: argparse.Namespace) -> str | None:
     return comm.format_address(comm.interface_ip(args.interface), port)
 
 
-def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
+def worker_command(args: argparse.Namespace, name: str | None, *flags: str) -> list[str]:
     """The command running one ``squall worker`` process of these arguments, named
-    ``name``; options left unset stay unset, so it reads the same config defaults."""
+    ``name``, with ``flags``; options left unset stay unset, so it reads the same config
+    defaults. It ends with the preload argv (``--preload-argv`` takes the rest)."""
     cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
     for flag, value in (
         ("--memory-limit", args.memory_limit),
@@ -303,7 +315,11 @@ def worker_command(args: argparse.Namespace, name: str | None) -> list[str]:
     if args.lifetime is not None:
         cmd += ["--lifetime", str(args.lifetime), "--lifetime-stagger", str(args.lifetime_stagger)]
         cmd.append("--lifetime-restart" if args.lifetime_restart else "--no-lifetime-restart")
-    return cmd + security.cli_arguments(args)
+    for flag, values in (("--preload", args.preload), ("--preload-nanny", args.preload_nanny)):
+        for value in values:
+            cmd += [flag, value]
+    cmd += [*flags, *security.cli_arguments(args)]
+    return cmd + (["--preload-argv", *args.preload_argv] if args.preload_argv else [])
 
 
 def worker_memory_limit(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from dask.utils import format_bytes
 from squall import config, log_ring
 from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
+from squall.preload import Preloads
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.worker import serving
@@ -43,6 +44,9 @@ STOP_GRACE = 5.0
 #: How long a worker over the memory terminate threshold may take to exit after
 #: SIGTERM before it is killed: short, since its memory may still be growing.
 MEMORY_GRACE = 1.0
+#: The exit code of a worker whose preload failed (docs/runtime.md#preload): the nanny
+#: does not start another, which would fail the same way, and exits with it.
+PRELOAD_FAILED = 3
 
 
 def backoff(quick_deaths: int) -> float:
@@ -61,8 +65,9 @@ def describe_exit(code: int) -> str:
 class Nanny:
     """Supervises one worker process, ``worker_command`` (a ``squall worker
     --no-nanny`` command line), until it leaves on its own (exit code 0: it gave up on
-    its scheduler or was closed), the scheduler stays away for ``death_timeout``, or the
-    nanny is told to close.
+    its scheduler or was closed), its preload fails (``PRELOAD_FAILED``), the scheduler
+    stays away for ``death_timeout``, or the nanny is told to close. Its own preloads
+    (``preload``) get the nanny as their server (docs/runtime.md#preload).
 
     The nanny holds a connection to the scheduler as role ``nanny``: it sends
     ``worker-died`` whenever its worker's process ends, with the exit code and the tasks
@@ -82,7 +87,13 @@ class Nanny:
         memory_limit: int = 0,
         *,
         handle_signals: bool = True,
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
     ) -> None:
+        #: The nanny's own preloads (``--preload-nanny``), else ``squall.nanny.preload``,
+        #: else Dask's ``distributed.nanny.preload``; imported here, so a failing one
+        #: fails the nanny at once.
+        self.preloads = Preloads.of("nanny", preload, preload_argv)
         self.scheduler_address = scheduler_address
         #: SIGINT/SIGTERM close it (its own process); not when run inside another's
         #: (``squall.Nanny``), whose signals are the user's.
@@ -131,6 +142,7 @@ class Nanny:
             self.address, self._serve_peer, roles=frozenset({"peer"})
         )
         self.address = self._listener.address
+        await self.preloads.setup(self)
         if not await self._join():
             logger.error(
                 "nanny %s: no scheduler at %s within the death timeout of %ss",
@@ -138,6 +150,7 @@ class Nanny:
                 self.scheduler_address,
                 self.death_timeout,
             )
+            await self.preloads.teardown(self)
             await self._listener.close()
             self._record.unlink(missing_ok=True)
             return 1
@@ -148,9 +161,10 @@ class Nanny:
         reader = loop.create_task(self._read_scheduler())
         keep_alive = loop.create_task(self._keep_alive())
         try:
-            await self._supervise()
+            code = await self._supervise()
         finally:
             await self._stop_worker()
+            await self.preloads.teardown(self)
             for task in (reader, keep_alive):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -158,7 +172,7 @@ class Nanny:
             await self._scheduler_comm().close()
             await self._listener.close()
             self._record.unlink(missing_ok=True)
-        return 0
+        return code
 
     @property
     def listening(self) -> bool:
@@ -193,7 +207,8 @@ class Nanny:
             self._closing.set()
             self._spawn(self._stop_worker())
 
-    async def _supervise(self) -> None:
+    async def _supervise(self) -> int:
+        """Start workers until done; the nanny's exit code."""
         loop = asyncio.get_running_loop()
         quick_deaths = 0
         while not self._closing.is_set():
@@ -201,12 +216,16 @@ class Nanny:
             self._restarting = False  # a restart asked for while none ran is done
             self._record.write_bytes(b"")  # nothing of the previous worker's
             self._memory_killed = False
+            program, arguments = self._command[:3], self._command[3:]
             self._process = await asyncio.create_subprocess_exec(
-                *self._command,
+                # After the program (python -m squall.worker): the command ends with
+                # its preload argv, which takes the rest of the line.
+                *program,
                 "--no-nanny",
                 "--watch-stdin",  # the worker dies with its nanny, even a SIGKILLed one
                 *("--nanny-address", self.address),
                 *("--executing-record", str(self._record)),
+                *arguments,
                 stdin=lifeline(),
                 env=_worker_environment(),
             )
@@ -219,13 +238,16 @@ class Nanny:
                 watch.cancel()
             await self._report_exit(self._process.pid, code)
             if self._closing.is_set():
-                return
+                return 0
             if self._restarting:
                 quick_deaths = 0
                 continue
             if code == 0 and not self._memory_killed:
                 logger.info("nanny %s: the worker left, closing", self.address)
-                return
+                return 0
+            if code == PRELOAD_FAILED:
+                logger.error("nanny %s: the worker's preload failed, closing", self.address)
+                return code
             quick = loop.time() - started < QUICK_DEATH
             quick_deaths = quick_deaths + 1 if quick else 1
             delay = backoff(quick_deaths)
@@ -238,6 +260,7 @@ class Nanny:
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay)
+        return 0
 
     async def _report_exit(self, pid: int, code: int) -> None:
         """Tell the scheduler the worker process ended, with what it was running (None
@@ -395,7 +418,9 @@ def run_nanny(
     worker_command: list[str],
     death_timeout: str | None = None,
     memory_limit: int = 0,
+    preload: Sequence[str] | None = None,
 ) -> int:
-    """``squall worker`` (``--nanny``): supervise a worker run by ``worker_command``."""
-    nanny = Nanny(scheduler_address, worker_command, death_timeout, memory_limit)
+    """``squall worker`` (``--nanny``): supervise a worker run by ``worker_command``,
+    with the nanny's ``preload``."""
+    nanny = Nanny(scheduler_address, worker_command, death_timeout, memory_limit, preload=preload)
     return asyncio.run(nanny.run())

@@ -43,7 +43,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Collection, Generator, Hashable, Iterable
+from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psutil  # type: ignore[import-untyped]
@@ -53,6 +53,7 @@ from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
 from squall.errors import Reschedule
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
+from squall.preload import Preloads
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.protocol.actor_links import close_links
@@ -101,7 +102,9 @@ class Worker:
     workers); spilled values go under ``local_directory`` (default:
     ``squall.worker.local-directory``, else Dask's ``temporary-directory``). Timings come
     from ``squall.worker.*`` and
-    ``squall.comm.*``."""
+    ``squall.comm.*``. ``preload`` and ``preload_argv`` are distributed's
+    (docs/runtime.md#preload); empty, they are ``squall.worker.preload``, else Dask's
+    ``distributed.worker.preload``."""
 
     def __init__(
         self,
@@ -119,7 +122,11 @@ class Worker:
         death_timeout: float | str | None = None,
         local_directory: str | None = None,
         dashboard_address: str | int | None = "config",
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
     ) -> None:
+        #: Imported first: a preload that fails to import fails the worker at once.
+        self.preloads = Preloads.of("worker", preload, preload_argv)
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
         if address is None:
@@ -289,6 +296,7 @@ class Worker:
         if self.dashboard_address is not None:
             await self._serve_http(self.dashboard_address)
         self._loop_thread = threading.get_ident()
+        await self.preloads.setup(self)
         what = f"worker {self.address} joining {self.scheduler_address}"
         if not await liveness.retry(self._register, self.death_timeout, what):
             await self._listener.close()
@@ -358,6 +366,7 @@ class Worker:
             await self._closed.wait()
             return
         self.status = "closing"
+        await self.preloads.teardown(self)
         context.unregister(self)
         if self.profiler is not None:
             self.profiler.stop()
