@@ -141,6 +141,14 @@ def test_metadata_nested_default_and_overwrite(cluster: LocalCluster) -> None:
         c.set_metadata(("task", 0), {"when": (1, 2), "tags": {"a", "b"}})
         assert c.get_metadata([("task", 0)]) == {"when": (1, 2), "tags": {"a", "b"}}
 
+        # Paths go into lists by index, as in distributed; a bad index is refused.
+        c.set_metadata([x, "l"], [10, {"k": 20}])
+        c.set_metadata([x, "l", 1, "j"], 21)
+        c.set_metadata([x, "l", 0], {("a", 1): 2})
+        assert c.get_metadata([x, "l"]) == [{("a", 1): 2}, {"k": 20, "j": 21}]
+        with pytest.raises(RuntimeError, match="IndexError"):
+            c.get_metadata([x, "l", 5])
+
         def read(dask_scheduler: SchedulerFacade) -> Any:
             return dask_scheduler.get_metadata([x, "w"]), dask_scheduler.get_metadata(["q"], 0)
 

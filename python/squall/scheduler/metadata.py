@@ -23,10 +23,11 @@ class MetadataStore:
 
     def set(self, keys: list[Any], value: Any) -> None:
         """Set the value at the path ``keys``, making the dicts on the way: a step
-        that is missing or holds neither a dict nor a list becomes an empty dict."""
+        that is missing or holds neither a dict nor a list becomes an empty dict (a
+        list's items are its indices; distributed looks among its values)."""
         node: Any = self.root
         for key in keys[:-1]:
-            if key not in node or not isinstance(node[key], dict | list):
+            if not isinstance(_item(node, key), dict | list):
                 node[key] = {}
             node = node[key]
         node[keys[-1]] = value
@@ -60,3 +61,10 @@ class MetadataStore:
         except (IndexError, TypeError) as e:
             return m.RequestFailed(id=msg.id, error=repr(e)), b""
         return m.Metadata(id=msg.id), b""
+
+
+def _item(node: dict[Any, Any] | list[Any], key: Any) -> Any:
+    """``node[key]``, or None if it has no such item."""
+    if isinstance(node, dict):
+        return node.get(key)
+    return node[key] if isinstance(key, int) and -len(node) <= key < len(node) else None
