@@ -9,7 +9,8 @@ thread and the API blocks, as Dask's synchronous client does; with
 The client is composed: each of its public methods hands the call to one collaborator,
 a plain object holding the connection (and what else it needs), which does the work —
 ``submission`` (graphs: ``submit``, ``map``, ``compute``, …), ``data`` (``gather``,
-``scatter``), ``cluster_ops`` (the workers, ``run``, ``restart``, …), ``diagnostics``
+``scatter``), ``cluster_ops`` (the workers, ``run``, ``restart``, …), ``admin``
+(``run_on_scheduler``, the scheduler's metadata), ``diagnostics``
 (``who_has``, the logs, the versions, …), ``task_stream`` (``get_task_stream``) and
 ``connection`` itself (``sync``, ``close``, the futures' reference counts). Futures,
 ``wait`` and ``as_completed`` use the connection (and ``data`` to fetch a result).
@@ -24,8 +25,10 @@ from functools import partial
 from typing import Any, Literal
 
 import dask
+from dask.typing import no_default
 
 from squall.client import default, display
+from squall.client.admin import AdminOps
 from squall.client.connection import ClientConnection
 from squall.client.data import DataMovement
 from squall.client.datasets import NO_DEFAULT, DatasetOps, Datasets
@@ -107,6 +110,7 @@ class Client:
         self.inspection = Inspection(self.connection, self.cluster_ops, self.diagnostics)
         self.dataset_ops = DatasetOps(self, self.connection)
         self.event_ops = EventOps(self.connection, self.cluster_ops)
+        self.admin = AdminOps(self.connection)
         #: distributed's client extensions: ``{name: extension(client)}``.
         self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
@@ -468,6 +472,28 @@ class Client:
         return self.cluster_ops.run(
             function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs
         )
+
+    def run_on_scheduler(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``function(*args, **kwargs)`` in the scheduler process, on its event
+        loop, and return its result (for live debugging and admin code). A
+        ``dask_scheduler`` parameter receives the scheduler as such code reads it
+        (docs/runtime.md#admin-calls); coroutine functions are awaited (not with
+        ``wait=False``, which returns None and leaves them running there). Its
+        exception is raised here with the scheduler's traceback. The function blocks
+        the scheduler while it runs."""
+        return self.sync(self.admin.run_on_scheduler, function, *args, **kwargs)
+
+    def set_metadata(self, key: Any, value: Any) -> Any:
+        """Store ``value`` on the scheduler under ``key``, or under a path of keys
+        given as a list (``["a", "b"]`` sets ``metadata["a"]["b"]``, making the dicts
+        on the way). Values of any picklable type; plain data (dicts, lists, strings,
+        numbers) is what code on the scheduler can read. Kept until overwritten."""
+        return self.sync(self.admin.set_metadata, key, value)
+
+    def get_metadata(self, keys: Any, default: Any = no_default) -> Any:
+        """The metadata under a key or a path of keys (a list or a tuple);
+        ``default`` if it is missing, else KeyError."""
+        return self.sync(self.admin.get_metadata, keys, default)
 
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
         """Restart every worker and forget every task: all futures (of every client)

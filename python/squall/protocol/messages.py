@@ -936,3 +936,28 @@ class ActorAnswer(ErrorReport, tag="actor-answer", kw_only=True):
     PAYLOAD = "the pickled value, or the error report's payload"
     id: int | None = None
     status: Annotated[str, note('"OK", "error" (the method raised) or "missing" (no such actor)')]
+
+
+# ----- admin calls (docs/protocol.md#admin-calls) ---------------------------------------
+
+# `run_on_scheduler` is `run` sent to the scheduler: the same request and answer.
+on(C2S)(Run)
+on(S2C)(RunResult)
+
+
+@on(C2S)
+class GetMetadata(Request, tag="get-metadata", kw_only=True):
+    PAYLOAD = "msgpack of the path of keys"
+
+
+@on(C2S)
+class SetMetadata(Request, tag="set-metadata", kw_only=True):
+    PAYLOAD = "msgpack of `[path of keys, value]`"
+
+
+@on(S2C)
+class Metadata(Reply, tag="metadata", kw_only=True):
+    """The answer to `get-metadata` and `set-metadata`."""
+
+    PAYLOAD = "msgpack of the value got, or of the first key of the path not found"
+    found: Annotated[bool, note("false: a key of the path is missing")] = True

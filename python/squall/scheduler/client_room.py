@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall import config
@@ -13,6 +14,7 @@ from squall._core import SchedulerError, decode_keys, encode_keys
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.dispatch import Handlers
+from squall.protocol.run_calls import run_function
 from squall.scheduler import task_stream
 from squall.scheduler.peer import Peer
 
@@ -112,6 +114,9 @@ class ClientRoom:
             m.GetEvents: s.events.get_request,
             m.SubscribeTopic: s.events.subscribe,
             m.UnsubscribeTopic: s.events.unsubscribe,
+            m.Run: self._run,
+            m.GetMetadata: s.metadata.get_request,
+            m.SetMetadata: s.metadata.set_request,
             **s.coordination.handlers(),
         }
         return Handlers(
@@ -186,6 +191,30 @@ class ClientRoom:
                 msg,
                 lambda: [p.address for p in s.workers.values()],
                 2 * config.seconds("worker.heartbeat-interval"),
+            )
+            peer = s.clients.get(cid)
+            if peer is not None:
+                peer.send(*reply)
+
+        s.spawn(run())
+        return None
+
+    def _run(self, cid: int, msg: m.Run, payload: memoryview) -> Answer:
+        """``run_on_scheduler``: the client's function, called on this loop with the
+        facade as ``dask_scheduler``; answered when it returns (other messages are
+        handled meanwhile if it awaits). Logged as distributed logs it."""
+        s = self._server
+        blob = memoryview(bytes(payload))  # read after this turn of the reader
+        who = s.clients[cid].name
+
+        def announce(func: Callable[..., Any]) -> None:
+            name = getattr(func, "__qualname__", None) or repr(func)
+            logger.info("running %s for client %s", name, who)
+            s.events.log("all", {"action": "run-function", "function": name})
+
+        async def run() -> None:
+            reply = await run_function(
+                s.facade, msg, blob, s.spawn, arg="dask_scheduler", announce=announce
             )
             peer = s.clients.get(cid)
             if peer is not None:

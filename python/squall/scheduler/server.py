@@ -29,9 +29,11 @@ from squall.scheduler.client_room import ClientRoom
 from squall.scheduler.coordination import CoordinationRoom
 from squall.scheduler.datasets import Datasets
 from squall.scheduler.events import EventLog
+from squall.scheduler.facade import SchedulerFacade
 from squall.scheduler.failure_log import FailureLog
 from squall.scheduler.health import Health
 from squall.scheduler.lifecycle import Lifecycle
+from squall.scheduler.metadata import MetadataStore
 from squall.scheduler.outbox import Outbox
 from squall.scheduler.peer import Peer
 from squall.scheduler.task_stream import TaskStream
@@ -116,6 +118,10 @@ class SchedulerServer:
     datasets: Datasets = field(init=False)
     #: Locks, semaphores, events, variables, queues (docs/primitives.md).
     coordination: CoordinationRoom = field(init=False)
+    #: ``set_metadata``'s nested dict (docs/runtime.md#admin-calls).
+    metadata: MetadataStore = field(init=False, default_factory=MetadataStore)
+    #: What code run on the scheduler gets as ``dask_scheduler``.
+    facade: SchedulerFacade = field(init=False)
 
     def __post_init__(self) -> None:
         self.preloads = Preloads.of("scheduler", self.preload, self.preload_argv)
@@ -130,6 +136,7 @@ class SchedulerServer:
         self.worker_room = WorkerRoom(self)
         self.client_room = ClientRoom(self)
         self.coordination = CoordinationRoom(self)
+        self.facade = SchedulerFacade(self)
         self.outbox = Outbox(self)
         self.task_stream = TaskStream(config.integer("diagnostics.task-stream.capacity"))
 

@@ -28,6 +28,7 @@ from squall.deploy.lifeline import lifeline
 from squall.preload import Preloads
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
+from squall.protocol.run_calls import run_function
 from squall.worker import serving
 from squall.worker.memory import thresholds
 
@@ -390,7 +391,7 @@ class Nanny:
                 logger.info("nanny %s: peer %s: %s", self.address, c.peer, e)
 
     def _run(self, msg: m.Run, payload: memoryview) -> Awaitable[serving.Answer]:
-        return serving.run_function(self, msg, payload, self._bg)
+        return run_function(self, msg, payload, self._spawn)
 
     def _holds_no_data(
         self, msg: m.GetData | m.UpdateData | m.ActorCall | m.ActorAttribute, payload: memoryview

@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import pickle
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
-
-import cloudpickle  # type: ignore[import-untyped]
 
 from squall._core import decode_keys
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.protocol.peers import MISSING, UNPICKLABLE
 from squall.protocol.remote_errors import error_fields, pack_error
+from squall.protocol.run_calls import run_function
 from squall.worker.load import Transfers
 from squall.worker.memory import sizeof_value
 from squall.worker.spill import Spilled, dumps
@@ -181,7 +179,7 @@ class PeerService:
         return m.DataUpdated(id=msg.id, nbytes=nbytes), b""
 
     def _run(self, msg: m.Run, payload: memoryview) -> Awaitable[Answer]:
-        return run_function(self._worker, msg, payload, self._worker._bg)
+        return run_function(self._worker, msg, payload, self._worker._spawn)
 
 
 def _no_actor(rid: int | None, key: object) -> Answer:
@@ -221,34 +219,3 @@ def _pickle_now(values: list[Any]) -> _Pickled:
         sizes.append(len(blob))
         blobs.append(blob)
     return sizes, blobs, failed
-
-
-async def run_function(
-    server: object, msg: m.Run, payload: memoryview, background: set[asyncio.Task[Any]]
-) -> Answer:
-    """``Client.run`` on a worker or a nanny (``server``, given to a ``dask_worker``
-    parameter): call on the event loop (as Dask), awaiting coroutines unless not
-    ``wait`` (then kept in ``background``)."""
-    try:
-        func, args, kwargs = pickle.loads(payload)
-        if _takes_arg(func, "dask_worker"):
-            kwargs = {**kwargs, "dask_worker": server}
-        result = func(*args, **kwargs)
-        if inspect.isawaitable(result):
-            if msg.wait:
-                result = await result
-            else:
-                task = asyncio.ensure_future(result)
-                background.add(task)
-                task.add_done_callback(background.discard)
-                result = None
-        return m.RunResult(id=msg.id, status="OK"), cloudpickle.dumps(result)
-    except Exception as e:
-        return error_fields(m.RunResult(id=msg.id, status="error"), pack_error(e))
-
-
-def _takes_arg(func: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(func).parameters
-    except (TypeError, ValueError):  # builtins without a signature
-        return False

@@ -98,6 +98,15 @@ impl Scheduler {
         self.worker_dict(py, WorkerId(worker), ws)
     }
 
+    /// The keys of every task the scheduler knows, in slot order: a pass over the
+    /// tasks, for admin code (`run_on_scheduler`'s `tasks`), never a hot path.
+    fn task_keys<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.inner
+            .task_ids()
+            .map(|t| key_to_py(py, &self.inner.task(t).key))
+            .collect()
+    }
+
     /// Addresses → ids of the registered workers, in address order.
     fn workers(&self) -> Vec<(String, u32)> {
         self.inner
