@@ -49,6 +49,13 @@ def cluster() -> Iterator[squall.LocalCluster]:
         yield cluster
 
 
+@pytest.fixture
+def client(cluster: squall.LocalCluster) -> Iterator[squall.Client]:
+    """A client of the module's ``cluster`` (this one, or the module's own), one per test."""
+    with squall.Client(cluster) as c:
+        yield c
+
+
 def start_scheduler(*flags: str, **popen: Any) -> tuple[subprocess.Popen[str], str]:
     """``squall scheduler --port 0 FLAGS`` in a subprocess (``popen``: more
     ``subprocess.Popen`` arguments, e.g. ``stderr=``, ``env=``) and the address it prints."""

@@ -7,7 +7,6 @@ import asyncio
 import random
 import sys
 import time
-from collections.abc import Iterator
 from operator import add
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -30,18 +29,6 @@ def slowinc(x: int, delay: float = 0.1) -> int:
 
 def throws(x: object) -> None:
     raise RuntimeError("hello!")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as c:
-        yield c
-
-
-@pytest.fixture
-def client(cluster: LocalCluster) -> Iterator[Client]:
-    with Client(cluster) as c:
-        yield c
 
 
 def test_add_while_iterating(client: Client) -> None:

@@ -16,7 +16,7 @@ import time
 import traceback
 import weakref
 from collections import OrderedDict, defaultdict, namedtuple
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +49,6 @@ Pair = namedtuple("Pair", ["a", "b"])
 
 def inc(x: int) -> int:
     return x + 1
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as c:
-        yield c
-
-
-@pytest.fixture
-def client(cluster: LocalCluster) -> Iterator[Client]:
-    with Client(cluster) as c:
-        yield c
 
 
 def held_keys(client: Client) -> dict[str, list[Any]]:

@@ -40,12 +40,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield c
 
 
-@pytest.fixture
-def client(cluster: LocalCluster) -> Iterator[Client]:
-    with Client(cluster) as c:
-        yield c
-
-
 def processing(client: Client) -> int:
     return sum(len(v) for v in client.processing().values())
 

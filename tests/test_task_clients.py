@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +49,8 @@ def double(x: int) -> int:
     return 2 * x
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    # One thread per worker: a task waiting on tasks it submitted deadlocks its
-    # worker unless it secedes.
-    with LocalCluster(n_workers=2, threads_per_worker=1) as c:
-        yield c
-
-
-@pytest.fixture
-def client(cluster: LocalCluster) -> Iterator[Client]:
-    with Client(cluster) as c:
-        yield c
+# The tests use conftest's cluster: one thread per worker, so a task waiting on tasks it
+# submitted would deadlock its worker unless it secedes.
 
 
 # ----- dask calls made in a task go to the cluster ------------------------------------------

@@ -39,6 +39,7 @@ __all__ = [
     "read_executing_record",
     "simulate",
     "split_call",
+    "watch_stdin",
 ]
 
 _Key = Hashable
