@@ -246,7 +246,10 @@ def test_a_stopped_scheduler_fails_a_blocked_result_within_the_timeout() -> None
             time.sleep(1)
             os.kill(sched.pid, signal.SIGCONT)
             assert c.submit(inc, 1).result(timeout=TIMEOUT) == 2
-            slow, other = c.submit(time.sleep, 60), c.submit(time.sleep, 61)
+            # Pending futures that no worker can run: had one started, the worker's
+            # only thread would still be busy with it after the scheduler came back.
+            never = {"resources": {"absent": 1}}
+            slow, other = c.submit(time.sleep, 60, **never), c.submit(time.sleep, 61, **never)
             os.kill(sched.pid, signal.SIGSTOP)
             t0 = time.monotonic()
             with pytest.raises(FutureCancelledError) as e:
