@@ -24,12 +24,12 @@ OURS = {
     "get_worker", "performance_report", "progress", "rejoin", "secede", "sync", "wait",
     "print", "warn", "Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable",
     "worker_client", "local_client", "futures_of", "default_client", "get_task_metadata",
-    "span", "Reschedule", "Actor", "ActorFuture", "BaseActorFuture",
+    "span", "Reschedule", "Actor", "ActorFuture", "BaseActorFuture", "SchedulerPlugin",
+    "WorkerPlugin", "NannyPlugin",
 }  # fmt: skip
 OTHERS = {
-    "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "SchedulerPlugin",
-    "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall",
-    "Environ", "UploadDirectory", "UploadFile",
+    "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "InstallPlugin",
+    "PipInstall", "CondaInstall", "Environ", "UploadDirectory", "UploadFile",
 }  # fmt: skip
 LEFT_OUT = {"rpc", "connect", "widgets"}
 #: Names squall has with a meaning of its own: ``squall.config`` is squall's settings

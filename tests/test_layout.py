@@ -24,11 +24,13 @@ CLIENT |= {"default_client", "futures_of", "get_task_metadata", "span"}
 IN_TASKS |= {"worker_client", "local_client", "Reschedule"}
 ACTORS = {"Actor", "ActorFuture", "BaseActorFuture"}
 DIAGNOSTICS = {"get_task_stream", "performance_report", "progress"}
+PLUGINS = {"SchedulerPlugin", "WorkerPlugin", "NannyPlugin"}
 PRIMITIVES = {"Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable"}
 ERRORS = {"SchedulerError", "CycleError", "DuplicateKeyError", "InternalError"}
 ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
 PUBLIC = CLIENT | SERVERS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS | PRIMITIVES | ACTORS
+PUBLIC |= PLUGINS
 
 
 def test_public_names() -> None:

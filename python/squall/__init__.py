@@ -33,6 +33,7 @@ from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status
 from squall.diagnostics import progress
+from squall.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 from squall.errors import CancelledError, KilledWorker, Reschedule
 from squall.primitives import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from squall.security import Security
@@ -60,10 +61,12 @@ __all__ = [
     "Lock",
     "MultiLock",
     "Nanny",
+    "NannyPlugin",
     "Queue",
     "Reschedule",
     "Scheduler",
     "SchedulerError",
+    "SchedulerPlugin",
     "Security",
     "Semaphore",
     "StaleReportError",
@@ -75,6 +78,7 @@ __all__ = [
     "UnknownWorkerError",
     "Variable",
     "Worker",
+    "WorkerPlugin",
     "__version__",
     "as_completed",
     "config",
