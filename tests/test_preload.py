@@ -188,6 +188,21 @@ def test_local_cluster_gives_its_workers_preloads(tmp_path: Path) -> None:
         assert (tmp_path / "click-setup").read_text() == f"lc 1 {worker}"
 
 
+@pytest.mark.parametrize("processes", [True, False])
+def test_local_cluster_gives_its_scheduler_preloads(tmp_path: Path, processes: bool) -> None:
+    (tmp_path / "s.py").write_text(recorder(tmp_path, "s"))
+    (tmp_path / "click_pre.py").write_text(CLICK)
+    preload = [str(tmp_path / "s.py"), str(tmp_path / "click_pre.py")]
+    kwargs = {"preload": preload, "preload_argv": ["--tag", "ls"], "worker_saturation": 2.0}
+    with squall.LocalCluster(
+        n_workers=1, processes=processes, scheduler_kwargs=kwargs, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        assert (tmp_path / "s-setup").read_text() == address
+        assert (tmp_path / "click-setup").read_text() == f"ls 1 {address}"
+    assert (tmp_path / "s-teardown").read_text() == address
+
+
 BROKEN = "raise ZeroDivisionError('the preload is broken')\n"
 
 

@@ -47,6 +47,7 @@ class EmbeddedCluster:
         scheduler_config: dict[str, Any] | None,
         security: Security | None = None,
         dashboard_address: str | int | None = "config",
+        preload: tuple[Any, Any] = (None, None),
     ) -> None:
         self.security = security
         self._loop = asyncio.new_event_loop()
@@ -57,7 +58,7 @@ class EmbeddedCluster:
         self.workers: list[Worker] = []
         self._watchers: set[asyncio.Task[None]] = set()
         self.scheduler = self.call(
-            self._start_scheduler(address, scheduler_config, security, dashboard_address)
+            self._start_scheduler(address, scheduler_config, security, dashboard_address, preload)
         )
         self.address = self.scheduler.address
         _open.add(self)
@@ -72,11 +73,13 @@ class EmbeddedCluster:
         config: dict[str, Any] | None,
         security: Security | None,
         dashboard_address: str | int | None,
+        preload: tuple[Any, Any],
     ) -> SchedulerServer:
+        preloads = {"preload": preload[0], "preload_argv": preload[1]}
         server = (
-            SchedulerServer(address, config, security)
+            SchedulerServer(address, config, security, **preloads)
             if dashboard_address == "config"
-            else SchedulerServer(address, config, security, dashboard_address)
+            else SchedulerServer(address, config, security, dashboard_address, **preloads)
         )
         await server.start()
         return server

@@ -40,6 +40,9 @@ from squall.protocol import messages as m
 from squall.security import Security
 from squall.worker.memory import parse_memory_limit
 
+#: A scheduler's preloads and their argv (distributed's ``Scheduler`` arguments).
+_Preload = tuple[Any, Any]
+
 T = TypeVar("T")
 
 #: How often (seconds) ``wait_for_workers`` looks for worker processes that exited.
@@ -68,7 +71,8 @@ class LocalCluster:
     new ones in the process; a task that crashes the worker crashes the caller too.
 
     As distributed's, ``preload``, ``preload_argv`` and ``preload_nanny`` are the
-    workers' (and nannies') preloads (docs/runtime.md#preload).
+    workers' (and nannies') preloads, and ``scheduler_kwargs``' ``preload`` and
+    ``preload_argv`` the scheduler's (docs/runtime.md#preload).
 
     ``memory_limit`` is each worker's ("auto" by default: as Dask's LocalCluster, the
     system memory / ``n_workers``; docs/runtime.md#memory), spilling under
@@ -121,7 +125,11 @@ class LocalCluster:
         self.security = security or None
         self._scheme = "tls" if self.security and self.security.tls else "tcp"
         self._secrets = tempfile.TemporaryDirectory(prefix="squall-cluster-")
-        self._env = {**os.environ, **config.inherit(scheduler_kwargs)}
+        # The scheduler's preloads (distributed's Scheduler arguments); the rest of
+        # scheduler_kwargs are the core's knobs.
+        knobs = dict(scheduler_kwargs or {})
+        scheduler_preload = knobs.pop("preload", None), knobs.pop("preload_argv", None)
+        self._env = {**os.environ, **config.inherit(knobs)}
         if self.security is not None:
             self._env.update(self.security.to_env(Path(self._secrets.name)))
         #: The scheduler's dashboard address ("config": squall.scheduler.dashboard.address).
@@ -138,21 +146,21 @@ class LocalCluster:
         ]
         try:
             if processes:
-                self._start(host, scheduler_port, timeout)
+                self._start(host, scheduler_port, timeout, scheduler_preload)
             else:
-                self._start_embedded(host, scheduler_port, timeout, scheduler_kwargs)
+                self._start_embedded(host, scheduler_port, timeout, knobs, scheduler_preload)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, host: str, port: int, timeout: float) -> None:
+    def _start(self, host: str, port: int, timeout: float, preload: _Preload) -> None:
         cmd = [sys.executable, "-m", "squall.scheduler", "--host", host, "--port", str(port)]
         if self._dashboard_address is None:
             cmd.append("--no-dashboard")
         elif self._dashboard_address != "config":
             cmd += ["--dashboard-address", str(self._dashboard_address)]
         self._scheduler = subprocess.Popen(
-            [*cmd, *self._log_flags, "--watch-stdin"],
+            [*cmd, *self._log_flags, "--watch-stdin", *worker_flags(*preload)],
             stdin=lifeline(),
             stdout=subprocess.PIPE,
             text=True,
@@ -169,13 +177,14 @@ class LocalCluster:
         self.wait_for_workers(self.n_workers, timeout)
 
     def _start_embedded(
-        self, host: str, port: int, timeout: float, scheduler_kwargs: dict[str, Any] | None
+        self, host: str, port: int, timeout: float, knobs: dict[str, Any], preload: _Preload
     ) -> None:
         self._embedded = EmbeddedCluster(
             comm.format_address(host, port, self._scheme),
-            scheduler_kwargs,
+            knobs,
             self.security,
             self._dashboard_address,
+            preload,
         )
         self._host = host
         self.scheduler_address = self._embedded.address
