@@ -192,7 +192,7 @@ class LocalCluster:
             nthreads=self.threads_per_worker,
             name=name,
             address=comm.format_address(self._host, 0, self._scheme),
-            resources=self.resources,
+            resources=self.resources or None,
             memory_limit=self.memory_limit,
             local_directory=self.local_directory,
             preload=self._preload,
