@@ -51,10 +51,11 @@ class LocalCluster:
     loopback; ``scheduler_address`` is where clients connect. Close it (or use it as a
     context manager) to stop them.
 
-    The processes see this process's ``squall`` config (``dask.config.set`` applies to
-    them); ``scheduler_kwargs`` override scheduling knobs of ``squall.scheduler``, e.g.
-    ``{"worker_saturation": "inf"}``. Every worker declares ``resources`` (e.g.
-    ``{"GPU": 1}``, as ``squall worker --resources "GPU=1"``): tasks submitted with
+    The processes see this process's ``squall`` config and the ``distributed`` keys set
+    in it (``dask.config.set`` applies to them); ``scheduler_kwargs`` override
+    scheduling knobs of ``squall.scheduler``, e.g. ``{"worker_saturation": "inf"}``.
+    Every worker declares ``resources`` (e.g. ``{"GPU": 1}``, as ``squall worker
+    --resources "GPU=1"``; default ``squall.worker.resources``): tasks submitted with
     ``resources=`` run only on workers declaring enough, and each worker runs at once
     only as many as its amounts allow.
 
