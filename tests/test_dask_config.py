@@ -19,7 +19,7 @@ from typing import Any
 import dask.config
 import pytest
 import yaml
-from conftest import submit_map
+from conftest import cli_scheduler, eventually, start_worker, submit_map
 
 import squall
 from squall import config, preload
@@ -408,3 +408,16 @@ def test_a_local_clusters_processes_see_dasks_keys() -> None:
         assert "https://proxy.example/" in repr(client)
         # The resources the workers declare take effect: a task asking for more waits.
         assert client.submit(lambda: 1, resources={"GPU": 2}).result(timeout=30) == 1
+
+
+def test_a_squall_worker_retires_after_dasks_lifetime() -> None:
+    with cli_scheduler() as address, squall.Client(address, timeout=30) as client:
+        env = {**os.environ, "DASK_DISTRIBUTED__WORKER__LIFETIME__DURATION": "1s"}
+        proc = start_worker(address, "--no-nanny", env=env)
+        try:
+            eventually(lambda: len(client.scheduler_info()["workers"]) == 1, timeout=20)
+            assert proc.wait(timeout=20) == 0  # it retired, and left
+            eventually(lambda: client.scheduler_info()["workers"] == {})
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
