@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import pathlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.config
 import yaml  # type: ignore[import-untyped]
@@ -28,35 +28,178 @@ class ConfigError(ValueError):
     """A configuration value is missing or cannot be used."""
 
 
-def _load_defaults() -> None:
+def _load_defaults() -> Mapping[str, Any]:
     with _DEFAULTS_FILE.open() as f:
-        dask.config.update_defaults(yaml.safe_load(f))
+        tree = yaml.safe_load(f)
+    dask.config.update_defaults(tree)
+    return tree["squall"]  # type: ignore[no-any-return]
 
 
-_load_defaults()
+_SQUALL_DEFAULTS = _load_defaults()
+
+
+# ----- Dask's own keys (docs/config.md#dasks-distributed-keys) --------------------------
+
+
+class DaskKey(NamedTuple):
+    """The key under ``distributed`` whose meaning a squall key shares, and how its
+    value reads as squall's (None: as it is)."""
+
+    key: str
+    translate: Callable[[Any], Any] | None = None
+
+
+# squall keys with the same path under ``distributed``.
+_SAME_PATH = (
+    *(
+        f"scheduler.{name}"
+        for name in (
+            "worker-saturation",
+            "rootish-taskgroup",
+            "rootish-taskgroup-dependencies",
+            "work-stealing",
+            "work-stealing-interval",
+            "allowed-failures",
+            "unknown-task-duration",
+            "default-task-durations",
+            "default-data-size",
+            "bandwidth",
+            "worker-ttl",
+            "no-workers-timeout",
+            "validate",
+            "preload",
+            "preload-argv",
+            "dashboard.tls.cert",
+            "dashboard.tls.key",
+        )
+    ),
+    *(f"worker.memory.{n}" for n in ("target", "spill", "pause", "terminate", "monitor-interval")),
+    *(f"worker.profile.{name}" for name in ("enabled", "interval", "cycle")),
+    *(f"worker.lifetime.{name}" for name in ("duration", "stagger", "restart")),
+    "worker.preload",
+    "worker.preload-argv",
+    "worker.resources",
+    "nanny.preload",
+    "nanny.preload-argv",
+    *(f"adaptive.{n}" for n in ("interval", "target-duration", "minimum", "maximum")),
+    "adaptive.wait-count",
+    "comm.timeouts.connect",
+    "comm.timeouts.tcp",
+    "admin.log-length",
+)
+
+#: Every squall key whose meaning a ``distributed`` key shares, with that key: where
+#: squall's is not set, Dask's applies (``get`` and the readers below; the rule is in
+#: docs/config.md). tests/test_dask_config.py checks it against docs/config.md's table.
+DASK_KEYS: dict[str, DaskKey] = {
+    **{name: DaskKey(name) for name in _SAME_PATH},
+    "scheduler.transition-log-length": DaskKey("admin.low-level-log-length"),
+    "scheduler.erred-tasks-max-history": DaskKey("diagnostics.erred-tasks.max-history"),
+    "scheduler.memory-terminate": DaskKey("worker.memory.terminate", bool),
+    "admin.events-log-length": DaskKey("admin.low-level-log-length"),
+    "admin.events-cleanup-delay": DaskKey("scheduler.events-cleanup-delay"),
+    "diagnostics.task-stream.capacity": DaskKey("scheduler.dashboard.tasks.task-stream-length"),
+}
+
+_IDENTITIES = ("client", "scheduler", "worker")  # as security.IDENTITIES
+
+#: Keys under ``distributed`` that squall reads as they are, having none of its own
+#: (through ``dask_value``, where the comment beside each says).
+DASK_DIRECT = frozenset(
+    {
+        "comm.require-encryption",  # security.Security
+        "comm.tls.ca-file",
+        "comm.tls.ciphers",
+        "comm.tls.min-version",
+        "comm.tls.max-version",
+        *(f"comm.tls.{part}.{kind}" for part in _IDENTITIES for kind in ("cert", "key")),
+        "nanny.environ",  # worker/nanny.py: the worker's environment
+        "nanny.pre-spawn-environ",
+        "dashboard.link",  # client/display.py
+        "scheduler.http.routes",  # http/scheduler_routes.py: /api/v1
+    }
+)
+
+_MISSING: Any = object()
+
+
+def _at(tree: Any, path: str) -> Any:
+    """The value at dotted ``path`` in a nested mapping (keys with - or _), or _MISSING."""
+    for part in path.split("."):
+        if not isinstance(tree, Mapping):
+            return _MISSING
+        for key in (part, part.replace("-", "_")):
+            if key in tree:
+                tree = tree[key]
+                break
+        else:
+            return _MISSING
+    return tree
+
+
+def _dask_defaults() -> list[Mapping[str, Any]]:
+    """The defaults distributed registered with dask.config (none unless imported)."""
+    return [d["distributed"] for d in dask.config.defaults if "distributed" in d]
+
+
+def dask_value(key: str, default: Any = None) -> Any:
+    """Dask's ``distributed.<key>`` where it is set, else ``default``. Set means it
+    differs from the default distributed registers when imported; in a process that has
+    not imported distributed, any value present is set."""
+    value = _at(dask.config.config.get("distributed"), key)
+    if value is _MISSING:
+        return default
+    for tree in reversed(_dask_defaults()):
+        registered = _at(tree, key)
+        if registered is not _MISSING:
+            return default if value == registered else value
+    return value
+
+
+def lookup(name: str) -> tuple[Any, str]:
+    """The value in effect for ``squall.<name>`` and the key it came from: squall's
+    where set (not its default), else Dask's twin where set, else squall's default."""
+    value = _at(dask.config.config.get("squall"), name)
+    if value is _MISSING:
+        raise ConfigError(f"no configuration value squall.{name}")
+    return _resolve(name, value)
+
+
+def _resolve(name: str, value: Any) -> tuple[Any, str]:
+    twin = DASK_KEYS.get(name)
+    if twin is None or value != _at(_SQUALL_DEFAULTS, name):
+        return value, f"squall.{name}"
+    theirs = dask_value(twin.key, _MISSING)
+    if theirs is _MISSING:
+        return value, f"squall.{name}"
+    translated = theirs if twin.translate is None else twin.translate(theirs)
+    return translated, f"distributed.{twin.key}"
 
 
 def get(name: str) -> Any:
-    """The value of ``squall.<name>``, e.g. ``get("scheduler.port")``."""
-    try:
-        return dask.config.get(f"squall.{name}")
-    except KeyError:
-        raise ConfigError(f"no configuration value squall.{name}") from None
+    """The value of ``squall.<name>``, e.g. ``get("scheduler.port")``, or of its Dask
+    twin (``DASK_KEYS``) where squall's is not set and Dask's is."""
+    return lookup(name)[0]
 
 
 def seconds(name: str) -> float:
     """``squall.<name>`` as a non-negative duration in seconds ("100ms", or seconds)."""
-    return _duration(get(name), f"squall.{name}")
+    return _duration(*lookup(name))
 
 
 def nbytes(name: str) -> int:
     """``squall.<name>`` as a non-negative number of bytes ("1GiB", or bytes)."""
-    return _bytes(get(name), f"squall.{name}")
+    return _bytes(*lookup(name))
 
 
 def integer(name: str, minimum: int = 0) -> int:
     """``squall.<name>`` as an integer >= ``minimum``."""
-    return _count(get(name), f"squall.{name}", minimum)
+    return _count(*lookup(name), minimum)
+
+
+def flag(name: str) -> bool:
+    """``squall.<name>`` as true or false."""
+    return _flag(*lookup(name))
 
 
 def port(name: str) -> int:
@@ -195,41 +338,63 @@ _CORE_KEYS = {name: _parser(kind, nullable) for name, kind, nullable, _ in core_
 
 def core_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config dict for ``squall._core.Scheduler``: every core knob of
-    ``squall.scheduler``, with ``overrides`` (``worker_saturation`` or
-    ``worker-saturation``) taking precedence, as the core reads them (seconds, bytes
-    and numbers)."""
-    section = get("scheduler")
+    ``squall.scheduler`` (or its Dask twin, as ``get``), with ``overrides``
+    (``worker_saturation`` or ``worker-saturation``) taking precedence, as the core
+    reads them (seconds, bytes and numbers)."""
+    section = dask.config.get("squall.scheduler")
     if not isinstance(section, Mapping):
         raise ConfigError(f"squall.scheduler: expected a mapping, got {section!r}")
-    raw = {_canonical(k): v for k, v in section.items() if _canonical(k) not in _SERVER_KEYS}
+    raw = {
+        name: _resolve(f"scheduler.{name}", v)
+        for k, v in section.items()
+        if (name := _canonical(k)) not in _SERVER_KEYS
+    }
     for k, v in (overrides or {}).items():
         name = _canonical(k)
         if name not in _CORE_KEYS:
             raise ConfigError(_unknown(repr(k), "scheduler option", _CORE_KEYS))
-        raw[name] = v
+        raw[name] = (v, f"squall.scheduler.{name}")
     parsed: dict[str, Any] = {}
-    for name, value in raw.items():
+    for name, (value, where) in raw.items():
         parse = _CORE_KEYS.get(name)
         if parse is None:
             known = _CORE_KEYS.keys() | _SERVER_KEYS
             raise ConfigError(_unknown(f"squall.scheduler.{name}", "configuration key", known))
-        parsed[name] = parse(value, f"squall.scheduler.{name}")
+        parsed[name] = parse(value, where)
     try:
         return check_config(parsed)  # the knobs' ranges live in the core (Config::check)
     except ValueError as e:
-        raise ConfigError(f"squall.scheduler.{e}") from None
+        name, _, why = str(e).partition(":")
+        where = raw[name][1] if name in raw else f"squall.scheduler.{name}"
+        raise ConfigError(f"{where}:{why}") from None
 
 
 def inherit(scheduler: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Environment variables passing this process's ``squall`` config, with
-    ``scheduler`` overrides of ``squall.scheduler``, to a child process: a
-    ``dask.config.set`` here then applies to the processes a LocalCluster starts."""
+    ``scheduler`` overrides of ``squall.scheduler``, and the ``distributed`` keys set
+    here (``dask_value``) to a child process: a ``dask.config.set`` here then applies
+    to the processes a LocalCluster starts."""
     core_config(scheduler)  # refuse bad overrides here, not in the child
     tree = dict(dask.config.get("squall"))
-    section = {_canonical(k): v for k, v in get("scheduler").items()}
+    section = {_canonical(k): v for k, v in tree["scheduler"].items()}
     section.update({_canonical(k): v for k, v in (scheduler or {}).items()})
     tree["scheduler"] = section
-    return {"DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize({"squall": tree})}
+    inherited = {"squall": tree, "distributed": _set_here(dask.config.config.get("distributed"))}
+    return {"DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(inherited)}
+
+
+def _set_here(tree: Any, path: str = "") -> dict[str, Any]:
+    """The part of the ``distributed`` subtree ``tree`` (at ``path``) that is set."""
+    out: dict[str, Any] = {}
+    for key, value in (tree or {}).items():
+        where = f"{path}{key}"
+        if isinstance(value, Mapping) and value:
+            inner = _set_here(value, f"{where}.")
+            if inner:
+                out[key] = inner
+        elif dask_value(where, _MISSING) is not _MISSING:
+            out[key] = value
+    return out
 
 
 def _canonical(key: Any) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-import dask.config
+from squall import config
 
 logger = logging.getLogger("squall.preload")
 
@@ -37,14 +37,8 @@ class PreloadError(ValueError):
 
 def configured(role: str) -> tuple[list[str], list[str] | list[list[str]]]:
     """The preloads and their argv configured for ``role``: ``squall.<role>.preload``
-    (and ``-argv``) where set (not null), else Dask's ``distributed.<role>.preload``."""
-    out: list[Any] = []
-    for key in ("preload", "preload-argv"):
-        value = dask.config.get(f"squall.{role}.{key}", default=None)
-        if value is None:
-            value = dask.config.get(f"distributed.{role}.{key}", default=None)
-        out.append(value or [])
-    names, argv = out
+    (and ``-argv``), or Dask's ``distributed.<role>.preload`` (``config.get``)."""
+    names, argv = (config.get(f"{role}.{key}") or [] for key in ("preload", "preload-argv"))
     return [names] if isinstance(names, str) else list(names), list(argv)
 
 

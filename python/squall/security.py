@@ -22,6 +22,8 @@ from typing import Any
 
 import dask.config
 
+from squall import config
+
 #: What a process is, for the certificate it shows: ``squall scheduler`` and ``squall
 #: worker`` (and its nanny) say so when they start; anything else is a client.
 IDENTITIES = ("client", "scheduler", "worker")
@@ -50,6 +52,22 @@ def set_identity(identity: str) -> None:
 
 def identity() -> str:
     return _identity
+
+
+_TLS_VERSIONS = {1.2: ssl.TLSVersion.TLSv1_2, 1.3: ssl.TLSVersion.TLSv1_3}
+
+
+def _tls_version(key: str, default: ssl.TLSVersion) -> ssl.TLSVersion:
+    """Dask's ``distributed.comm.tls.<key>`` (1.2 or 1.3; unset: ``default``)."""
+    value = config.dask_value(f"comm.tls.{key}")
+    if value is None:
+        return default
+    try:
+        return _TLS_VERSIONS[float(value)]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            f"distributed.comm.tls.{key}: expected 1.2 or 1.3, got {value!r}"
+        ) from None
 
 
 class Security:
@@ -81,12 +99,10 @@ class Security:
         for field, key in _TLS_KEYS.items():
             value = tls.get(field)
             if value is None:
-                value = dask.config.get(f"distributed.comm.tls.{key}", default=None)
+                value = config.dask_value(f"comm.tls.{key}")
             setattr(self, field, None if value is None else str(value))
         if require_encryption is None:
-            require_encryption = bool(
-                dask.config.get("distributed.comm.require-encryption", default=False)
-            )
+            require_encryption = bool(config.dask_value("comm.require-encryption"))
         self.require_encryption = require_encryption
         if token is None:
             token = os.environ.get(_TOKEN_ENV) or dask.config.get("squall.comm.token", None)
@@ -149,7 +165,8 @@ class Security:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_REQUIRED
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.minimum_version = _tls_version("min-version", ssl.TLSVersion.TLSv1_2)
+        ctx.maximum_version = _tls_version("max-version", ssl.TLSVersion.MAXIMUM_SUPPORTED)
         if _is_pem(self.tls_ca_file):
             ctx.load_verify_locations(cadata=self.tls_ca_file)
         else:

@@ -7,9 +7,9 @@ import html
 import os
 from typing import Any
 
-import dask.config
 from dask.utils import format_bytes
 
+from squall import config
 from squall.protocol import comm
 from squall.protocol import messages as m
 
@@ -25,7 +25,7 @@ def dashboard_link(scheduler_address: str, port: int | None, scheme: str = "http
         return None
     host = comm.parse_address(scheduler_address)[0]
     host = f"[{host}]" if ":" in host else host
-    template = dask.config.get("distributed.dashboard.link", default=DEFAULT_LINK)
+    template = config.dask_value("dashboard.link", DEFAULT_LINK)
     return str(template).format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 

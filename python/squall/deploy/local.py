@@ -54,10 +54,11 @@ class LocalCluster:
     loopback; ``scheduler_address`` is where clients connect. Close it (or use it as a
     context manager) to stop them.
 
-    The processes see this process's ``squall`` config (``dask.config.set`` applies to
-    them); ``scheduler_kwargs`` override scheduling knobs of ``squall.scheduler``, e.g.
-    ``{"worker_saturation": "inf"}``. Every worker declares ``resources`` (e.g.
-    ``{"GPU": 1}``, as ``squall worker --resources "GPU=1"``): tasks submitted with
+    The processes see this process's ``squall`` config and the ``distributed`` keys set
+    in it (``dask.config.set`` applies to them); ``scheduler_kwargs`` override
+    scheduling knobs of ``squall.scheduler``, e.g. ``{"worker_saturation": "inf"}``.
+    Every worker declares ``resources`` (e.g. ``{"GPU": 1}``, as ``squall worker
+    --resources "GPU=1"``; default ``squall.worker.resources``): tasks submitted with
     ``resources=`` run only on workers declaring enough, and each worker runs at once
     only as many as its amounts allow.
 
@@ -201,7 +202,7 @@ class LocalCluster:
             nthreads=self.threads_per_worker,
             name=name,
             address=comm.format_address(self._host, 0, self._scheme),
-            resources=self.resources,
+            resources=self.resources or None,
             memory_limit=self.memory_limit,
             local_directory=self.local_directory,
             preload=self._preload,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-import dask.config
 import tornado.web
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -29,7 +28,7 @@ def api_enabled() -> bool:
     """The API routes act on the cluster (retire workers), so as in Dask they are off
     unless asked for: ``squall.scheduler.dashboard.api``, or Dask's routes list naming
     them (as Kubernetes' Dask operator sets it)."""
-    dask_routes = dask.config.get("distributed.scheduler.http.routes", default=None) or []
+    dask_routes = config.dask_value("scheduler.http.routes") or []
     return bool(config.get("scheduler.dashboard.api")) or _DASK_API_ROUTES in dask_routes
 
 

@@ -14,7 +14,6 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
-import dask.config
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
@@ -32,12 +31,8 @@ def dashboard_tls() -> ssl.SSLContext | None:
     ``squall.scheduler.dashboard.tls.cert`` and ``.key`` (Dask's
     ``distributed.scheduler.dashboard.tls.*`` where squall's are unset), PEM files. The
     server shows its certificate and asks none of browsers."""
-    cert = config.get("scheduler.dashboard.tls.cert") or dask.config.get(
-        "distributed.scheduler.dashboard.tls.cert", default=None
-    )
-    key = config.get("scheduler.dashboard.tls.key") or dask.config.get(
-        "distributed.scheduler.dashboard.tls.key", default=None
-    )
+    cert = config.get("scheduler.dashboard.tls.cert")
+    key = config.get("scheduler.dashboard.tls.key")
     if not cert:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

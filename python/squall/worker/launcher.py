@@ -17,7 +17,7 @@ import random
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 from dask.utils import parse_timedelta
 
@@ -86,6 +86,29 @@ def lifetime_seconds(lifetime: float | None, stagger: float) -> float | None:
     return max(0.0, lifetime + random.uniform(-stagger, stagger))
 
 
+class Lifetime(NamedTuple):
+    """When a worker retires itself: after ``duration`` s (None: never) ± ``stagger``,
+    then restarting (``restart``) or leaving."""
+
+    duration: float | None
+    stagger: float
+    restart: bool
+
+
+def configured_lifetime(
+    duration: float | None, stagger: float | None, restart: bool | None
+) -> Lifetime:
+    """The ``--lifetime*`` flags given, else ``squall.worker.lifetime.*`` (or Dask's
+    ``distributed.worker.lifetime.*``)."""
+    if duration is None and config.get("worker.lifetime.duration") is not None:
+        duration = config.seconds("worker.lifetime.duration")
+    return Lifetime(
+        duration,
+        config.seconds("worker.lifetime.stagger") if stagger is None else stagger,
+        config.flag("worker.lifetime.restart") if restart is None else restart,
+    )
+
+
 def _parse_resources(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in text.replace(",", " ").split():
@@ -131,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         "--contact-address",
         help="the host (or tcp://host:port) others reach this worker at, if not the bound one",
     )
-    p.add_argument("--resources", type=_parse_resources, default={}, help='e.g. "GPU=1 MEM=4e9"')
+    p.add_argument(
+        "--resources",
+        type=_parse_resources,
+        help='e.g. "GPU=1 MEM=4e9" (default: squall.worker.resources)',
+    )
     p.add_argument(
         "--memory-limit",
         help='bytes, "4GiB", a fraction of system memory, "auto" or 0 (none); '
@@ -150,19 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lifetime",
         type=_parse_duration,
-        help='retire gracefully after this long, e.g. "1 hour" (default: never)',
+        help='retire gracefully after this long, e.g. "1 hour" '
+        "(default: squall.worker.lifetime.duration, none: never)",
     )
     p.add_argument(
         "--lifetime-stagger",
         type=_parse_duration,
-        default=0.0,
-        help="a random amount within ± this is added to --lifetime",
+        help="a random amount within ± this is added to --lifetime "
+        "(default: squall.worker.lifetime.stagger)",
     )
     p.add_argument(
         "--lifetime-restart",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="after --lifetime, start a fresh worker instead of leaving",
+        help="after --lifetime, start a fresh worker instead of leaving "
+        "(default: squall.worker.lifetime.restart)",
     )
     p.add_argument(
         "--death-timeout",
@@ -195,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         liveness.death_timeout(args.death_timeout)
     except ValueError as e:
         p.error(f"--death-timeout: {e}")
+    try:
+        lifetime = configured_lifetime(args.lifetime, args.lifetime_stagger, args.lifetime_restart)
+    except config.ConfigError as e:
+        p.error(str(e))
     if args.nworkers > 1:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
             p.error("--listen with a fixed port needs --nworkers 1")
@@ -226,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 memory_limit=memory_limit,
                 nanny=args.nanny_address,
                 executing_record=args.executing_record,
-                lifetime=lifetime_seconds(args.lifetime, args.lifetime_stagger),
-                lifetime_restart=args.lifetime_restart,
+                lifetime=lifetime_seconds(lifetime.duration, lifetime.stagger),
+                lifetime_restart=lifetime.restart,
                 death_timeout=args.death_timeout,
                 local_directory=args.local_directory,
                 dashboard_address=http_options.address_from(args, "worker.dashboard.address"),
@@ -305,15 +337,16 @@ def worker_command(args: argparse.Namespace, name: str | None, *flags: str) -> l
         ("--name", name),
         ("--death-timeout", args.death_timeout),
         ("--dashboard-address", args.dashboard_address),
+        ("--lifetime", args.lifetime),
+        ("--lifetime-stagger", args.lifetime_stagger),
     ):
         if value is not None:
             cmd += [flag, str(value)]
     if args.no_dashboard:
         cmd.append("--no-dashboard")
-    if args.resources:
+    if args.resources is not None:
         cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]
-    if args.lifetime is not None:
-        cmd += ["--lifetime", str(args.lifetime), "--lifetime-stagger", str(args.lifetime_stagger)]
+    if args.lifetime_restart is not None:
         cmd.append("--lifetime-restart" if args.lifetime_restart else "--no-lifetime-restart")
     for flag, values in (("--preload", args.preload), ("--preload-nanny", args.preload_nanny)):
         for value in values:

@@ -49,17 +49,6 @@ def sizeof_value(value: Any) -> int:
         return sys.getsizeof(value)
 
 
-#: Dask's defaults for ``distributed.worker.memory.*``, used when neither squall's key
-#: nor Dask's is set (distributed's own defaults load only once distributed is imported).
-DASK_DEFAULTS: dict[str, Any] = {
-    "target": 0.6,
-    "spill": 0.7,
-    "pause": 0.8,
-    "terminate": 0.95,
-    "monitor-interval": "100ms",
-}
-
-
 def system_memory() -> int:
     """Bytes this process may use: the machine's memory, less if a cgroup limits it."""
     total = int(psutil.virtual_memory().total)
@@ -124,9 +113,9 @@ class Thresholds(NamedTuple):
 
 
 def thresholds() -> Thresholds:
-    """The thresholds in effect: ``squall.worker.memory.<name>`` when set (not null),
-    else Dask's ``distributed.worker.memory.<name>``, else Dask's default. ``False``
-    disables a threshold."""
+    """The thresholds in effect: ``squall.worker.memory.<name>``, or Dask's
+    ``distributed.worker.memory.<name>`` where only that is set (``config.get``).
+    ``False`` disables a threshold."""
     target, spill, pause, terminate = (
         _fraction(name) for name in ("target", "spill", "pause", "terminate")
     )
@@ -142,12 +131,7 @@ def thresholds() -> Thresholds:
 
 def _setting(name: str) -> tuple[Any, str]:
     """The value for ``name`` and the key it came from."""
-    ours = f"squall.worker.memory.{name}"
-    value = dask.config.get(ours, default=None)
-    if value is not None:
-        return value, ours
-    dasks = f"distributed.worker.memory.{name}"
-    return dask.config.get(dasks, default=DASK_DEFAULTS[name]), dasks
+    return config.lookup(f"worker.memory.{name}")
 
 
 def _fraction(name: str) -> float | None:

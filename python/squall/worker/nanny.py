@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
-import dask.config
 import psutil  # type: ignore[import-untyped]
 from dask.utils import format_bytes
 
@@ -405,13 +404,20 @@ class Nanny:
 
 
 def _worker_environment() -> dict[str, str]:
-    """The worker's environment: this one, plus Dask's
-    ``distributed.nanny.pre-spawn-environ`` if configured. Unlike Dask's nanny, none is
-    added by default: ``MALLOC_TRIM_THRESHOLD_=65536`` cost 18 % of a tiny-task map's
-    throughput (docs/measurements.md#supervision-and-tls), and large results, which
-    glibc maps on their own, return their memory at once without it."""
-    extra = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
-    return {**{str(k): str(v) for k, v in extra.items()}, **os.environ}
+    """The worker's environment: this one over Dask's
+    ``distributed.nanny.pre-spawn-environ`` where set, and Dask's
+    ``distributed.nanny.environ`` over both (as distributed sets those in the worker's
+    process). Unlike Dask's nanny, none is added by default: ``MALLOC_TRIM_THRESHOLD_=65536``
+    cost 18 % of a tiny-task map's throughput (docs/measurements.md#supervision-and-tls),
+    and large results, which glibc maps on their own, return their memory at once
+    without it."""
+    before = config.dask_value("nanny.pre-spawn-environ") or {}
+    after = config.dask_value("nanny.environ") or {}
+    return {
+        **{str(k): str(v) for k, v in before.items()},
+        **os.environ,
+        **{str(k): str(v) for k, v in after.items()},
+    }
 
 
 def run_nanny(

@@ -137,7 +137,9 @@ class Worker:
         self.nthreads = nthreads
         self.name = name
         self.address = address
-        self.resources = {str(k): float(v) for k, v in (resources or {}).items()}
+        if resources is None:
+            resources = config.get("worker.resources") or {}
+        self.resources = {str(k): float(v) for k, v in resources.items()}
         #: Bytes; 0 = none.
         self.memory_limit = parse_memory_limit(memory_limit, nthreads)
         #: ``local_directory`` as given (None: from config; see ``memory.local_directory``).
