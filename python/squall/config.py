@@ -115,6 +115,8 @@ _SERVER_KEYS = frozenset(
         "dashboard",
         "preload",
         "preload-argv",
+        "replicas-timeout",
+        "active-memory-manager",
     }
 )
 

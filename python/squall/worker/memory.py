@@ -57,6 +57,20 @@ DASK_DEFAULTS: dict[str, Any] = {
     "pause": 0.8,
     "terminate": 0.95,
     "monitor-interval": "100ms",
+    "rebalance.measure": "optimistic",
+    "rebalance.sender-min": 0.3,
+    "rebalance.recipient-max": 0.6,
+    "rebalance.sender-recipient-gap": 0.1,
+}
+
+#: How the core measures memory for each of Dask's rebalance measures
+#: (docs/runtime.md#replicas-and-rebalancing).
+REBALANCE_MEASURES = {
+    "optimistic": "process",
+    "process": "process",
+    "managed": "managed",
+    "managed_total": "managed",
+    "managed_in_memory": "managed",
 }
 
 
@@ -138,6 +152,23 @@ def thresholds() -> Thresholds:
     if not seconds > 0:
         raise config.ConfigError(f"{where}: expected a duration > 0, got {interval!r}")
     return Thresholds(target, spill, pause, terminate, seconds)
+
+
+def rebalance_settings() -> dict[str, Any]:
+    """``rebalance``'s measure and tolerances (keyword arguments of the core's
+    ``rebalance``): ``squall.worker.memory.rebalance.<name>`` when set, else Dask's
+    ``distributed.worker.memory.rebalance.<name>``, else Dask's default."""
+    measure, where = _setting("rebalance.measure")
+    if measure not in REBALANCE_MEASURES:
+        known = ", ".join(REBALANCE_MEASURES)
+        raise config.ConfigError(f"{where}: expected one of {known}, got {measure!r}")
+    out: dict[str, Any] = {"measure": REBALANCE_MEASURES[measure]}
+    for name in ("sender-min", "recipient-max", "sender-recipient-gap"):
+        value, where = _setting(f"rebalance.{name}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise config.ConfigError(f"{where}: expected a fraction >= 0, got {value!r}")
+        out[name.replace("-", "_")] = float(value)
+    return out
 
 
 def _setting(name: str) -> tuple[Any, str]:

@@ -552,9 +552,9 @@ impl Scheduler {
 
     /// Which holder of `t` drops its copy (Dask's `_find_dropper`): none where a
     /// dependent runs; non-running workers first, then the most loaded (ties: the last
-    /// in address order). The last
-    /// running holder keeps its copy when the others are non-running workers where a
-    /// dependent runs (they would otherwise copy it back and forth with retirement).
+    /// in address order). The last running holder keeps its copy when the others are
+    /// non-running workers where a dependent runs (they would otherwise copy it back and
+    /// forth with retirement).
     fn choose_dropper(&self, t: TaskId, memory: &[i64]) -> Option<WorkerId> {
         let ts = self.task(t);
         if ts.who_has.len() < 2 {
