@@ -87,6 +87,12 @@ pub(crate) struct AmmTimer {
     pub last: f64,
 }
 
+/// A rebalance sender: bytes to lose at most and at least (negative), rank, worker,
+/// the next of its results to look at.
+type Sender = (i64, i64, u32, WorkerId, usize);
+/// A rebalance recipient: bytes to gain at most and at least (negative), rank, worker.
+type Recipient = (i64, i64, u32, WorkerId);
+
 /// Above this many waiters ReduceReplicas keeps one copy per waiter without grouping
 /// them by worker (Dask's cut-off for that costly count).
 const MANY_WAITERS: usize = 20;
@@ -377,10 +383,9 @@ impl Scheduler {
             .map(|&w| (w, self.rebalance_memory(w, settings.measure)))
             .collect();
         let mean = memory.iter().map(|&(_, m)| m).sum::<i64>() / memory.len() as i64;
-        // Heaps of (bytes to lose or gain at most, at least — both negative, so that the
-        // farthest from the mean comes first —, rank, worker[, next result to look at]).
-        let mut senders: BinaryHeap<Reverse<(i64, i64, u32, WorkerId, usize)>> = BinaryHeap::new();
-        let mut recipients: BinaryHeap<Reverse<(i64, i64, u32, WorkerId)>> = BinaryHeap::new();
+        // Min-heaps: the farthest from the mean first.
+        let mut senders: BinaryHeap<Reverse<Sender>> = BinaryHeap::new();
+        let mut recipients: BinaryHeap<Reverse<Recipient>> = BinaryHeap::new();
         for &(w, mem) in &memory {
             let ws = self.worker(w);
             let (half_gap, sender_min, recipient_max) = if ws.memory_limit > 0 {
