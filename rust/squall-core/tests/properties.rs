@@ -1044,8 +1044,12 @@ impl World {
                     measure: Measure::Managed,
                     ..RebalanceSettings::default()
                 };
-                let out = self.s.rebalance(None, None, settings, now).expect("rebalance");
-                self.log.push(format!("rebalance: {} moves", out.moves.len()));
+                let out = self
+                    .s
+                    .rebalance(None, None, settings, now)
+                    .expect("rebalance");
+                self.log
+                    .push(format!("rebalance: {} moves", out.moves.len()));
             }
             2 => {
                 let keys = self.s.end_moves();
