@@ -129,3 +129,17 @@ def test_amm_start_stop_running(c: Client) -> None:
     time.sleep(0.6)  # three intervals: a started pass would have run
     assert len(holders(c, y)) == 4
     assert c.gather([x, y]) == [blob(4), blob(5)]
+
+
+def test_dask_amm_keys_start_the_periodic_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dask's own keys, as a Dask user sets them (the scheduler process reads them).
+    monkeypatch.setenv("DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START", "True")
+    monkeypatch.setenv("DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__INTERVAL", "100ms")
+    with (
+        squall.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=0) as cluster,
+        Client(cluster) as c,
+    ):
+        assert c.amm.running() is True
+        [x] = c.scatter([blob(6)], broadcast=True)
+        eventually(lambda: len(holders(c, x)) == 1)
+        assert x.result(timeout=20) == blob(6)
