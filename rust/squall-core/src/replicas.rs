@@ -201,27 +201,28 @@ impl Scheduler {
             .filter(|&&w| self.task(t).who_has.contains(w))
             .count();
         let missing = n.saturating_sub(have);
-        if missing == 0 {
-            self.copies.remove(&t);
-            return 0;
-        }
-        // Copies asked for recently and still expected count as under way.
-        let asked = self.copies.remove(&t).unwrap_or_default();
+        // Copies asked for recently and still expected count as under way; rebalance
+        // moves are left as they are.
+        let mut asked = self.copies.remove(&t).unwrap_or_default();
         let who_has = &self.task(t).who_has;
-        let mut pending: CopiesAsked = asked
-            .into_iter()
-            .filter(|c| now - c.at < REASK && chosen.contains(&c.dest) && !who_has.contains(c.dest))
-            .collect();
+        asked.retain(|c| {
+            c.then_drop.is_some()
+                || (missing > 0
+                    && now - c.at < REASK
+                    && chosen.contains(&c.dest)
+                    && !who_has.contains(c.dest))
+        });
+        let pending = asked.iter().filter(|c| c.then_drop.is_none()).count();
         let holders: SmallVec<[WorkerId; 4]> = who_has.iter().collect();
         let room = missing.min(branching_factor * holders.len());
         let mut dests: Vec<WorkerId> = chosen
             .iter()
             .copied()
-            .filter(|&w| !who_has.contains(w) && !pending.iter().any(|c| c.dest == w))
+            .filter(|&w| !who_has.contains(w) && !asked.iter().any(|c| c.dest == w))
             .collect();
         dests.sort_by_key(|&w| (self.worker(w).nbytes + added[w.idx()], self.rank(w)));
         let eff = self.eff_nbytes(t);
-        let asking = room.saturating_sub(pending.len()).min(dests.len());
+        let asking = room.saturating_sub(pending).min(dests.len());
         for (i, &dest) in dests.iter().take(asking).enumerate() {
             let holder = holders[i % holders.len()];
             self.emit(Command::AcquireReplica {
@@ -230,14 +231,14 @@ impl Scheduler {
                 holder,
             });
             added[dest.idx()] += eff;
-            pending.push(CopyAsked {
+            asked.push(CopyAsked {
                 dest,
                 at: now,
                 then_drop: None,
             });
         }
-        if !pending.is_empty() {
-            self.copies.insert(t, pending);
+        if !asked.is_empty() {
+            self.copies.insert(t, asked);
         }
         missing
     }
@@ -470,12 +471,16 @@ impl Scheduler {
         moves
     }
 
-    /// Rebalance moves asked for whose copy has not arrived (to a worker still there).
+    /// Rebalance moves asked for whose copy has not arrived, between workers both still
+    /// there (a move with either gone cannot complete).
     pub fn moves_pending(&self) -> usize {
         self.copies
             .values()
             .flatten()
-            .filter(|c| c.then_drop.is_some() && self.is_registered(c.dest))
+            .filter(|c| {
+                c.then_drop.is_some_and(|sender| self.is_registered(sender))
+                    && self.is_registered(c.dest)
+            })
             .count()
     }
 
