@@ -30,7 +30,7 @@ from squall.protocol import liveness
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security, _self_signed
 from squall.worker import launcher, nanny
-from squall.worker.memory import thresholds
+from squall.worker.memory import rebalance_settings, thresholds
 from squall.worker.worker import Worker
 
 DOCS = pathlib.Path(__file__).parents[1] / "docs" / "config.md"
@@ -232,6 +232,29 @@ CASES: list[tuple[str, Any, Callable[[], Any], Any]] = [
         ["distributed.http.scheduler.api"],
         scheduler_routes.api_enabled,
         True,
+    ),
+    (
+        "scheduler.active-memory-manager.start",
+        True,
+        lambda: SchedulerServer("tcp://127.0.0.1:0").core.amm_running,
+        True,
+    ),
+    (
+        "scheduler.active-memory-manager.interval",
+        "5s",
+        lambda: SchedulerServer("tcp://127.0.0.1:0").replicas.amm_interval,
+        5.0,
+    ),
+    (
+        "worker.memory.rebalance.measure",
+        "managed",
+        lambda: rebalance_settings()["measure"],
+        "managed",
+    ),
+    *(
+        (f"worker.memory.rebalance.{name}", 0.05, getter, 0.05)
+        for name in ("sender-min", "recipient-max", "sender-recipient-gap")
+        for getter in [lambda n=name: rebalance_settings()[n.replace("-", "_")]]
     ),
 ]
 

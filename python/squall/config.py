@@ -71,9 +71,13 @@ _SAME_PATH = (
             "preload-argv",
             "dashboard.tls.cert",
             "dashboard.tls.key",
+            "active-memory-manager.start",
+            "active-memory-manager.interval",
         )
     ),
     *(f"worker.memory.{n}" for n in ("target", "spill", "pause", "terminate", "monitor-interval")),
+    *(f"worker.memory.rebalance.{n}" for n in ("measure", "sender-min", "recipient-max")),
+    "worker.memory.rebalance.sender-recipient-gap",
     *(f"worker.profile.{name}" for name in ("enabled", "interval", "cycle")),
     *(f"worker.lifetime.{name}" for name in ("duration", "stagger", "restart")),
     "worker.preload",
@@ -258,6 +262,8 @@ _SERVER_KEYS = frozenset(
         "dashboard",
         "preload",
         "preload-argv",
+        "replicas-timeout",
+        "active-memory-manager",
     }
 )
 

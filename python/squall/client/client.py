@@ -43,6 +43,7 @@ from squall.client.events import EventOps, Handler
 from squall.client.executor import ClientExecutor
 from squall.client.futures import Future, FutureState, Key, futures_of
 from squall.client.inspection import Inspection
+from squall.client.replicas import AMMClientProxy, ReplicaOps
 from squall.client.scheduler_file import read_scheduler_file
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
@@ -111,6 +112,7 @@ class Client:
         self.dataset_ops = DatasetOps(self, self.connection)
         self.event_ops = EventOps(self.connection, self.cluster_ops)
         self.admin = AdminOps(self.connection)
+        self.replica_ops = ReplicaOps(self.connection)
         #: distributed's client extensions: ``{name: extension(client)}``.
         self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
@@ -494,6 +496,46 @@ class Client:
         """The metadata under a key or a path of keys (a list or a tuple);
         ``default`` if it is missing, else KeyError."""
         return self.sync(self.admin.get_metadata, keys, default)
+
+    def replicate(
+        self,
+        futures: Any,
+        n: int | None = None,
+        workers: Any = None,
+        branching_factor: int = 2,
+        **kwargs: Any,
+    ) -> Any:
+        """Have each of ``futures`` (once done) held by at least ``n`` (default: all)
+        of ``workers`` (addresses or names; default: all running workers), copies
+        beyond ``n`` among them dropped; blocks until the copies are in place
+        (``squall.scheduler.replicas-timeout``, then TimeoutError). Each holder serves
+        ``branching_factor`` copies at a time. The active memory manager, if started,
+        drops the extra copies again, as Dask's does
+        (docs/runtime.md#replicas-and-rebalancing)."""
+        return self.sync(
+            self.replica_ops.replicate,
+            self.futures_of(futures),
+            n,
+            workers,
+            branching_factor,
+            **kwargs,
+        )
+
+    def rebalance(self, futures: Any = None, workers: Any = None, **kwargs: Any) -> Any:
+        """Move results (of ``futures``, once done; default: all) from the workers
+        (of ``workers``; default: all) holding more memory than the mean to those
+        holding less, within Dask's ``distributed.worker.memory.rebalance.*``
+        tolerances; blocks until done. KeyError names the futures' keys that no
+        worker holds or whose move did not complete
+        (docs/runtime.md#replicas-and-rebalancing)."""
+        fs = None if futures is None else self.futures_of(futures)
+        return self.sync(self.replica_ops.rebalance, fs, workers, **kwargs)
+
+    @property
+    def amm(self) -> AMMClientProxy:
+        """The scheduler's active memory manager: ``start()``, ``stop()``,
+        ``running()``, ``run_once()`` (docs/runtime.md#replicas-and-rebalancing)."""
+        return AMMClientProxy(self)
 
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
         """Restart every worker and forget every task: all futures (of every client)

@@ -961,3 +961,42 @@ class Metadata(Reply, tag="metadata", kw_only=True):
 
     PAYLOAD = "msgpack of the value got, or of the first key of the path not found"
     found: Annotated[bool, note("false: a key of the path is missing")] = True
+
+
+# ----- replicas (docs/protocol.md#replicas) ---------------------------------------------
+
+
+@on(C2S)
+class Replicate(Request, tag="replicate", kw_only=True):
+    """`Client.replicate`: answered once the copies are in place, or at the wait's end."""
+
+    PAYLOAD = "`encode_keys` of the keys"
+    n: Annotated[int | None, note("copies wanted among the workers; null: all of them")] = None
+    workers: Annotated[list[str] | None, note("addresses or names; null: all running")] = None
+    branching_factor: Annotated[int, note("copies each holder serves at a time")] = 2
+
+
+@on(C2S)
+class Rebalance(Request, tag="rebalance", kw_only=True):
+    """`Client.rebalance`: answered once the moves are done, or at the wait's end."""
+
+    PAYLOAD = "`encode_keys` of the keys (with `some_keys`)"
+    some_keys: Annotated[bool, note("false: every result may move")] = False
+    workers: Annotated[list[str] | None, note("addresses; null: all")] = None
+
+
+@on(C2S)
+class Amm(Request, tag="amm", kw_only=True):
+    """`Client.amm`: start, stop or ask about the periodic pass, or run it once."""
+
+    method: Annotated[str, note('"start", "stop", "running" or "run_once"')]
+
+
+@on(S2C)
+class ReplicasReply(Reply, tag="replicas", kw_only=True):
+    """The answer to `replicate`, `rebalance` and `amm`."""
+
+    error: Annotated[str | None, note("why it could not be done")] = None
+    error_type: Annotated[str, note('"ValueError", "KeyError" or "TimeoutError"')] = "ValueError"
+    done: Annotated[int, note("copies made, moves done or replicas dropped")] = 0
+    running: Annotated[bool, note("whether the periodic pass is started")] = False

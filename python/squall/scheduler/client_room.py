@@ -118,6 +118,7 @@ class ClientRoom:
             m.GetMetadata: s.metadata.get_request,
             m.SetMetadata: s.metadata.set_request,
             **s.coordination.handlers(),
+            **s.replicas.handlers(),
         }
         return Handlers(
             m.Route.CLIENT_TO_SCHEDULER,

@@ -36,6 +36,7 @@ from squall.scheduler.lifecycle import Lifecycle
 from squall.scheduler.metadata import MetadataStore
 from squall.scheduler.outbox import Outbox
 from squall.scheduler.peer import Peer
+from squall.scheduler.replicas import Replicas
 from squall.scheduler.task_stream import TaskStream
 from squall.scheduler.worker_room import WorkerRoom
 from squall.security import Security
@@ -122,11 +123,14 @@ class SchedulerServer:
     metadata: MetadataStore = field(init=False, default_factory=MetadataStore)
     #: What code run on the scheduler gets as ``dask_scheduler``.
     facade: SchedulerFacade = field(init=False)
+    #: Client.replicate, rebalance and amm (docs/runtime.md#replicas-and-rebalancing).
+    replicas: Replicas = field(init=False)
 
     def __post_init__(self) -> None:
         self.preloads = Preloads.of("scheduler", self.preload, self.preload_argv)
         self.core = Scheduler(config.core_config(self.config))
         self.lifecycle = Lifecycle(self)
+        self.replicas = Replicas(self)
         self.health = Health(lambda: int(self.core.counters()["tasks_computed"]))
         self.diagnostics = ClientDiagnostics(self)
         self.events = EventLog(self)

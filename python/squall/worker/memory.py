@@ -49,6 +49,17 @@ def sizeof_value(value: Any) -> int:
         return sys.getsizeof(value)
 
 
+#: How the core measures memory for each of Dask's rebalance measures
+#: (docs/runtime.md#replicas-and-rebalancing).
+REBALANCE_MEASURES = {
+    "optimistic": "process",
+    "process": "process",
+    "managed": "managed",
+    "managed_total": "managed",
+    "managed_in_memory": "managed",
+}
+
+
 def system_memory() -> int:
     """Bytes this process may use: the machine's memory, less if a cgroup limits it."""
     total = int(psutil.virtual_memory().total)
@@ -127,6 +138,23 @@ def thresholds() -> Thresholds:
     if not seconds > 0:
         raise config.ConfigError(f"{where}: expected a duration > 0, got {interval!r}")
     return Thresholds(target, spill, pause, terminate, seconds)
+
+
+def rebalance_settings() -> dict[str, Any]:
+    """``rebalance``'s measure and tolerances (keyword arguments of the core's
+    ``rebalance``): ``squall.worker.memory.rebalance.<name>`` when set, else Dask's
+    ``distributed.worker.memory.rebalance.<name>``, else Dask's default."""
+    measure, where = _setting("rebalance.measure")
+    if measure not in REBALANCE_MEASURES:
+        known = ", ".join(REBALANCE_MEASURES)
+        raise config.ConfigError(f"{where}: expected one of {known}, got {measure!r}")
+    out: dict[str, Any] = {"measure": REBALANCE_MEASURES[measure]}
+    for name in ("sender-min", "recipient-max", "sender-recipient-gap"):
+        value, where = _setting(f"rebalance.{name}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise config.ConfigError(f"{where}: expected a fraction >= 0, got {value!r}")
+        out[name.replace("-", "_")] = float(value)
+    return out
 
 
 def _setting(name: str) -> tuple[Any, str]:

@@ -154,6 +154,11 @@ pub struct Scheduler {
     /// When the copy of each result held only by retiring workers was last asked for
     /// (docs/runtime.md#retiring-workers).
     pub(crate) replicas_asked: FxHashMap<TaskId, f64>,
+    /// Copies `replicate` and `rebalance` asked for and not arrived yet
+    /// (docs/scheduling.md#replicas).
+    pub(crate) copies: FxHashMap<TaskId, crate::replicas::CopiesAsked>,
+    /// The active memory manager's periodic pass, when started.
+    pub(crate) amm: Option<crate::replicas::AmmTimer>,
 }
 
 impl Scheduler {
@@ -212,6 +217,8 @@ impl Scheduler {
             counters: Default::default(),
             blocked: Vec::new(),
             replicas_asked: FxHashMap::default(),
+            copies: FxHashMap::default(),
+            amm: None,
         };
         s.client_id(FIRE_AND_FORGET);
         s
@@ -350,6 +357,9 @@ impl Scheduler {
         self.n_tasks_live -= 1;
         if !self.replicas_asked.is_empty() {
             self.replicas_asked.remove(&t); // its slot may be recycled
+        }
+        if !self.copies.is_empty() {
+            self.copies.remove(&t);
         }
         self.stale_keys += 1;
         if self.n_tasks_live == 0 {

@@ -611,7 +611,7 @@ impl Scheduler {
 
     /// `w` lost its copy of `t`: tasks processing there that depend on `t` must fetch
     /// it again (`needs_what`, network occupancy), as if assigned without it.
-    fn restore_needs(&mut self, t: TaskId, w: WorkerId) {
+    pub(crate) fn restore_needs(&mut self, t: TaskId, w: WorkerId) {
         let n = self
             .task(t)
             .dependents
@@ -644,7 +644,12 @@ impl Scheduler {
     fn add_replicas_in(&mut self, w: WorkerId, tasks: &[TaskId]) {
         for &t in tasks {
             match self.get_task(t) {
-                Some(ts) if ts.state == S::Memory => self.add_replica(t, w),
+                Some(ts) if ts.state == S::Memory => {
+                    self.add_replica(t, w);
+                    if !self.copies.is_empty() {
+                        self.copy_arrived(t, w);
+                    }
+                }
                 Some(_) => self.emit(Command::RemoveReplicas { worker: w, task: t }),
                 None => {}
             }
@@ -922,6 +927,7 @@ impl Scheduler {
             s.check_no_workers(now, st);
             s.check_worker_ttl(now);
             s.ask_replicas(now);
+            s.amm_tick(now);
             ((), Slots::Unchanged)
         })
     }

@@ -69,6 +69,18 @@ impl Scheduler {
             self.replicated_tasks,
             replicated
         );
+        for (&t, asked) in &self.copies {
+            ensure!(
+                self.get_task(t).is_some() && !asked.is_empty(),
+                "copies asked for task id {} which is forgotten, or none",
+                t.0
+            );
+            ensure!(
+                asked.iter().all(|c| c.then_drop != Some(c.dest)),
+                "{:?}: a move to its own sender",
+                self.task(t).key
+            );
+        }
         ensure!(
             self.queued_tasks().len() == self.queued.len(),
             "queued heap holds {} live entries, counts {}",

@@ -113,6 +113,9 @@ enum Op {
     Pause(u16, bool),
     /// A report from a worker that already left (rejected).
     DeadReport(u16),
+    /// Replicas on demand: replicate a held key to n workers, rebalance, end the
+    /// pending moves, or run ReduceReplicas once (docs/scheduling.md#replicas).
+    Replicas(u16, u8),
 }
 
 #[derive(Clone, Debug)]
@@ -196,6 +199,7 @@ fn op_gen() -> impl Strategy<Value = Op> {
         1 => any::<u16>().prop_map(Op::LongRunning),
         2 => (any::<u16>(), any::<bool>()).prop_map(|(a, b)| Op::Pause(a, b)),
         1 => any::<u16>().prop_map(Op::DeadReport),
+        2 => (any::<u16>(), any::<u8>()).prop_map(|(a, b)| Op::Replicas(a, b)),
     ]
 }
 
@@ -352,6 +356,8 @@ enum Ev {
     Steal(WorkerId, String, u64),
     /// (destination, key, retiring holder).
     Acquire(WorkerId, String, WorkerId),
+    /// The worker's copy no longer counts.
+    Remove(WorkerId, String),
     Other,
 }
 
@@ -418,11 +424,12 @@ fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
             format!("acquire {} @{} <-{}", k(task), a(worker), a(holder)),
             Ev::Acquire(*worker, k(task), *holder),
         ),
+        Command::RemoveReplicas { worker, task } => (
+            format!("remove-replicas {} @{}", k(task), a(worker)),
+            Ev::Remove(*worker, k(task)),
+        ),
         other => {
             let txt = match other {
-                Command::RemoveReplicas { worker, task } => {
-                    format!("remove-replicas {} @{}", k(task), a(worker))
-                }
                 Command::CloseWorker { worker } => format!("close-worker @{}", a(worker)),
                 Command::WorkerRemoved { worker, removed } => {
                     format!("worker-removed {} @{}", a(removed), a(worker))
@@ -547,6 +554,7 @@ impl World {
                     });
                 }
                 Ev::Acquire(w, key, holder) => self.acquires.push((w, key, holder)),
+                Ev::Remove(w, key) => self.lose_holder(&key, w),
                 Ev::Other => {}
             }
         }
@@ -1012,6 +1020,49 @@ impl World {
         self.pump();
     }
 
+    fn replicas(&mut self, i: usize, what: u8) {
+        let now = self.tick();
+        match what % 4 {
+            0 => {
+                let held: Vec<String> = (self.holders.iter())
+                    .filter(|(_, h)| !h.is_empty())
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                if held.is_empty() {
+                    return;
+                }
+                let key = Key::str(&held[i % held.len()]);
+                let n = usize::from(what / 4) % 4;
+                let n = (n > 0).then_some(n);
+                if self.s.replicate(&[key], n, None, 2, now).is_err() {
+                    return; // no running worker: refused, nothing changed
+                }
+                self.log.push(format!("replicate n={n:?}"));
+            }
+            1 => {
+                let settings = RebalanceSettings {
+                    measure: Measure::Managed,
+                    ..RebalanceSettings::default()
+                };
+                let out = self
+                    .s
+                    .rebalance(None, None, settings, now)
+                    .expect("rebalance");
+                self.log
+                    .push(format!("rebalance: {} moves", out.moves.len()));
+            }
+            2 => {
+                let keys = self.s.end_moves();
+                self.log.push(format!("end moves: {keys:?}"));
+            }
+            _ => {
+                let n = self.s.reduce_replicas(now);
+                self.log.push(format!("reduce replicas: {n} dropped"));
+            }
+        }
+        self.pump();
+    }
+
     fn step_op(&mut self, op: &Op) {
         self.step += 1;
         let n_active = self.active.len();
@@ -1148,6 +1199,7 @@ impl World {
                     .push(format!("status {} {}", self.addr(w), status.name()));
                 self.pump();
             }
+            Op::Replicas(i, what) => self.replicas(i as usize, what),
             Op::DeadReport(i) if !self.dead.is_empty() => {
                 let w = self.dead[i as usize % self.dead.len()];
                 if let Some(t) = self.g.tasks.iter().find_map(|t| self.lookup(&t.key)) {

@@ -7,42 +7,6 @@ use common::*;
 use squall_core::TaskState as S;
 use squall_core::*;
 
-fn item(k: &str, nbytes: i64, holders: &[&str]) -> Scattered {
-    Scattered {
-        key: key(k),
-        nbytes,
-        holders: holders.iter().map(|a| a.to_string()).collect(),
-    }
-}
-
-fn scatter(h: &mut H, items: Vec<Scattered>) -> Vec<TaskId> {
-    let now = h.tick_time(0.01);
-    let ids = h.s.scatter(h.client, &items, now).unwrap();
-    h.drain();
-    ids
-}
-
-fn retire(h: &mut H, ws: &[WorkerId]) -> Vec<WorkerId> {
-    let now = h.tick_time(0.01);
-    let started = h.s.retire_workers(ws, now).unwrap();
-    h.drain();
-    started
-}
-
-fn tick(h: &mut H, dt: f64) {
-    let now = h.tick_time(dt);
-    h.s.tick(now);
-    h.drain();
-}
-
-/// The destination fetched what it was asked for and says so (`add-replicas`).
-fn fetched(h: &mut H, w: WorkerId, keys: &[&str]) {
-    let now = h.tick_time(0.01);
-    let keys: Vec<Key> = keys.iter().map(|k| key(k)).collect();
-    h.s.add_replicas(w, &keys, now).unwrap();
-    h.drain();
-}
-
 #[test]
 fn results_only_a_retiring_worker_holds_go_to_the_least_loaded_running_worker() {
     let mut h = H::new();

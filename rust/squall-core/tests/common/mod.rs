@@ -266,3 +266,41 @@ impl H {
             .map(|w| self.s.worker(w).address.clone())
     }
 }
+
+// ----- data placement (retirement, replicas) -----
+
+pub fn item(k: &str, nbytes: i64, holders: &[&str]) -> Scattered {
+    Scattered {
+        key: key(k),
+        nbytes,
+        holders: holders.iter().map(|a| a.to_string()).collect(),
+    }
+}
+
+pub fn scatter(h: &mut H, items: Vec<Scattered>) -> Vec<TaskId> {
+    let now = h.tick_time(0.01);
+    let ids = h.s.scatter(h.client, &items, now).unwrap();
+    h.drain();
+    ids
+}
+
+pub fn retire(h: &mut H, ws: &[WorkerId]) -> Vec<WorkerId> {
+    let now = h.tick_time(0.01);
+    let started = h.s.retire_workers(ws, now).unwrap();
+    h.drain();
+    started
+}
+
+pub fn tick(h: &mut H, dt: f64) {
+    let now = h.tick_time(dt);
+    h.s.tick(now);
+    h.drain();
+}
+
+/// The destination fetched what it was asked for and says so (`add-replicas`).
+pub fn fetched(h: &mut H, w: WorkerId, keys: &[&str]) {
+    let now = h.tick_time(0.01);
+    let keys: Vec<Key> = keys.iter().map(|k| key(k)).collect();
+    h.s.add_replicas(w, &keys, now).unwrap();
+    h.drain();
+}

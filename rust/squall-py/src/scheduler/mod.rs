@@ -8,6 +8,7 @@ mod dashboard;
 mod dispatch;
 mod progress;
 mod queries;
+mod replicas;
 mod scaling;
 mod submit;
 mod workers;
