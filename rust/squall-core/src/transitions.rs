@@ -122,6 +122,9 @@ impl Scheduler {
         if self.log.enabled() {
             self.log.push(t, start, actual, stim, self.now);
         }
+        if self.feed.on() {
+            self.feed.push(t, start, actual, stim);
+        }
         self.stealing_on_transition(t, start, actual);
     }
 
