@@ -961,3 +961,31 @@ class Metadata(Reply, tag="metadata", kw_only=True):
 
     PAYLOAD = "msgpack of the value got, or of the first key of the path not found"
     found: Annotated[bool, note("false: a key of the path is missing")] = True
+
+
+# ----- scheduler plugins (docs/protocol.md#scheduler-plugins) ---------------------------
+
+
+@on(C2S)
+class RegisterSchedulerPlugin(Request, tag="register-scheduler-plugin", kw_only=True):
+    """Unpickle a plugin on the scheduler, start it and keep it under `name`."""
+
+    PAYLOAD = "`cloudpickle(plugin)`"
+    name: str
+    idempotent: Annotated[bool, note("true: a plugin already under `name` is kept")] = False
+
+
+@on(C2S)
+class UnregisterSchedulerPlugin(Request, tag="unregister-scheduler-plugin", kw_only=True):
+    """Remove the plugin under `name`, then close it."""
+
+    name: str
+
+
+@on(S2C)
+class SchedulerPluginResult(ErrorReport, tag="scheduler-plugin-result", kw_only=True):
+    """The answer to `register-scheduler-plugin` and `unregister-scheduler-plugin`."""
+
+    PAYLOAD = "empty, or the error report's payload"
+    id: int | None = None
+    status: Annotated[str, note('"OK" or "error"')]
