@@ -21,6 +21,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin as DistributedSchedul
 import squall
 from squall import Client, LocalCluster, SchedulerPlugin, WorkerPlugin
 from squall.scheduler.facade import SchedulerFacade
+from squall.tools import bench_e2e
 from tests.conftest import eventually, start_scheduler, start_worker
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -369,3 +370,21 @@ def test_a_preload_adds_a_plugin_started_with_the_scheduler(tmp_path: Path) -> N
         worker.wait(timeout=20)
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_the_bench_row_with_a_transition_plugin(client: Client) -> None:
+    """``squall bench e2e --workloads map-transition-plugin`` at a tiny size, on both
+    systems: the plugin registers, counts every task reaching memory, and leaves."""
+    import distributed
+
+    run = bench_e2e.WORKLOADS["map-transition-plugin"][0]
+    assert run(client, 50) == 50
+    names = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins))
+    assert bench_e2e.COUNTER not in names
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        assert run(dask_client, 20) == 20
