@@ -281,7 +281,7 @@ def _transition_counter(system: str) -> Any:
         return SquallTransitionCounter()
     from distributed.diagnostics.plugin import SchedulerPlugin as DaskPlugin  # the bench extra
 
-    class DaskTransitionCounter(_CountsTransitions, DaskPlugin):  # type: ignore[misc]
+    class DaskTransitionCounter(_CountsTransitions, DaskPlugin):
         pass
 
     return DaskTransitionCounter()
