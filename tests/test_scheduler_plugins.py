@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+import dask
 import pytest
+from dask import delayed
 from distributed.diagnostics.plugin import SchedulerPlugin as DistributedSchedulerPlugin
 
 import squall
@@ -137,11 +139,12 @@ def test_update_graph_gets_the_keys_and_the_graph(recorder: Client) -> None:
     assert c.submit(inc, 1, key="ug-x").result() == 2
     [call] = [s for s in seen(c, hook="update_graph") if "ug-x" in s[3]]
     assert call[1] == c.id and call[2] == ["ug-x"] and call[3] == ["ug-x"]
-    y = c.submit(inc, 2, key="ug-y", retries=2, workers=None)
-    z = c.submit(inc, y, key="ug-z")
-    assert z.result() == 4
-    calls = [s for s in seen(c, hook="update_graph") if "ug-z" in s[3]]
-    assert calls and calls[-1][2] == ["ug-z"]
+    with dask.annotate(retries=2):
+        y = delayed(inc)(2, dask_key_name="ug-y")
+    z = delayed(inc)(y, dask_key_name="ug-z")
+    assert c.compute(z).result() == 4
+    [call] = [s for s in seen(c, hook="update_graph") if "ug-z" in s[3]]
+    assert call[2:] == (["ug-z"], ["ug-y", "ug-z"], {"retries": {"ug-y": 2}})
 
 
 def test_clients_and_events_reach_the_plugin(recorder: Client, cluster: LocalCluster) -> None:
