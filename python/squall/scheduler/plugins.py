@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from squall._core import decode_keys
-from squall.diagnostics.plugin import plugin_name
+from squall.diagnostics.plugin import plugin_kind, plugin_name
 from squall.protocol import messages as m
 from squall.protocol.remote_errors import error_fields, pack_error
 
@@ -122,7 +122,10 @@ class SchedulerPlugins:
         blob = bytes(payload)
 
         async def register() -> None:
-            await self.register(pickle.loads(blob), msg.name, msg.idempotent)
+            plugin = pickle.loads(blob)
+            if plugin_kind(plugin) != "scheduler":
+                raise TypeError(f"{plugin!r} is no SchedulerPlugin")
+            await self.register(plugin, msg.name, msg.idempotent)
 
         self._answer(cid, msg, register())
         return None
@@ -165,14 +168,20 @@ class SchedulerPlugins:
             return
         for name, plugin in self._watching:
             hook = plugin.transition
-            last, stimulus_id = -1, ""
+            last, stimulus_id, failed = -1, "", 0
             for key, start, finish, stimulus in fed:
                 if stimulus != last:
                     last, stimulus_id = stimulus, f"stimulus-{stimulus}"
                 try:
                     hook(key, start, finish, stimulus_id=stimulus_id)
                 except Exception:
-                    logger.exception("plugin %s failed in transition", name)
+                    # The first failure of a batch with its traceback, then a count: a
+                    # hook failing on every transition must not flood the log.
+                    if not failed:
+                        logger.exception("plugin %s failed in transition", name)
+                    failed += 1
+            if failed > 1:
+                logger.error("plugin %s failed in %d transitions", name, failed)
 
     def update_graph(
         self,
