@@ -24,7 +24,7 @@ import squall
 from squall import Client, LocalCluster, SchedulerPlugin, WorkerPlugin
 from squall.scheduler.facade import SchedulerFacade
 from squall.tools import bench_e2e
-from tests.conftest import eventually, start_scheduler, start_worker
+from tests.conftest import eventually, start_scheduler, start_worker, submit_map
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -99,6 +99,25 @@ def feed_on(c: Client) -> bool:
         return bool(dask_scheduler._server.core.transition_feed)
 
     return bool(c.run_on_scheduler(read))
+
+
+def test_the_core_feeds_transitions_only_when_asked(sched: squall.core.Scheduler) -> None:
+    """The binding's feed: off by default; on, every transition since the last take,
+    with distributed's state names and the stimulus ``story`` shows."""
+    c = sched.client("c")
+    sched.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
+    submit_map(sched, c, 2, now=0.1)
+    assert not sched.transition_feed and sched.take_transitions() == []
+    sched.transition_feed = True
+    submit_map(sched, c, 3, now=0.2)  # inc-0, inc-1 known; inc-2 new
+    fed = sched.take_transitions()
+    assert {k for k, *_ in fed} == {"inc-2"}
+    assert [tuple(e[1:]) for e in fed] == [e[:3] for e in sched.story("inc-2")]
+    assert fed[0][1:3] == ("released", "waiting") and fed[-1][2] == sched.state("inc-2")
+    assert sched.take_transitions() == []
+    sched.transition_feed = False
+    submit_map(sched, c, 4, now=0.3)
+    assert sched.take_transitions() == []
 
 
 @pytest.fixture
