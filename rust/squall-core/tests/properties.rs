@@ -555,7 +555,7 @@ impl World {
             }
         }
         // Taken every third step, so that forgotten slots get recycled in between.
-        if self.step % 3 == 0 {
+        if self.step.is_multiple_of(3) {
             self.check_feed();
         }
         self.check();
