@@ -410,3 +410,28 @@ def test_the_bench_row_with_a_transition_plugin(client: Client) -> None:
         distributed.Client(cluster) as dask_client,
     ):
         assert run(dask_client, 20) == 20
+
+
+def test_an_in_process_scheduler_starts_its_plugins() -> None:
+    """distributed's ``Scheduler(plugins=[...])``: started with the scheduler, their
+    hooks called in this process; ``remove_plugin`` on the server."""
+    plugin = Recorder()
+
+    async def main() -> None:
+        async with squall.Scheduler(port=0, dashboard=False, plugins=[plugin]) as s:
+            assert s.plugins == {"recorder": plugin}
+            assert plugin.seen == [("start", "SchedulerFacade")]
+            async with (
+                squall.Worker(s.address, nthreads=1) as w,
+                squall.Client(s.address, asynchronous=True) as c,
+            ):
+                assert await c.submit(inc, 1, key="in-process") == 2
+                assert ("add_worker", w.address) in plugin.seen
+                assert ("transition", "in-process", "processing", "memory") in [
+                    t[:4] for t in plugin.seen
+                ]
+            s.remove_plugin("recorder")
+            assert s.plugins == {}
+            assert not s.core.transition_feed
+
+    asyncio.run(asyncio.wait_for(main(), 60))
