@@ -110,7 +110,9 @@ def test_the_core_feeds_transitions_only_when_asked(sched: squall.core.Scheduler
     assert not sched.transition_feed and sched.take_transitions() == []
     sched.transition_feed = True
     submit_map(sched, c, 3, now=0.2)  # inc-0, inc-1 known; inc-2 new
-    fed = sched.take_transitions()
+    fed = sched.take_transitions(limit=1)
+    assert len(fed) == 1
+    fed += sched.take_transitions()
     assert {k for k, *_ in fed} == {"inc-2"}
     assert [tuple(e[1:]) for e in fed] == [e[:3] for e in sched.story("inc-2")]
     assert fed[0][1:3] == ("released", "waiting") and fed[-1][2] == sched.state("inc-2")

@@ -29,6 +29,10 @@ logger = logging.getLogger("squall.scheduler")
 
 Answer = tuple[m.Message, bytes] | None
 
+#: Transitions taken from the core at once: a million-task graph's are handed over in
+#: chunks, never all as Python objects at the same time.
+TRANSITIONS_AT_ONCE = 1 << 16
+
 #: The base classes whose hooks do nothing: a plugin inheriting a hook from one of
 #: them does not watch that event (named so that distributed's need not be imported).
 _NO_OP_BASES = frozenset(
@@ -163,9 +167,11 @@ class SchedulerPlugins:
         watch them (called at each dispatch; nothing to do while none watches)."""
         if not self._watching:
             return
-        fed = self._server.core.take_transitions()
-        if not fed:
-            return
+        core = self._server.core
+        while fed := core.take_transitions(TRANSITIONS_AT_ONCE):
+            self._hand_over(fed)
+
+    def _hand_over(self, fed: list[tuple[Hashable, str, str, int]]) -> None:
         for name, plugin in self._watching:
             hook = plugin.transition
             last, stimulus_id, failed = -1, "", 0

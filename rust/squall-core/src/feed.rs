@@ -17,15 +17,18 @@ pub struct FeedEntry {
 }
 
 /// Entries are pushed with the task id only (no key copy on the hot path); keys are
-/// looked up when the feed is taken, or earlier, before a forgotten task's slot is
-/// recycled. Entries whose key is known are always the oldest ones.
+/// looked up when entries are taken, or earlier, before a forgotten task's slot is
+/// recycled. Entries whose key is known are always the oldest ones. They are taken in
+/// chunks (a cursor), so that the I/O layer never holds a huge batch at once.
 #[derive(Default)]
 pub(crate) struct TransitionFeed {
     on: bool,
-    /// Transitions since the last take: (task, start, finish, stimulus).
+    /// Transitions not all taken yet: (task, start, finish, stimulus).
     entries: Vec<(TaskId, TaskState, TaskState, u64)>,
-    /// The keys of the first `keys.len()` entries.
+    /// The keys of the first `keys.len()` entries (those before `taken` moved out).
     keys: Vec<Key>,
+    /// Entries before this one were taken.
+    taken: usize,
 }
 
 fn key_of(tasks: &[Option<Task>], t: TaskId) -> Key {
@@ -40,10 +43,10 @@ impl TransitionFeed {
 
     /// Switching off drops what was not taken.
     pub(crate) fn set(&mut self, on: bool) {
-        self.on = on;
-        if !on {
-            self.entries = Vec::new();
-            self.keys = Vec::new();
+        if on {
+            self.on = true;
+        } else {
+            *self = TransitionFeed::default();
         }
     }
 
@@ -52,11 +55,18 @@ impl TransitionFeed {
         self.entries.push((t, start, finish, stim));
     }
 
-    /// Looks up the keys not known yet; must run before any fed slot is recycled.
-    pub(crate) fn resolve(&mut self, tasks: &[Option<Task>]) {
+    /// Looks up the keys of the first `end` entries not known yet; with `end` the
+    /// number of entries, this must run before any fed slot is recycled.
+    fn resolve_to(&mut self, tasks: &[Option<Task>], end: usize) {
         let known = self.keys.len();
-        self.keys
-            .extend(self.entries[known..].iter().map(|e| key_of(tasks, e.0)));
+        if known < end {
+            self.keys
+                .extend(self.entries[known..end].iter().map(|e| key_of(tasks, e.0)));
+        }
+    }
+
+    pub(crate) fn resolve(&mut self, tasks: &[Option<Task>]) {
+        self.resolve_to(tasks, self.entries.len());
     }
 
     /// The task ids of entries whose key is still to be looked up (for `validate`).
@@ -64,19 +74,27 @@ impl TransitionFeed {
         self.entries[self.keys.len()..].iter().map(|e| e.0)
     }
 
-    /// Everything fed since the last take, oldest first.
-    pub(crate) fn take(&mut self, tasks: &[Option<Task>]) -> Vec<FeedEntry> {
-        self.resolve(tasks);
-        let keys = std::mem::take(&mut self.keys);
-        std::mem::take(&mut self.entries)
-            .into_iter()
-            .zip(keys)
-            .map(|((_, start, finish, stimulus), key)| FeedEntry {
-                key,
-                start,
-                finish,
-                stimulus,
+    /// The oldest `max` entries not taken yet, in order.
+    pub(crate) fn take(&mut self, tasks: &[Option<Task>], max: usize) -> Vec<FeedEntry> {
+        let end = self.taken.saturating_add(max).min(self.entries.len());
+        self.resolve_to(tasks, end);
+        let out = (self.taken..end)
+            .map(|i| {
+                let (_, start, finish, stimulus) = self.entries[i];
+                FeedEntry {
+                    key: std::mem::take(&mut self.keys[i]),
+                    start,
+                    finish,
+                    stimulus,
+                }
             })
-            .collect()
+            .collect();
+        self.taken = end;
+        if end == self.entries.len() {
+            self.entries.clear();
+            self.keys.clear();
+            self.taken = 0;
+        }
+        out
     }
 }

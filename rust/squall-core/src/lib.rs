@@ -71,8 +71,8 @@ impl Scheduler {
         self.feed.on()
     }
 
-    /// The transitions made since the last call, oldest first (empty while off).
-    pub fn take_transitions(&mut self) -> Vec<FeedEntry> {
-        self.feed.take(&self.tasks)
+    /// The oldest `max` transitions not taken yet, oldest first (none while off).
+    pub fn take_transitions(&mut self, max: usize) -> Vec<FeedEntry> {
+        self.feed.take(&self.tasks, max)
     }
 }

@@ -554,9 +554,12 @@ impl World {
                 Ev::Other => {}
             }
         }
-        // Taken every third step, so that forgotten slots get recycled in between.
-        if self.step.is_multiple_of(3) {
-            self.check_feed();
+        // Taken in chunks, all of it every third step and one chunk on some others, so
+        // that forgotten slots get recycled while entries wait, some half taken.
+        match self.step % 3 {
+            0 => self.check_feed(true),
+            1 => self.check_feed(false),
+            _ => {}
         }
         self.check();
     }
@@ -564,21 +567,32 @@ impl World {
     /// The transition feed tells each key's story without a gap: every transition
     /// starts where the last one left it (a forgotten key comes back released), and
     /// the last one is where the task is now.
-    fn check_feed(&mut self) {
-        for e in self.s.take_transitions() {
-            let key = e.key.as_str().unwrap_or("?").to_string();
-            let last = self.fed.get(&key).copied().unwrap_or(S::Released);
-            let from = if last == S::Forgotten {
-                S::Released
-            } else {
-                last
-            };
-            assert_eq!(
-                e.start, from,
-                "step {}: {key} fed {:?} -> {:?} after {last:?}",
-                self.step, e.start, e.finish
-            );
-            self.fed.insert(key, e.finish);
+    fn check_feed(&mut self, all: bool) {
+        const CHUNK: usize = 5;
+        loop {
+            let chunk = self.s.take_transitions(CHUNK);
+            let done = chunk.len() < CHUNK;
+            for e in chunk {
+                let key = e.key.as_str().unwrap_or("?").to_string();
+                let last = self.fed.get(&key).copied().unwrap_or(S::Released);
+                let from = if last == S::Forgotten {
+                    S::Released
+                } else {
+                    last
+                };
+                assert_eq!(
+                    e.start, from,
+                    "step {}: {key} fed {:?} -> {:?} after {last:?}",
+                    self.step, e.start, e.finish
+                );
+                self.fed.insert(key, e.finish);
+            }
+            if done || !all {
+                break;
+            }
+        }
+        if !all {
+            return;
         }
         for (key, &last) in &self.fed {
             let now = self

@@ -537,7 +537,10 @@ fn transition_feed_reports_every_transition_with_its_key_once_switched_on() {
     h.worker("tcp://a", 1);
     h.submit(&[("before", &[])], &["before"]).unwrap();
     assert!(!h.s.transition_feed());
-    assert!(h.s.take_transitions().is_empty(), "off by default");
+    assert!(
+        h.s.take_transitions(usize::MAX).is_empty(),
+        "off by default"
+    );
     h.s.set_transition_feed(true);
     h.submit(&[("x", &[]), ("y", &["x"])], &["y"]).unwrap();
     h.run_all();
@@ -548,11 +551,14 @@ fn transition_feed_reports_every_transition_with_its_key_once_switched_on() {
     h.drain();
     h.submit(&[("z", &[])], &["z"]).unwrap();
     h.s.validate().unwrap();
-    let fed: Vec<(String, &str, &str)> =
-        h.s.take_transitions()
-            .iter()
-            .map(|e| (e.key.python_str(), e.start.name(), e.finish.name()))
-            .collect();
+    // Taken in chunks: the first two, then the rest.
+    let mut taken = h.s.take_transitions(2);
+    assert_eq!(taken.len(), 2);
+    taken.extend(h.s.take_transitions(usize::MAX));
+    let fed: Vec<(String, &str, &str)> = taken
+        .iter()
+        .map(|e| (e.key.python_str(), e.start.name(), e.finish.name()))
+        .collect();
     let of = |k: &str| -> Vec<(&str, &str)> {
         fed.iter()
             .filter(|e| e.0 == k)
@@ -583,8 +589,8 @@ fn transition_feed_reports_every_transition_with_its_key_once_switched_on() {
         vec![("released", "waiting"), ("waiting", "processing")]
     );
     assert_eq!(of("before"), vec![("processing", "memory")], "fed once on");
-    assert!(h.s.take_transitions().is_empty(), "taken once");
+    assert!(h.s.take_transitions(usize::MAX).is_empty(), "taken once");
     h.s.set_transition_feed(false);
     h.run_all();
-    assert!(h.s.take_transitions().is_empty(), "off again");
+    assert!(h.s.take_transitions(usize::MAX).is_empty(), "off again");
 }

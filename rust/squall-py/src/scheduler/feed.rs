@@ -28,12 +28,17 @@ impl Scheduler {
         self.inner.set_transition_feed(on);
     }
 
-    /// The transitions since the last call, oldest first, as (key, start, finish,
-    /// stimulus) with distributed's state names (interned). A key transitioning several
-    /// times in a row is one Python object.
-    fn take_transitions<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Fed<'py>>> {
+    /// The oldest `limit` transitions not taken yet (all: None), oldest first, as (key,
+    /// start, finish, stimulus) with distributed's state names (interned). A key
+    /// transitioning several times in a row is one Python object.
+    #[pyo3(signature = (limit=None))]
+    fn take_transitions<'py>(
+        &mut self,
+        py: Python<'py>,
+        limit: Option<usize>,
+    ) -> PyResult<Vec<Fed<'py>>> {
         let names = TaskState::ALL.map(|s| PyString::intern(py, s.name()));
-        let fed = self.inner.take_transitions();
+        let fed = self.inner.take_transitions(limit.unwrap_or(usize::MAX));
         let mut out = Vec::with_capacity(fed.len());
         let mut last: Option<(usize, Bound<'py, PyAny>)> = None;
         for (i, e) in fed.iter().enumerate() {
