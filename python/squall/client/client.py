@@ -10,7 +10,8 @@ The client is composed: each of its public methods hands the call to one collabo
 a plain object holding the connection (and what else it needs), which does the work —
 ``submission`` (graphs: ``submit``, ``map``, ``compute``, …), ``data`` (``gather``,
 ``scatter``), ``cluster_ops`` (the workers, ``run``, ``restart``, …), ``admin``
-(``run_on_scheduler``, the scheduler's metadata), ``diagnostics``
+(``run_on_scheduler``, the scheduler's metadata), ``scheduler_plugins``
+(``register_scheduler_plugin``, ``unregister_scheduler_plugin``), ``diagnostics``
 (``who_has``, the logs, the versions, …), ``task_stream`` (``get_task_stream``) and
 ``connection`` itself (``sync``, ``close``, the futures' reference counts). Futures,
 ``wait`` and ``as_completed`` use the connection (and ``data`` to fetch a result).
@@ -45,6 +46,7 @@ from squall.client.futures import Future, FutureState, Key, futures_of
 from squall.client.inspection import Inspection
 from squall.client.replicas import AMMClientProxy, ReplicaOps
 from squall.client.scheduler_file import read_scheduler_file
+from squall.client.scheduler_plugins import SchedulerPluginOps
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
 from squall.client.workers import ClusterOps
@@ -113,6 +115,7 @@ class Client:
         self.event_ops = EventOps(self.connection, self.cluster_ops)
         self.admin = AdminOps(self.connection)
         self.replica_ops = ReplicaOps(self.connection)
+        self.scheduler_plugins = SchedulerPluginOps(self.connection)
         #: distributed's client extensions: ``{name: extension(client)}``.
         self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
@@ -484,6 +487,22 @@ class Client:
         exception is raised here with the scheduler's traceback. The function blocks
         the scheduler while it runs."""
         return self.sync(self.admin.run_on_scheduler, function, *args, **kwargs)
+
+    def register_scheduler_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None
+    ) -> Any:
+        """Send ``plugin`` (a ``SchedulerPlugin``, squall's or distributed's) to the
+        scheduler, which awaits its ``start(scheduler)`` and then calls its hooks
+        (docs/runtime.md#scheduler-plugins). ``name`` defaults to the plugin's ``name``
+        attribute, else a unique one; ``idempotent`` (default: the plugin's attribute)
+        keeps a plugin already registered under that name instead, else the new one
+        replaces it. The exception of unpickling or starting it is raised here."""
+        return self.sync(self.scheduler_plugins.register, plugin, name, idempotent)
+
+    def unregister_scheduler_plugin(self, name: str) -> Any:
+        """Remove the scheduler plugin registered under ``name`` (ValueError if none):
+        its hooks are no longer called, then its ``close()`` is awaited."""
+        return self.sync(self.scheduler_plugins.unregister, name)
 
     def set_metadata(self, key: Any, value: Any) -> Any:
         """Store ``value`` on the scheduler under ``key``, or under a path of keys

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -86,7 +86,8 @@ class Scheduler(SchedulerServer):
     and ``worker_ttl`` override the ``squall.scheduler`` knobs of those names;
     ``scheduler_file`` is written once it listens. ``preload`` and ``preload_argv``
     (default: ``squall.scheduler.preload``, else Dask's ``distributed.scheduler.preload``)
-    run with this object as their server (docs/runtime.md#preload)."""
+    run with this object as their server (docs/runtime.md#preload). ``plugins`` are
+    scheduler plugins, started with it (docs/runtime.md#scheduler-plugins)."""
 
     def __init__(
         self,
@@ -109,7 +110,7 @@ class Scheduler(SchedulerServer):
         http_prefix: str | None = "/",
         preload: str | Sequence[str] | None = None,
         preload_argv: Sequence[str] | Sequence[Sequence[str]] = (),
-        plugins: Any = (),
+        plugins: Iterable[Any] = (),
         contact_address: str | None = None,
         transition_counter_max: bool | int = False,
         jupyter: bool = False,
@@ -123,7 +124,6 @@ class Scheduler(SchedulerServer):
             service_kwargs=service_kwargs,
             extensions=extensions,
             idle_timeout=idle_timeout,
-            plugins=plugins,
             contact_address=contact_address,
             jupyter=jupyter,
             http_prefix=http_prefix not in ("/", None),
@@ -144,6 +144,8 @@ class Scheduler(SchedulerServer):
         elif dashboard_address is None:
             served = config_get("scheduler.dashboard.address")
         super().__init__(address, knobs, security, served, preload, preload_argv)
+        for plugin in plugins:  # started with the scheduler
+            self.add_plugin(plugin)
         self.scheduler_file = scheduler_file
         self.status = Status.created
 

@@ -1000,3 +1000,31 @@ class ReplicasReply(Reply, tag="replicas", kw_only=True):
     error_type: Annotated[str, note('"ValueError", "KeyError" or "TimeoutError"')] = "ValueError"
     done: Annotated[int, note("copies made, moves done or replicas dropped")] = 0
     running: Annotated[bool, note("whether the periodic pass is started")] = False
+
+
+# ----- scheduler plugins (docs/protocol.md#scheduler-plugins) ---------------------------
+
+
+@on(C2S)
+class RegisterSchedulerPlugin(Request, tag="register-scheduler-plugin", kw_only=True):
+    """Unpickle a plugin on the scheduler, start it and keep it under `name`."""
+
+    PAYLOAD = "`cloudpickle(plugin)`"
+    name: str
+    idempotent: Annotated[bool, note("true: a plugin already under `name` is kept")] = False
+
+
+@on(C2S)
+class UnregisterSchedulerPlugin(Request, tag="unregister-scheduler-plugin", kw_only=True):
+    """Remove the plugin under `name`, then close it."""
+
+    name: str
+
+
+@on(S2C)
+class SchedulerPluginResult(ErrorReport, tag="scheduler-plugin-result", kw_only=True):
+    """The answer to `register-scheduler-plugin` and `unregister-scheduler-plugin`."""
+
+    PAYLOAD = "empty, or the error report's payload"
+    id: int | None = None
+    status: Annotated[str, note('"OK" or "error"')]

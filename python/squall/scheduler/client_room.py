@@ -48,6 +48,7 @@ class ClientRoom:
         logger.log(log_level, "client %s connected from %s", name, c.peer)
         if not hello.one_request:
             s.events.log(["all", name], {"action": "add-client", "client": name})
+            s.plugin_host.add_client(name)
         s.clients_added += not hello.one_request
         handlers = self._handlers(cid)
 
@@ -70,6 +71,7 @@ class ClientRoom:
             s.events.client_left(cid)
             if not hello.one_request:
                 s.events.log(["all", name], {"action": "remove-client", "client": name})
+                s.plugin_host.remove_client(name)
                 s.events.left(name, lambda: any(p.name == name for p in s.clients.values()))
             peer = s.clients.pop(cid)
             await peer.stream.close()
@@ -117,6 +119,8 @@ class ClientRoom:
             m.Run: self._run,
             m.GetMetadata: s.metadata.get_request,
             m.SetMetadata: s.metadata.set_request,
+            m.RegisterSchedulerPlugin: s.plugin_host.register_request,
+            m.UnregisterSchedulerPlugin: s.plugin_host.unregister_request,
             **s.coordination.handlers(),
             **s.replicas.handlers(),
         }
@@ -145,6 +149,7 @@ class ClientRoom:
             task_options=msg.task_options,
             data_producers=msg.data_producers,
         )
+        s.plugin_host.update_graph(s.clients[cid].name, msg, payload)
         redefined = s.core.take_redefined()
         if redefined:
             logger.warning(

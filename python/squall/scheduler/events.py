@@ -52,6 +52,7 @@ class EventLog:
         for name in [topics] if isinstance(topics, str) else topics:
             topic = self._topic(name)
             topic.events.append((now, msg))
+            self._server.plugin_host.log_event(name, msg)
             for cid in topic.subscribers:
                 peer = self._server.clients.get(cid)
                 if peer is not None:

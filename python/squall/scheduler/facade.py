@@ -149,6 +149,20 @@ class SchedulerFacade:
         ``Client.log_event`` does."""
         self._server.events.log(topic, msg)
 
+    @property
+    def plugins(self) -> dict[str, Any]:
+        """The scheduler plugins by name (docs/runtime.md#scheduler-plugins)."""
+        return self._server.plugin_host.plugins
+
+    def add_plugin(self, plugin: Any, name: str | None = None, idempotent: bool = False) -> None:
+        """Keep ``plugin`` under ``name`` and call its hooks from now on; not started
+        (unless the scheduler has yet to start, as from a preload's ``dask_setup``)."""
+        self._server.plugin_host.add(plugin, name=name, idempotent=idempotent)
+
+    def remove_plugin(self, name: str) -> None:
+        """Stop calling the plugin under ``name`` (ValueError if none); not closed."""
+        self._server.plugin_host.remove(name)
+
     def get_metadata(self, keys: list[Hashable], default: Any = no_default) -> Any:
         """The metadata at the path ``keys``; ``default`` or KeyError if missing."""
         return self._server.metadata.get(list(keys), default)

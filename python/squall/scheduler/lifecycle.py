@@ -161,6 +161,7 @@ class Lifecycle:
         async with s.restart_lock:
             try:
                 workers = s.core.restart(now=s.now())
+                s.plugin_host.restart()
                 for client in s.clients.values():
                     client.send(m.Restart())
                 error = await self._await_restart(workers, msg.timeout, msg.wait_for_workers)

@@ -36,6 +36,7 @@ from squall.scheduler.lifecycle import Lifecycle
 from squall.scheduler.metadata import MetadataStore
 from squall.scheduler.outbox import Outbox
 from squall.scheduler.peer import Peer
+from squall.scheduler.plugins import SchedulerPlugins
 from squall.scheduler.replicas import Replicas
 from squall.scheduler.task_stream import TaskStream
 from squall.scheduler.worker_room import WorkerRoom
@@ -125,6 +126,8 @@ class SchedulerServer:
     facade: SchedulerFacade = field(init=False)
     #: Client.replicate, rebalance and amm (docs/runtime.md#replicas-and-rebalancing).
     replicas: Replicas = field(init=False)
+    #: Scheduler plugins and their hooks (docs/runtime.md#scheduler-plugins).
+    plugin_host: SchedulerPlugins = field(init=False)
 
     def __post_init__(self) -> None:
         self.preloads = Preloads.of("scheduler", self.preload, self.preload_argv)
@@ -141,6 +144,7 @@ class SchedulerServer:
         self.client_room = ClientRoom(self)
         self.coordination = CoordinationRoom(self)
         self.facade = SchedulerFacade(self)
+        self.plugin_host = SchedulerPlugins(self)
         self.outbox = Outbox(self)
         self.task_stream = TaskStream(config.integer("diagnostics.task-stream.capacity"))
 
@@ -162,6 +166,7 @@ class SchedulerServer:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self.health.start()
         await self.preloads.setup(self)
+        await self.plugin_host.start()
         # `squall scheduler` prints the one listening line (on stdout, for its starters).
         logger.debug("scheduler listening at %s", self.address)
 
@@ -179,7 +184,9 @@ class SchedulerServer:
             )
 
     async def close(self) -> None:
+        await self.plugin_host.before_close()
         await self.preloads.teardown(self)
+        await self.plugin_host.close()
         if self.http is not None:
             await self.http.close()
         for t in self._tasks:
@@ -206,8 +213,21 @@ class SchedulerServer:
             self.dispatch()
             self.health.tick(time.perf_counter() - start)
 
+    # distributed's names, for a preload's ``dask_setup(scheduler)``: the facade's.
+    @property
+    def plugins(self) -> dict[str, Any]:
+        return self.plugin_host.plugins
+
+    def add_plugin(self, plugin: Any, name: str | None = None, idempotent: bool = False) -> None:
+        self.plugin_host.add(plugin, name=name, idempotent=idempotent)
+
+    def remove_plugin(self, name: str) -> None:
+        self.plugin_host.remove(name)
+
     def dispatch(self) -> None:
-        """Send the core's pending commands (after each event)."""
+        """Hand the core's transitions to the plugins watching them, and send its
+        pending commands (after each batch of events)."""
+        self.plugin_host.transitions()
         self.outbox.dispatch()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:

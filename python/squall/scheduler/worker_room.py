@@ -82,6 +82,7 @@ class WorkerRoom:
         logger.info("worker %s joined (%s threads)", address, hello.nthreads)
         s.events.log(address, {"action": "add-worker"})
         s.events.log("all", {"action": "add-worker", "worker": address})
+        s.plugin_host.add_worker(address)
         s.dispatch()
         handlers = self._handlers(w)
         try:
@@ -100,6 +101,7 @@ class WorkerRoom:
             with contextlib.suppress(SchedulerError):
                 self._remove_worker(w, s.now(), report)
             s.dispatch()
+            s.plugin_host.remove_worker(address)
             s.events.log(address, {"action": "remove-worker"})
             s.events.log("all", {"action": "remove-worker", "worker": address})
             s.events.left(address, lambda: any(p.address == address for p in s.workers.values()))

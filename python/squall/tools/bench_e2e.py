@@ -7,7 +7,8 @@ Rows: a no-op ``map``, N ``submit`` calls, a ``dask.delayed`` binary-tree sum an
 dask.array ``(x + x.T).sum()``: tasks/s (median of ``--repeat`` runs), the squall/dask
 throughput ratio, and scheduler-process CPU µs per task. On request (``--workloads``),
 the primitives from a task: N ``Lock`` acquire/release pairs and N ``Queue`` put/get
-pairs (pairs/s in place of tasks/s). Two more: scheduler memory per
+pairs (pairs/s in place of tasks/s), and ``map-transition-plugin``: the ``map`` with a
+scheduler plugin counting every transition. Two more: scheduler memory per
 task while holding N waiting tasks (no workers), and the time from a 100k-task delayed
 graph leaving the client until the scheduler holds all of it. Sizes differ per system
 (distributed is far slower); throughput, not wall time, is compared.
@@ -31,6 +32,7 @@ import psutil  # type: ignore[import-untyped]
 from squall.client.client import Client
 from squall.client.waiting import wait as squall_wait
 from squall.deploy.local import LocalCluster
+from squall.diagnostics.plugin import SchedulerPlugin
 from squall.primitives import Lock, Queue
 from squall.tools.browser import chromium, open_page
 
@@ -252,8 +254,65 @@ def run_queue_pairs(client: Any, n: int) -> int:
     return int(client.submit(queue_pairs, _system(client), n, pure=False).result())
 
 
+#: The name the transition-counting plugin registers under.
+COUNTER = "bench-transition-counter"
+
+
+class _CountsTransitions:
+    """A scheduler plugin's ``transition``: counts transitions per finish state."""
+
+    name = COUNTER
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        self.counts[finish] = self.counts.get(finish, 0) + 1
+
+
+class SquallTransitionCounter(_CountsTransitions, SchedulerPlugin):
+    pass
+
+
+def _transition_counter(system: str) -> Any:
+    """The counting plugin on ``system``'s own base class (distributed registers only
+    its own plugins)."""
+    if system == "squall":
+        return SquallTransitionCounter()
+    from distributed.diagnostics.plugin import SchedulerPlugin as DaskPlugin  # the bench extra
+
+    class DaskTransitionCounter(_CountsTransitions, DaskPlugin):
+        pass
+
+    return DaskTransitionCounter()
+
+
+def _counts(dask_scheduler: Any) -> dict[str, int]:
+    return dict(dask_scheduler.plugins[COUNTER].counts)
+
+
+def run_map_transition_plugin(client: Any, n: int) -> int:
+    """``map`` with a scheduler plugin counting every transition (what a ``transition``
+    plugin costs, docs/runtime.md#scheduler-plugins); fails unless it saw each task
+    reach memory."""
+    system = _system(client)
+    plugin = _transition_counter(system)
+    if system == "squall":
+        client.register_scheduler_plugin(plugin)
+    else:
+        client.register_plugin(plugin)
+    try:
+        run_map(client, n)
+        counts = client.run_on_scheduler(_counts)
+    finally:
+        client.unregister_scheduler_plugin(COUNTER)
+    assert counts.get("memory") == n, counts
+    return n
+
+
 WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
     "map": (run_map, "map"),
+    "map-transition-plugin": (run_map_transition_plugin, "map"),
     "submit": (run_submit, "submit"),
     "delayed-tree": (run_tree, "tree_leaves"),
     "array-x+xT-sum": (run_array, "array_side"),

@@ -9,6 +9,7 @@ mod config;
 mod counters;
 mod decide;
 mod error;
+mod feed;
 mod graph;
 mod group;
 mod ids;
@@ -38,6 +39,7 @@ pub use commands::{CancelReason, Command};
 pub use config::{Config, Kind, Setting, Value, SETTINGS};
 pub use counters::{Counters, Totals, WorkerStates};
 pub use error::{CoreError, CoreResult};
+pub use feed::FeedEntry;
 pub use graph::{DepRef, GraphOrder, NewTask, Submission, SubmitResult, TaskOptions};
 pub use group::{TaskGroup, TaskPrefix};
 pub use ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
@@ -59,5 +61,20 @@ impl Scheduler {
     /// The retained transitions of `key`, oldest first.
     pub fn story(&self, key: &Key) -> Vec<LogEntry> {
         self.log.story(key, &self.tasks)
+    }
+
+    /// Switches the transition feed on or off (off by default; off drops what was
+    /// not taken). While on, every transition is kept until `take_transitions`.
+    pub fn set_transition_feed(&mut self, on: bool) {
+        self.feed.set(on);
+    }
+
+    pub fn transition_feed(&self) -> bool {
+        self.feed.on()
+    }
+
+    /// The oldest `max` transitions not taken yet, oldest first (none while off).
+    pub fn take_transitions(&mut self, max: usize) -> Vec<FeedEntry> {
+        self.feed.take(&self.tasks, max)
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::commands::Command;
 use crate::config::Config;
+use crate::feed::TransitionFeed;
 use crate::group::{TaskGroup, TaskPrefix};
 use crate::ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
 use crate::key::{key_split, key_split_group, Key};
@@ -141,6 +142,8 @@ pub struct Scheduler {
 
     pub(crate) stealing: Stealing,
     pub(crate) log: TransitionLog,
+    /// Transitions for the I/O layer's scheduler plugins, while switched on.
+    pub(crate) feed: TransitionFeed,
     pub(crate) erred_history: std::collections::VecDeque<TaskId>,
     pub(crate) commands: Vec<Command>,
     /// Position indexes of drained recommendation sets, for reuse.
@@ -167,6 +170,7 @@ impl Scheduler {
             bandwidth: config.bandwidth,
             stealing: Stealing::default(),
             log: TransitionLog::new(config.transition_log_length),
+            feed: TransitionFeed::default(),
             config,
             tasks: Vec::new(),
             free_tasks: Vec::new(),
@@ -636,6 +640,7 @@ impl Scheduler {
     fn recycle_slots(&mut self) {
         if !self.recyclable.is_empty() {
             self.log.resolve(&self.tasks);
+            self.feed.resolve(&self.tasks);
         }
         for t in self.recyclable.drain(..) {
             self.tasks[t.idx()] = None;

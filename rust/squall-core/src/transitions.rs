@@ -100,6 +100,9 @@ impl Scheduler {
             return;
         }
         self.transition_counter += 1;
+        // Where the feed sees this transition start: two hops are two entries to it, as
+        // distributed's plugins see them; the log keeps one.
+        let mut fed_from = start;
         if let Err(args) = self.direct(t, start, finish, stim, recs, args) {
             // The two-hop rule: through released, which every live state can reach.
             if start == S::Released || finish == S::Released {
@@ -108,6 +111,10 @@ impl Scheduler {
             }
             let hop = self.direct(t, start, S::Released, stim, recs, args);
             debug_assert!(hop.is_ok(), "{start:?} -> released is direct");
+            if self.feed.on() {
+                self.feed.push(t, start, S::Released, stim);
+                fed_from = S::Released;
+            }
             if self.task(t).state == S::Released {
                 let v = recs.get(&t).copied().unwrap_or(finish);
                 if v != S::Released {
@@ -121,6 +128,9 @@ impl Scheduler {
             .map_or(S::Forgotten, |ts| ts.state);
         if self.log.enabled() {
             self.log.push(t, start, actual, stim, self.now);
+        }
+        if self.feed.on() {
+            self.feed.push(t, fed_from, actual, stim);
         }
         self.stealing_on_transition(t, start, actual);
     }

@@ -37,6 +37,14 @@ impl Scheduler {
                 ts.key
             );
         }
+        // A fed transition whose key is not looked up yet needs its slot (live or a
+        // tombstone): slots are recycled only after the feed looked their keys up.
+        for t in self.feed.unresolved() {
+            ensure!(
+                self.tasks.get(t.idx()).is_some_and(Option::is_some),
+                "the transition feed names recycled slot {t:?}"
+            );
+        }
         ensure!(
             n_live == self.n_tasks_live,
             "live count {} != {}",

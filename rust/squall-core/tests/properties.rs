@@ -390,6 +390,8 @@ struct World {
     /// Every command and report outcome, rendered.
     log: Vec<String>,
     step: usize,
+    /// Each key's last state the transition feed reported.
+    fed: HashMap<String, S>,
 }
 
 fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
@@ -460,6 +462,7 @@ impl World {
             ..Config::default()
         };
         let mut s = Scheduler::new(cfg);
+        s.set_transition_feed(true);
         let client = s.client_id("client-1");
         let mut w = World {
             s,
@@ -483,6 +486,7 @@ impl World {
             wanted: BTreeSet::new(),
             log: Vec::new(),
             step: 0,
+            fed: HashMap::new(),
         };
         for &n in &scn.cluster.threads {
             w.add_worker(u32::from(n), false);
@@ -558,7 +562,56 @@ impl World {
                 Ev::Other => {}
             }
         }
+        // Taken in chunks, all of it every third step and one chunk on some others, so
+        // that forgotten slots get recycled while entries wait, some half taken.
+        match self.step % 3 {
+            0 => self.check_feed(true),
+            1 => self.check_feed(false),
+            _ => {}
+        }
         self.check();
+    }
+
+    /// The transition feed tells each key's story without a gap: every transition
+    /// starts where the last one left it (a forgotten key comes back released), and
+    /// the last one is where the task is now.
+    fn check_feed(&mut self, all: bool) {
+        const CHUNK: usize = 5;
+        loop {
+            let chunk = self.s.take_transitions(CHUNK);
+            let done = chunk.len() < CHUNK;
+            for e in chunk {
+                let key = e.key.as_str().unwrap_or("?").to_string();
+                let last = self.fed.get(&key).copied().unwrap_or(S::Released);
+                let from = if last == S::Forgotten {
+                    S::Released
+                } else {
+                    last
+                };
+                assert_eq!(
+                    e.start, from,
+                    "step {}: {key} fed {:?} -> {:?} after {last:?}",
+                    self.step, e.start, e.finish
+                );
+                self.fed.insert(key, e.finish);
+            }
+            if done || !all {
+                break;
+            }
+        }
+        if !all {
+            return;
+        }
+        for (key, &last) in &self.fed {
+            let now = self
+                .lookup(key)
+                .map_or(S::Forgotten, |t| self.s.state_of(t));
+            assert_eq!(
+                now, last,
+                "step {}: {key} is {now:?}, fed {last:?}",
+                self.step
+            );
+        }
     }
 
     fn on_compute(&mut self, w: WorkerId, key: String, run: u64) {

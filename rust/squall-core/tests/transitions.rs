@@ -530,3 +530,67 @@ fn x_in_memory_on_one_of_two() -> (H, TaskId, WorkerId) {
     let holder = h.s.task(x).who_has.first().unwrap();
     (h, x, if holder == a { b } else { a })
 }
+
+#[test]
+fn transition_feed_reports_every_transition_with_its_key_once_switched_on() {
+    let mut h = H::new();
+    h.worker("tcp://a", 1);
+    h.submit(&[("before", &[])], &["before"]).unwrap();
+    assert!(!h.s.transition_feed());
+    assert!(
+        h.s.take_transitions(usize::MAX).is_empty(),
+        "off by default"
+    );
+    h.s.set_transition_feed(true);
+    h.submit(&[("x", &[]), ("y", &["x"])], &["y"]).unwrap();
+    h.run_all();
+    h.release(&["y"]);
+    // Drain twice more: the forgotten tasks' slots are recycled, and a new task may
+    // take one; the feed looked the keys up before.
+    h.drain();
+    h.drain();
+    h.submit(&[("z", &[])], &["z"]).unwrap();
+    h.s.validate().unwrap();
+    // Taken in chunks: the first two, then the rest.
+    let mut taken = h.s.take_transitions(2);
+    assert_eq!(taken.len(), 2);
+    taken.extend(h.s.take_transitions(usize::MAX));
+    let fed: Vec<(String, &str, &str)> = taken
+        .iter()
+        .map(|e| (e.key.python_str(), e.start.name(), e.finish.name()))
+        .collect();
+    let of = |k: &str| -> Vec<(&str, &str)> {
+        fed.iter()
+            .filter(|e| e.0 == k)
+            .map(|e| (e.1, e.2))
+            .collect()
+    };
+    assert_eq!(
+        of("x"),
+        vec![
+            ("released", "waiting"),
+            ("waiting", "processing"),
+            ("processing", "memory"),
+            ("memory", "released"),
+            ("released", "forgotten"),
+        ]
+    );
+    assert_eq!(
+        of("y"),
+        vec![
+            ("released", "waiting"),
+            ("waiting", "processing"),
+            ("processing", "memory"),
+            ("memory", "forgotten"),
+        ]
+    );
+    assert_eq!(
+        of("z"),
+        vec![("released", "waiting"), ("waiting", "processing")]
+    );
+    assert_eq!(of("before"), vec![("processing", "memory")], "fed once on");
+    assert!(h.s.take_transitions(usize::MAX).is_empty(), "taken once");
+    h.s.set_transition_feed(false);
+    h.run_all();
+    assert!(h.s.take_transitions(usize::MAX).is_empty(), "off again");
+}

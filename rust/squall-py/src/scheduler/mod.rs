@@ -6,6 +6,7 @@
 mod clients;
 mod dashboard;
 mod dispatch;
+mod feed;
 mod progress;
 mod queries;
 mod replicas;
