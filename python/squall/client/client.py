@@ -46,8 +46,10 @@ from squall.client.inspection import Inspection
 from squall.client.scheduler_file import read_scheduler_file
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
+from squall.client.worker_plugins import WorkerPluginOps
 from squall.client.workers import ClusterOps
 from squall.dask.graphs import insert_futures
+from squall.diagnostics.plugin import plugin_kind, plugin_name
 from squall.protocol import messages as m
 from squall.protocol.tracebacks import user_frames
 from squall.security import Security
@@ -111,6 +113,7 @@ class Client:
         self.dataset_ops = DatasetOps(self, self.connection)
         self.event_ops = EventOps(self.connection, self.cluster_ops)
         self.admin = AdminOps(self.connection)
+        self.worker_plugin_ops = WorkerPluginOps(self.connection)
         #: distributed's client extensions: ``{name: extension(client)}``.
         self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
@@ -494,6 +497,49 @@ class Client:
         """The metadata under a key or a path of keys (a list or a tuple);
         ``default`` if it is missing, else KeyError."""
         return self.sync(self.admin.get_metadata, keys, default)
+
+    # ----- plugins (worker_plugins.py) --------------------------------------
+
+    def register_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None
+    ) -> Any:
+        """Register a plugin where its base class says it runs
+        (docs/runtime.md#plugins): a ``WorkerPlugin`` on every worker, a
+        ``NannyPlugin`` on every nanny, now and as they join, under ``name`` (else its
+        ``name`` attribute, else a fresh one), replacing a plugin of that name unless
+        ``idempotent`` (default: the plugin's own attribute). Returns each worker's (or
+        nanny's) status; the first error raised by a ``setup`` is raised here."""
+        if isinstance(plugin, type):
+            raise TypeError("Please provide an instance of a plugin, not a type.")
+        kind = plugin_kind(plugin)
+        name = plugin_name(plugin, name)
+        if idempotent is None:
+            idempotent = bool(getattr(plugin, "idempotent", False))
+        nanny = kind == "nanny"
+        return self.sync(
+            self.worker_plugin_ops.register, plugin, name, idempotent=idempotent, nanny=nanny
+        )
+
+    def unregister_worker_plugin(self, name: str, nanny: bool | None = None) -> Any:
+        """Remove the worker plugin (with ``nanny``, the nanny plugin) ``name``: torn
+        down everywhere, and not given to workers that join later; ValueError if no
+        plugin has that name."""
+        return self.sync(self.worker_plugin_ops.unregister, name, nanny=bool(nanny))
+
+    def register_worker_callbacks(self, setup: Callable[..., Any] | None = None) -> Any:
+        """Call ``setup`` on every worker now and on each that joins later (with the
+        worker as ``dask_worker`` if it takes that parameter): a worker plugin."""
+        if setup is None:
+            return {}
+        return self.sync(self.worker_plugin_ops.register_callbacks, setup)
+
+    def upload_file(self, filename: str, load: bool = True) -> Any:
+        """Send a ``.py``, ``.zip`` or ``.egg`` file to every worker, now and as they
+        join, into its ``local_directory``, which is on its ``sys.path``; with
+        ``load``, import it there, reloading a module uploaded before so that new
+        tasks run the new code (docs/runtime.md#uploading-code). Returns each worker's
+        status."""
+        return self.sync(self.worker_plugin_ops.upload_file, filename, load)
 
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
         """Restart every worker and forget every task: all futures (of every client)

@@ -549,6 +549,7 @@ class ClientConnection:
             m.Error: self._unexpected,
             **dict.fromkeys(replies, self._reply),
             m.RunResult: self._reply,  # run_on_scheduler's answer
+            m.PluginReply: self._reply,
             m.CoordReply: self._reply_handing_over,
             m.GetDatasetsReply: self._reply_handing_over,
         }
@@ -570,7 +571,7 @@ class ClientConnection:
             if st.status != "cancelled":
                 st.cancel("cancelled by the scheduler")
 
-    def _reply(self, msg: m.Reply | m.RunResult, payload: memoryview) -> None:
+    def _reply(self, msg: m.Reply | m.RunResult | m.PluginReply, payload: memoryview) -> None:
         """A reply to a request, matched by ``id``; a refused graph errs its futures."""
         rid = msg.id
         keys = self._graphs.pop(rid, None) if rid is not None else None

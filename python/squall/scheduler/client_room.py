@@ -117,6 +117,8 @@ class ClientRoom:
             m.Run: self._run,
             m.GetMetadata: s.metadata.get_request,
             m.SetMetadata: s.metadata.set_request,
+            m.RegisterWorkerPlugin: s.worker_plugins.register_request,
+            m.UnregisterWorkerPlugin: s.worker_plugins.unregister_request,
             **s.coordination.handlers(),
         }
         return Handlers(

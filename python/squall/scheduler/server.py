@@ -37,6 +37,7 @@ from squall.scheduler.metadata import MetadataStore
 from squall.scheduler.outbox import Outbox
 from squall.scheduler.peer import Peer
 from squall.scheduler.task_stream import TaskStream
+from squall.scheduler.worker_plugins import WorkerPlugins
 from squall.scheduler.worker_room import WorkerRoom
 from squall.security import Security
 
@@ -122,6 +123,8 @@ class SchedulerServer:
     metadata: MetadataStore = field(init=False, default_factory=MetadataStore)
     #: What code run on the scheduler gets as ``dask_scheduler``.
     facade: SchedulerFacade = field(init=False)
+    #: The worker and nanny plugins (docs/runtime.md#worker-and-nanny-plugins).
+    worker_plugins: WorkerPlugins = field(init=False)
 
     def __post_init__(self) -> None:
         self.preloads = Preloads.of("scheduler", self.preload, self.preload_argv)
@@ -131,6 +134,7 @@ class SchedulerServer:
         self.diagnostics = ClientDiagnostics(self)
         self.events = EventLog(self)
         self.datasets = Datasets(self)
+        self.worker_plugins = WorkerPlugins(self)
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self.worker_room = WorkerRoom(self)
@@ -191,6 +195,7 @@ class SchedulerServer:
         if self._listener is not None:
             await self._listener.close()
         await self.diagnostics.close()
+        await self.worker_plugins.close()
         self.coordination.close()
 
     async def _tick_forever(self) -> None:
