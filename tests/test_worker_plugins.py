@@ -6,6 +6,7 @@ fed the tasks' states."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -200,3 +201,30 @@ def test_register_worker_callbacks(cluster: LocalCluster) -> None:
         c.register_worker_callbacks(setup)
         found = c.run(lambda dask_worker: dask_worker.set_up_by_callback)
         assert all(k == v for k, v in found.items())
+
+
+def log_warning(text: str) -> None:
+    logging.getLogger("squall_test_late").warning(text)
+
+
+def test_forward_logging_reaches_workers_that_join_later() -> None:
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    handler = Keep()
+    logging.getLogger("squall_test_late").addHandler(handler)
+    try:
+        with (
+            LocalCluster(n_workers=0, threads_per_worker=1, dashboard_address=None) as cluster,
+            Client(cluster) as c,
+        ):
+            c.forward_logging("squall_test_late")
+            cluster.scale(1)
+            c.wait_for_workers(1, timeout=30)
+            c.submit(log_warning, "from a newcomer", pure=False).result(timeout=20)
+            eventually(lambda: records == ["from a newcomer"])
+    finally:
+        logging.getLogger("squall_test_late").removeHandler(handler)

@@ -111,9 +111,9 @@ class Client:
         self.task_stream = TaskStreamReader(self.connection)
         self.inspection = Inspection(self.connection, self.cluster_ops, self.diagnostics)
         self.dataset_ops = DatasetOps(self, self.connection)
-        self.event_ops = EventOps(self.connection, self.cluster_ops)
-        self.admin = AdminOps(self.connection)
         self.worker_plugin_ops = WorkerPluginOps(self.connection)
+        self.event_ops = EventOps(self.connection, self.worker_plugin_ops)
+        self.admin = AdminOps(self.connection)
         #: distributed's client extensions: ``{name: extension(client)}``.
         self.extensions = {name: make(self) for name, make in (extensions or {}).items()}
         if set_as_default:
@@ -727,9 +727,8 @@ class Client:
     ) -> Any:
         """Forward the records the logger ``logger_name`` (default the root logger,
         so all of them) handles on the workers, at ``level`` or above, to the logger
-        of the same name in this process, as distributed does. Installed on the
-        workers running now (squall has no worker plugins yet: a worker that joins
-        later forwards once this is called again); calling it again does not forward
+        of the same name in this process, as distributed does: a worker plugin, so
+        workers that join later forward too; calling it again does not forward
         twice."""
         return self.event_ops.forward_logging(logger_name, level)
 
