@@ -5,10 +5,12 @@ Nothing here mirrors the core: a view is a snapshot of the moment it was made.""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import dask.config
 from dask.typing import no_default
 
 from squall.scheduler.worker_plugins import responses
@@ -159,6 +161,12 @@ class SchedulerFacade:
         """Set the metadata at the path ``keys`` (msgpack-able values, to be read by
         clients)."""
         self._server.metadata.set(list(keys), value)
+
+    @property
+    def local_directory(self) -> str:
+        """Where files for the scheduler go (``UploadDirectory``): Dask's
+        ``temporary-directory``, else the system's temporary directory."""
+        return str(dask.config.get("temporary-directory", default=None) or tempfile.gettempdir())
 
     @property
     def worker_plugins(self) -> dict[str, bytes]:
