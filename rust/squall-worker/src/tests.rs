@@ -1088,8 +1088,15 @@ fn transitions_are_recorded_only_while_fed() {
     m.free(4);
     assert_eq!(m.complete(job, Some((1, 1)), 0.0), Outcome::Dropped);
     let seen = transitions(&mut m);
-    assert!(seen.contains(&("k3".to_owned(), "executing", "error")), "{seen:?}");
-    let k4: Vec<_> = seen.iter().filter(|t| t.0 == "k4").map(|t| (t.1, t.2)).collect();
+    assert!(
+        seen.contains(&("k3".to_owned(), "executing", "error")),
+        "{seen:?}"
+    );
+    let k4: Vec<_> = seen
+        .iter()
+        .filter(|t| t.0 == "k4")
+        .map(|t| (t.1, t.2))
+        .collect();
     assert_eq!(
         k4[2..],
         [
