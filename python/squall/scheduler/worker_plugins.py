@@ -48,6 +48,9 @@ class WorkerPlugins:
         self._peers = Peers(
             connect_timeout=config.seconds("comm.timeouts.connect"), security=server.security
         )
+        # One change at a time: workers see the changes in the order the store does,
+        # and no broadcast's connection is closed under another's request.
+        self._lock = asyncio.Lock()
 
     def _store(self, nanny: bool) -> dict[str, bytes]:
         return self.nanny if nanny else self.worker
@@ -56,21 +59,25 @@ class WorkerPlugins:
         """Keep the plugin under ``name`` (unless ``idempotent`` and the name is taken)
         and set it up on every worker (or nanny) there is now."""
         store = self._store(nanny)
-        if idempotent and name in store:
-            return {}
-        logger.info("registering %s plugin %s", "nanny" if nanny else "worker", name)
-        store[name] = blob
-        # Taken in the same turn as the store's change: a worker registering later
-        # gets the plugin in its ``registered`` instead.
-        return await self._broadcast(self._targets(nanny), m.PluginAdd(name=name), blob)
+        async with self._lock:
+            if idempotent and name in store:
+                return {}
+            logger.info("registering %s plugin %s", "nanny" if nanny else "worker", name)
+            store[name] = blob
+            # Taken in the same turn as the store's change: a worker registering later
+            # gets the plugin in its ``registered`` instead.
+            targets = self._targets(nanny)
+            return await self._broadcast(targets, m.PluginAdd(name=name), blob)
 
     async def unregister(self, name: str, *, nanny: bool) -> Statuses:
         """Forget the plugin and tear it down everywhere; ValueError if unknown."""
         kind = "nanny" if nanny else "worker"
-        if self._store(nanny).pop(name, None) is None:
-            raise ValueError(f"The {kind} plugin {name} does not exist")
-        logger.info("removing %s plugin %s", kind, name)
-        return await self._broadcast(self._targets(nanny), m.PluginRemove(name=name), b"")
+        async with self._lock:
+            if self._store(nanny).pop(name, None) is None:
+                raise ValueError(f"The {kind} plugin {name} does not exist")
+            logger.info("removing %s plugin %s", kind, name)
+            targets = self._targets(nanny)
+            return await self._broadcast(targets, m.PluginRemove(name=name), b"")
 
     def _targets(self, nanny: bool) -> list[str]:
         s = self._server
