@@ -65,9 +65,10 @@ def test_upload_file_runs_the_new_version_of_a_module(
         sys.modules.pop(name, None)
 
 
-def test_upload_a_zip(cluster: LocalCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", [".zip", ".egg"])
+def test_upload_a_zip_or_an_egg(cluster: LocalCluster, tmp_path: Path, suffix: str) -> None:
     package = unique("zipped")
-    archive = tmp_path / f"{package}.zip"
+    archive = tmp_path / f"{package}{suffix}"
 
     def write(value: str) -> None:
         with zipfile.ZipFile(archive, "w") as z:
