@@ -80,7 +80,10 @@ class Nanny:
     validate closes that connection (and reconnects). It also serves peers ``run``
     (``Client.run(..., nanny=True)``), and refuses their other requests (it holds no
     data). With a ``memory_limit`` (bytes) it watches the
-    worker's memory and kills it above the terminate threshold (docs/runtime.md#memory)."""
+    worker's memory and kills it above the terminate threshold (docs/runtime.md#memory).
+    Nanny plugins arrive as peer requests (``plugin-add``, ``plugin-remove``) and with
+    its registration; one with ``restart`` set restarts the worker, which starts with
+    the nanny's ``env`` (docs/runtime.md#worker-and-nanny-plugins)."""
 
     def __init__(
         self,

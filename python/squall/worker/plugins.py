@@ -128,13 +128,13 @@ class PluginHost:
 def import_file(path: str) -> list[ModuleType]:
     """Import what an uploaded file holds: a ``.py`` module, or the top-level modules
     and packages of a ``.zip`` or ``.egg`` (put first on sys.path). Each is reloaded if
-    imported before, so that new tasks see the new code; a file's directory joins
-    sys.path. Returns the modules."""
+    imported before, so that new tasks see the new code; the file's directory joins
+    sys.path too. Returns the modules."""
     directory, filename = os.path.split(path)
     name, ext = os.path.splitext(filename)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
     if ext == ".py":
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
         names = [name]
     elif ext in (".zip", ".egg"):
         if path in sys.path:

@@ -30,6 +30,10 @@ choices:
 * A task raising ``Reschedule`` is reported with ``reschedule`` instead of ``erred``.
 * Actors live in :class:`~squall.worker.actors.ActorHost` beside the results, their
   methods called by peers directly (docs/actors.md).
+* Worker plugins (:mod:`squall.worker.plugins`) are set up as they arrive from the
+  scheduler, and those it holds at registration before any task runs; a plugin with a
+  ``transition`` hook turns on the machine's record of task state changes, handed to
+  it in batches (docs/runtime.md#worker-and-nanny-plugins).
 * Its task threads' stacks are sampled by a profiler (:mod:`squall.worker.profile`) for
   ``Client.profile`` and read for ``Client.call_stack``.
 """
