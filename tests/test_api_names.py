@@ -25,12 +25,10 @@ OURS = {
     "print", "warn", "Event", "Lock", "MultiLock", "Queue", "Semaphore", "Variable",
     "worker_client", "local_client", "futures_of", "default_client", "get_task_metadata",
     "span", "Reschedule", "Actor", "ActorFuture", "BaseActorFuture", "SchedulerPlugin",
-    "WorkerPlugin", "NannyPlugin",
+    "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall", "Environ",
+    "UploadDirectory", "UploadFile",
 }  # fmt: skip
-OTHERS = {
-    "Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster", "InstallPlugin",
-    "PipInstall", "CondaInstall", "Environ", "UploadDirectory", "UploadFile",
-}  # fmt: skip
+OTHERS = {"Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster"}
 LEFT_OUT = {"rpc", "connect", "widgets"}
 #: Names squall has with a meaning of its own: ``squall.config`` is squall's settings
 #: (distributed's is dask's config dict, which is ``dask.config.config``) and
@@ -102,6 +100,20 @@ def test_in_process_scheduler_and_worker_serve_a_client(tmp_path: Path) -> None:
         assert s.status == squall.Status.closed
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_built_in_plugins_are_of_distributeds_kinds() -> None:
+    """Each built-in plugin runs where distributed's of the same name does."""
+    from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
+
+    from squall.diagnostics.plugin import plugin_kind
+
+    kinds = {SchedulerPlugin: "scheduler", NannyPlugin: "nanny", WorkerPlugin: "worker"}
+    for name in ("InstallPlugin", "PipInstall", "CondaInstall", "Environ", "UploadDirectory"):
+        ours, theirs = getattr(squall, name), getattr(distributed, name)
+        [kind] = [k for base, k in kinds.items() if issubclass(theirs, base)]
+        assert plugin_kind(ours.__new__(ours)) == kind, name
+    assert plugin_kind(squall.UploadFile.__new__(squall.UploadFile)) == "worker"
 
 
 def test_server_arguments_squall_lacks_are_refused() -> None:

@@ -33,7 +33,17 @@ from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status
 from squall.diagnostics import progress
-from squall.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
+from squall.diagnostics.plugin import (
+    CondaInstall,
+    Environ,
+    InstallPlugin,
+    NannyPlugin,
+    PipInstall,
+    SchedulerPlugin,
+    UploadDirectory,
+    UploadFile,
+    WorkerPlugin,
+)
 from squall.errors import CancelledError, KilledWorker, Reschedule
 from squall.primitives import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from squall.security import Security
@@ -51,10 +61,13 @@ __all__ = [
     "CancelledError",
     "Client",
     "CompatibleExecutor",
+    "CondaInstall",
     "CycleError",
     "DuplicateKeyError",
+    "Environ",
     "Event",
     "Future",
+    "InstallPlugin",
     "InternalError",
     "KilledWorker",
     "LocalCluster",
@@ -62,6 +75,7 @@ __all__ = [
     "MultiLock",
     "Nanny",
     "NannyPlugin",
+    "PipInstall",
     "Queue",
     "Reschedule",
     "Scheduler",
@@ -76,6 +90,8 @@ __all__ = [
     "UnknownKeyError",
     "UnknownTaskError",
     "UnknownWorkerError",
+    "UploadDirectory",
+    "UploadFile",
     "Variable",
     "Worker",
     "WorkerPlugin",

@@ -49,8 +49,10 @@ from squall.client.scheduler_file import read_scheduler_file
 from squall.client.scheduler_plugins import SchedulerPluginOps
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
+from squall.client.worker_plugins import WorkerPluginOps
 from squall.client.workers import ClusterOps
 from squall.dask.graphs import insert_futures
+from squall.diagnostics.plugin import plugin_kind, plugin_name
 from squall.protocol import messages as m
 from squall.protocol.tracebacks import user_frames
 from squall.security import Security
@@ -112,7 +114,8 @@ class Client:
         self.task_stream = TaskStreamReader(self.connection)
         self.inspection = Inspection(self.connection, self.cluster_ops, self.diagnostics)
         self.dataset_ops = DatasetOps(self, self.connection)
-        self.event_ops = EventOps(self.connection, self.cluster_ops)
+        self.worker_plugin_ops = WorkerPluginOps(self.connection)
+        self.event_ops = EventOps(self.connection, self.worker_plugin_ops)
         self.admin = AdminOps(self.connection)
         self.replica_ops = ReplicaOps(self.connection)
         self.scheduler_plugins = SchedulerPluginOps(self.connection)
@@ -556,6 +559,52 @@ class Client:
         ``running()``, ``run_once()`` (docs/runtime.md#replicas-and-rebalancing)."""
         return AMMClientProxy(self)
 
+    # ----- plugins (scheduler_plugins.py, worker_plugins.py) ------------------------
+
+    def register_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None
+    ) -> Any:
+        """Register a plugin where its base class says it runs
+        (docs/runtime.md#plugins): a ``SchedulerPlugin`` on the scheduler (as
+        ``register_scheduler_plugin``), a ``WorkerPlugin`` on every worker, a
+        ``NannyPlugin`` on every nanny, now and as they join, under ``name`` (else its
+        ``name`` attribute, else a fresh one), replacing a plugin of that name unless
+        ``idempotent`` (default: the plugin's own attribute). Returns each worker's (or
+        nanny's) status; the first error raised by a ``setup`` is raised here."""
+        if isinstance(plugin, type):
+            raise TypeError("Please provide an instance of a plugin, not a type.")
+        kind = plugin_kind(plugin)
+        if kind == "scheduler":
+            return self.register_scheduler_plugin(plugin, name, idempotent)
+        name = plugin_name(plugin, name)
+        if idempotent is None:
+            idempotent = bool(getattr(plugin, "idempotent", False))
+        nanny = kind == "nanny"
+        return self.sync(
+            self.worker_plugin_ops.register, plugin, name, idempotent=idempotent, nanny=nanny
+        )
+
+    def unregister_worker_plugin(self, name: str, nanny: bool | None = None) -> Any:
+        """Remove the worker plugin (with ``nanny``, the nanny plugin) ``name``: torn
+        down everywhere, and not given to workers that join later; ValueError if no
+        plugin has that name."""
+        return self.sync(self.worker_plugin_ops.unregister, name, nanny=bool(nanny))
+
+    def register_worker_callbacks(self, setup: Callable[..., Any] | None = None) -> Any:
+        """Call ``setup`` on every worker now and on each that joins later (with the
+        worker as ``dask_worker`` if it takes that parameter): a worker plugin."""
+        if setup is None:
+            return {}
+        return self.sync(self.worker_plugin_ops.register_callbacks, setup)
+
+    def upload_file(self, filename: str, load: bool = True) -> Any:
+        """Send a ``.py``, ``.zip`` or ``.egg`` file to every worker, now and as they
+        join, into its ``local_directory``, which is on its ``sys.path``; with
+        ``load``, import it there, reloading a module uploaded before so that new
+        tasks run the new code (docs/runtime.md#uploading-code). Returns each worker's
+        status."""
+        return self.sync(self.worker_plugin_ops.upload_file, filename, load)
+
     def restart(self, timeout: float | str | None = None, wait_for_workers: bool = True) -> Any:
         """Restart every worker and forget every task: all futures (of every client)
         are cancelled. Waits for the workers to come back (unless not
@@ -742,9 +791,8 @@ class Client:
     ) -> Any:
         """Forward the records the logger ``logger_name`` (default the root logger,
         so all of them) handles on the workers, at ``level`` or above, to the logger
-        of the same name in this process, as distributed does. Installed on the
-        workers running now (squall has no worker plugins yet: a worker that joins
-        later forwards once this is called again); calling it again does not forward
+        of the same name in this process, as distributed does: a worker plugin, so
+        workers that join later forward too; calling it again does not forward
         twice."""
         return self.event_ops.forward_logging(logger_name, level)
 

@@ -550,6 +550,7 @@ class ClientConnection:
             **dict.fromkeys(replies, self._reply),
             m.RunResult: self._reply,  # run_on_scheduler's answer
             m.SchedulerPluginResult: self._reply,
+            m.PluginReply: self._reply,
             m.CoordReply: self._reply_handing_over,
             m.GetDatasetsReply: self._reply_handing_over,
         }
@@ -572,7 +573,9 @@ class ClientConnection:
                 st.cancel("cancelled by the scheduler")
 
     def _reply(
-        self, msg: m.Reply | m.RunResult | m.SchedulerPluginResult, payload: memoryview
+        self,
+        msg: m.Reply | m.RunResult | m.SchedulerPluginResult | m.PluginReply,
+        payload: memoryview,
     ) -> None:
         """A reply to a request, matched by ``id``; a refused graph errs its futures."""
         rid = msg.id

@@ -13,12 +13,13 @@ import warnings
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from squall.diagnostics.forwarding import ForwardLoggingPlugin
 from squall.protocol import messages as m
 from squall.worker import events as worker_events
 
 if TYPE_CHECKING:
     from squall.client.connection import ClientConnection
-    from squall.client.workers import ClusterOps
+    from squall.client.worker_plugins import WorkerPluginOps
 
 logger = logging.getLogger("squall.client")
 
@@ -80,9 +81,9 @@ def forwarding_topic(logger_name: str | None) -> str:
 class EventOps:
     """The event methods of :class:`~squall.client.client.Client` (documented there)."""
 
-    def __init__(self, connection: ClientConnection, cluster_ops: ClusterOps) -> None:
+    def __init__(self, connection: ClientConnection, plugins: WorkerPluginOps) -> None:
         self.connection = connection
-        self.cluster_ops = cluster_ops
+        self.plugins = plugins
 
     def log_event(self, topic: str | Collection[str], msg: Any, **kwargs: Any) -> Any:
         message = worker_events.log_event_message(topic, msg)
@@ -115,13 +116,13 @@ class EventOps:
     def forward_logging(self, logger_name: str | None, level: int | str) -> Any:
         topic = forwarding_topic(logger_name)
         self.subscribe_topic(topic, handle_forwarded_record)
-        return self.cluster_ops.run(
-            worker_events.forward_logging, logger_name, level, topic, workers=None
+        # A worker plugin named by the topic: again, it replaces the one there was.
+        plugin = ForwardLoggingPlugin(logger_name, level, topic)
+        return self.connection.sync(
+            self.plugins.register, plugin, topic, idempotent=False, nanny=False
         )
 
     def unforward_logging(self, logger_name: str | None) -> Any:
         topic = forwarding_topic(logger_name)
         self.unsubscribe_topic(topic)
-        return self.cluster_ops.run(
-            worker_events.stop_forwarding, logger_name, topic, workers=None
-        )
+        return self.connection.sync(self.plugins.unregister, topic, nanny=False)

@@ -11,7 +11,19 @@ from typing import Any, ClassVar, Literal
 
 from dask.utils import funcname
 
-__all__ = ["NannyPlugin", "SchedulerPlugin", "WorkerPlugin", "plugin_kind", "plugin_name"]
+__all__ = [
+    "CondaInstall",
+    "Environ",
+    "InstallPlugin",
+    "NannyPlugin",
+    "PipInstall",
+    "SchedulerPlugin",
+    "UploadDirectory",
+    "UploadFile",
+    "WorkerPlugin",
+    "plugin_kind",
+    "plugin_name",
+]
 
 
 class SchedulerPlugin:
@@ -136,3 +148,14 @@ def plugin_name(plugin: object, name: str | None = None) -> str:
     if own is not None:
         return str(own)
     return f"{funcname(type(plugin))}-{uuid.uuid4()}"
+
+
+# The built-in plugins, where distributed has them too; their modules build on the base
+# classes above, hence imported last.
+from squall.diagnostics.environment import (  # noqa: E402
+    CondaInstall,
+    Environ,
+    InstallPlugin,
+    PipInstall,
+)
+from squall.diagnostics.uploads import UploadDirectory, UploadFile  # noqa: E402

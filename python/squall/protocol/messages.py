@@ -152,11 +152,12 @@ class Proof(Message, tag="proof", kw_only=True):
 @on(S2W)
 class WorkerRegistered(Message, tag="registered", kw_only=True):
     worker_id: int
+    plugins: Annotated[dict[str, bytes], note("the worker plugins, pickled, by name")] = {}
 
 
 @on(S2N)
 class NannyRegistered(Message, tag="registered", kw_only=True):
-    pass
+    plugins: Annotated[dict[str, bytes], note("the nanny plugins, pickled, by name")] = {}
 
 
 @on(S2C)
@@ -1026,5 +1027,57 @@ class SchedulerPluginResult(ErrorReport, tag="scheduler-plugin-result", kw_only=
     """The answer to `register-scheduler-plugin` and `unregister-scheduler-plugin`."""
 
     PAYLOAD = "empty, or the error report's payload"
+    id: int | None = None
+    status: Annotated[str, note('"OK" or "error"')]
+
+
+# ----- worker and nanny plugins (docs/protocol.md#worker-and-nanny-plugins) ----------
+
+PLUGIN = "the pickled plugin (never unpickled by the scheduler)"
+
+
+@on(C2S)
+class RegisterWorkerPlugin(Request, tag="register-worker-plugin", kw_only=True):
+    PAYLOAD = PLUGIN
+    name: str
+    nanny: Annotated[bool, note("a nanny plugin: for the nannies")] = False
+    idempotent: Annotated[bool, note("keep the plugin already registered under the name")] = False
+
+
+@on(C2S)
+class UnregisterWorkerPlugin(Request, tag="unregister-worker-plugin", kw_only=True):
+    name: str
+    nanny: bool = False
+
+
+@on(S2C)
+class PluginReply(ErrorReport, tag="plugin-reply", kw_only=True):
+    """The answer to `register-worker-plugin` and `unregister-worker-plugin`; the error
+    report is the first worker's (or nanny's) that failed."""
+
+    PAYLOAD = "the error report's payload, if any"
+    id: int | None = None
+    statuses: Annotated[dict[str, str], note('{address: "OK" or "error"}')] = {}
+    error: Annotated[str | None, note("the request itself failed (an unknown name)")] = None
+
+
+@on(P2W)
+class PluginAdd(Request, tag="plugin-add", kw_only=True):
+    """Set up a plugin (replacing one of the same name), on a worker or a nanny."""
+
+    PAYLOAD = PLUGIN
+    name: str
+
+
+@on(P2W)
+class PluginRemove(Request, tag="plugin-remove", kw_only=True):
+    """Tear down and forget the plugin of this name, on a worker or a nanny."""
+
+    name: str
+
+
+@on(W2P)
+class PluginResult(ErrorReport, tag="plugin-result", kw_only=True):
+    PAYLOAD = "the error report's payload, if `status` is error"
     id: int | None = None
     status: Annotated[str, note('"OK" or "error"')]

@@ -121,6 +121,8 @@ class ClientRoom:
             m.SetMetadata: s.metadata.set_request,
             m.RegisterSchedulerPlugin: s.plugin_host.register_request,
             m.UnregisterSchedulerPlugin: s.plugin_host.unregister_request,
+            m.RegisterWorkerPlugin: s.worker_plugins.register_request,
+            m.UnregisterWorkerPlugin: s.worker_plugins.unregister_request,
             **s.coordination.handlers(),
             **s.replicas.handlers(),
         }

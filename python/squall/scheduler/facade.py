@@ -5,11 +5,15 @@ Nothing here mirrors the core: a view is a snapshot of the moment it was made.""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import dask.config
 from dask.typing import no_default
+
+from squall.scheduler.worker_plugins import responses
 
 if TYPE_CHECKING:
     from squall.scheduler.server import SchedulerServer
@@ -171,6 +175,53 @@ class SchedulerFacade:
         """Set the metadata at the path ``keys`` (msgpack-able values, to be read by
         clients)."""
         self._server.metadata.set(list(keys), value)
+
+    @property
+    def local_directory(self) -> str:
+        """Where files for the scheduler go (``UploadDirectory``): Dask's
+        ``temporary-directory``, else the system's temporary directory."""
+        return str(dask.config.get("temporary-directory", default=None) or tempfile.gettempdir())
+
+    @property
+    def worker_plugins(self) -> dict[str, bytes]:
+        """The worker plugins registered, pickled, by name."""
+        return dict(self._server.worker_plugins.worker)
+
+    @property
+    def nanny_plugins(self) -> dict[str, bytes]:
+        """The nanny plugins registered, pickled, by name."""
+        return dict(self._server.worker_plugins.nanny)
+
+    async def register_worker_plugin(
+        self, comm: None = None, *, plugin: bytes, name: str, idempotent: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        """Register a pickled worker plugin (distributed's signature): set up on every
+        worker now and later; each worker's status, ``{"status": "OK"}`` or an error
+        with its ``exception`` and ``traceback``
+        (docs/runtime.md#worker-and-nanny-plugins)."""
+        plugins = self._server.worker_plugins
+        found = await plugins.register(plugin, name, idempotent=idempotent, nanny=False)
+        return responses(found, f"worker plugin {name}")
+
+    async def unregister_worker_plugin(
+        self, comm: None = None, *, name: str
+    ) -> dict[str, dict[str, Any]]:
+        found = await self._server.worker_plugins.unregister(name, nanny=False)
+        return responses(found, f"worker plugin {name}")
+
+    async def register_nanny_plugin(
+        self, comm: None = None, *, plugin: bytes, name: str, idempotent: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        """As ``register_worker_plugin``, for every nanny."""
+        plugins = self._server.worker_plugins
+        found = await plugins.register(plugin, name, idempotent=idempotent, nanny=True)
+        return responses(found, f"nanny plugin {name}")
+
+    async def unregister_nanny_plugin(
+        self, comm: None = None, *, name: str
+    ) -> dict[str, dict[str, Any]]:
+        found = await self._server.worker_plugins.unregister(name, nanny=True)
+        return responses(found, f"nanny plugin {name}")
 
     def __repr__(self) -> str:
         return f"<squall scheduler {self.address!r}: {len(self.workers)} workers>"

@@ -39,6 +39,7 @@ from squall.scheduler.peer import Peer
 from squall.scheduler.plugins import SchedulerPlugins
 from squall.scheduler.replicas import Replicas
 from squall.scheduler.task_stream import TaskStream
+from squall.scheduler.worker_plugins import WorkerPlugins
 from squall.scheduler.worker_room import WorkerRoom
 from squall.security import Security
 
@@ -128,6 +129,8 @@ class SchedulerServer:
     replicas: Replicas = field(init=False)
     #: Scheduler plugins and their hooks (docs/runtime.md#scheduler-plugins).
     plugin_host: SchedulerPlugins = field(init=False)
+    #: The worker and nanny plugins (docs/runtime.md#worker-and-nanny-plugins).
+    worker_plugins: WorkerPlugins = field(init=False)
 
     def __post_init__(self) -> None:
         self.preloads = Preloads.of("scheduler", self.preload, self.preload_argv)
@@ -138,6 +141,7 @@ class SchedulerServer:
         self.diagnostics = ClientDiagnostics(self)
         self.events = EventLog(self)
         self.datasets = Datasets(self)
+        self.worker_plugins = WorkerPlugins(self)
         self._batch_interval = config.seconds("comm.batch-interval.scheduler")
         self._tick_interval = config.seconds("scheduler.tick-interval")
         self.worker_room = WorkerRoom(self)
@@ -202,6 +206,7 @@ class SchedulerServer:
         if self._listener is not None:
             await self._listener.close()
         await self.diagnostics.close()
+        await self.worker_plugins.close()
         self.coordination.close()
 
     async def _tick_forever(self) -> None:

@@ -77,7 +77,7 @@ class WorkerRoom:
             dashboard=_port_or_none(hello.dashboard),
             dashboard_scheme="https" if hello.dashboard_scheme == "https" else "http",
         )
-        await c.write(m.WorkerRegistered(worker_id=w))
+        await c.write(m.WorkerRegistered(worker_id=w, plugins=dict(s.worker_plugins.worker)))
         stream.start()
         logger.info("worker %s joined (%s threads)", address, hello.nthreads)
         s.events.log(address, {"action": "add-worker"})
@@ -312,7 +312,7 @@ class WorkerRoom:
         address = str(hello.address)
         stream = s.stream(c)
         s.nannies[address] = Peer(c, stream, address, address)
-        await c.write(m.NannyRegistered())
+        await c.write(m.NannyRegistered(plugins=dict(s.worker_plugins.nanny)))
         stream.start()
         handlers: Handlers[None] = Handlers(
             m.Route.NANNY_TO_SCHEDULER,

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Awaitable, Sequence
@@ -29,7 +30,8 @@ from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.protocol.run_calls import run_function
 from squall.worker import serving
-from squall.worker.memory import thresholds
+from squall.worker.memory import local_directory, thresholds
+from squall.worker.plugins import PluginHost
 
 logger = logging.getLogger("squall.nanny")
 
@@ -77,7 +79,10 @@ class Nanny:
     validate closes that connection (and reconnects). It also serves peers ``run``
     (``Client.run(..., nanny=True)``), and refuses their other requests (it holds no
     data). With a ``memory_limit`` (bytes) it watches the
-    worker's memory and kills it above the terminate threshold (docs/runtime.md#memory)."""
+    worker's memory and kills it above the terminate threshold (docs/runtime.md#memory).
+    Nanny plugins arrive as peer requests (``plugin-add``, ``plugin-remove``) and with
+    its registration; one with ``restart`` set restarts the worker, which starts with
+    the nanny's ``env`` (docs/runtime.md#worker-and-nanny-plugins)."""
 
     def __init__(
         self,
@@ -113,6 +118,13 @@ class Nanny:
         self.memory_limit = memory_limit
         #: The worker process was killed for its memory: a death, whatever its exit code.
         self._memory_killed = False
+        #: Variables set in its worker's environment beside its own (``Environ``).
+        self.env: dict[str, str] = {}
+        self._local_directory: str | None = None
+        #: Set when a worker process has started (a plugin's restart waits for it).
+        self._started = asyncio.Event()
+        #: Its nanny plugins (docs/runtime.md#worker-and-nanny-plugins).
+        self.plugin_host = PluginHost(self, after_setup=self._after_plugin_setup)
         self._on_scheduler: dispatch.Handlers[bool] = dispatch.Handlers(
             m.Route.SCHEDULER_TO_NANNY,
             {
@@ -131,6 +143,8 @@ class Nanny:
                 m.UpdateData: self._holds_no_data,
                 m.ActorCall: self._holds_no_data,
                 m.ActorAttribute: self._holds_no_data,
+                m.PluginAdd: self.plugin_host.answer_add,
+                m.PluginRemove: self.plugin_host.answer_remove,
             },
             malformed=serving.refuse_malformed,
         )
@@ -164,6 +178,7 @@ class Nanny:
             code = await self._supervise()
         finally:
             await self._stop_worker()
+            await self.plugin_host.close()
             await self.preloads.teardown(self)
             for task in (reader, keep_alive):
                 task.cancel()
@@ -172,7 +187,47 @@ class Nanny:
             await self._scheduler_comm().close()
             await self._listener.close()
             self._record.unlink(missing_ok=True)
+            if self._local_directory is not None:
+                shutil.rmtree(self._local_directory, ignore_errors=True)
         return code
+
+    @property
+    def plugins(self) -> dict[str, Any]:
+        """The nanny plugins set up here, by name."""
+        return self.plugin_host.plugins
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    @property
+    def local_directory(self) -> str:
+        """The nanny's own scratch directory (made on first use, removed when it
+        closes), beside its workers' under ``squall.worker.local-directory``."""
+        if self._local_directory is None:
+            base = local_directory(None)
+            self._local_directory = tempfile.mkdtemp(prefix="squall-nanny-", dir=base)
+        return self._local_directory
+
+    async def _after_plugin_setup(self, plugin: Any) -> None:
+        """A plugin with ``restart`` set restarts the worker once set up (as
+        distributed's): it starts with what the plugin installed or set."""
+        if getattr(plugin, "restart", False) and self._process is not None:
+            await self.restart_worker()
+
+    async def restart_worker(self) -> None:
+        """Stop the worker process and wait until the next one has started (or the
+        nanny closes)."""
+        logger.info("nanny %s: restarting its worker", self.address)
+        self._started.clear()
+        self._restarting = True
+        await self._stop_worker()
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._started, self._closing)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     @property
     def listening(self) -> bool:
@@ -196,9 +251,11 @@ class Nanny:
 
     async def _register(self) -> None:
         info = {"address": self.address}
-        self._scheduler, _ = await liveness.register(
+        self._scheduler, reply = await liveness.register(
             self.scheduler_address, "nanny", info, m.NannyRegistered
         )
+        # Before the (first) worker starts: it starts with what they set up.
+        await self.plugin_host.add_all(reply.plugins)
 
     def close(self) -> None:
         """Stop the worker, then the nanny."""
@@ -227,8 +284,9 @@ class Nanny:
                 *("--executing-record", str(self._record)),
                 *arguments,
                 stdin=lifeline(),
-                env=_worker_environment(),
+                env=_worker_environment(self.env),
             )
+            self._started.set()
             logger.info("nanny %s: started worker process %d", self.address, self._process.pid)
             if self._closing.is_set():  # closed while it started
                 await self._stop_worker()
@@ -403,20 +461,21 @@ class Nanny:
         task.add_done_callback(self._bg.discard)
 
 
-def _worker_environment() -> dict[str, str]:
+def _worker_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: this one over Dask's
-    ``distributed.nanny.pre-spawn-environ`` where set, and Dask's
-    ``distributed.nanny.environ`` over both (as distributed sets those in the worker's
-    process). Unlike Dask's nanny, none is added by default: ``MALLOC_TRIM_THRESHOLD_=65536``
-    cost 18 % of a tiny-task map's throughput (docs/measurements.md#supervision-and-tls),
-    and large results, which glibc maps on their own, return their memory at once
-    without it."""
+    ``distributed.nanny.pre-spawn-environ`` where set, then Dask's
+    ``distributed.nanny.environ`` (as distributed sets those in the worker's process),
+    then the nanny plugins' ``env`` over all. Unlike Dask's nanny, none is added by
+    default: ``MALLOC_TRIM_THRESHOLD_=65536`` cost 18 % of a tiny-task map's throughput
+    (docs/measurements.md#supervision-and-tls), and large results, which glibc maps on
+    their own, return their memory at once without it."""
     before = config.dask_value("nanny.pre-spawn-environ") or {}
     after = config.dask_value("nanny.environ") or {}
     return {
         **{str(k): str(v) for k, v in before.items()},
         **os.environ,
         **{str(k): str(v) for k, v in after.items()},
+        **(env or {}),
     }
 
 

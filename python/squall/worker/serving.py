@@ -90,6 +90,8 @@ class PeerService:
                 m.Run: self._run,
                 m.ActorCall: self._actor_call,
                 m.ActorAttribute: self._actor_attribute,
+                m.PluginAdd: worker.plugin_host.answer_add,
+                m.PluginRemove: worker.plugin_host.answer_remove,
             },
             malformed=refuse_malformed,
         )

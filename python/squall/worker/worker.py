@@ -30,6 +30,10 @@ choices:
 * A task raising ``Reschedule`` is reported with ``reschedule`` instead of ``erred``.
 * Actors live in :class:`~squall.worker.actors.ActorHost` beside the results, their
   methods called by peers directly (docs/actors.md).
+* Worker plugins (:mod:`squall.worker.plugins`) are set up as they arrive from the
+  scheduler, and those it holds at registration before any task runs; a plugin with a
+  ``transition`` hook turns on the machine's record of task state changes, handed to
+  it in batches (docs/runtime.md#worker-and-nanny-plugins).
 * Its task threads' stacks are sampled by a profiler (:mod:`squall.worker.profile`) for
   ``Client.profile`` and read for ``Client.call_stack``.
 """
@@ -40,16 +44,25 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import struct
+import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psutil  # type: ignore[import-untyped]
 
 from squall import config, log_ring
-from squall._core import RunAnswer, WorkerCore, decode_keys, encode_keys
+from squall._core import (
+    RunAnswer,
+    WorkerCore,
+    clear_function_cache,
+    decode_keys,
+    encode_keys,
+)
 from squall.errors import Reschedule
 from squall.http.server import HttpServer, dashboard_tls, parse_http_address
 from squall.http.worker_routes import worker_routes
@@ -72,6 +85,7 @@ from squall.worker.memory import (
     sizeof_value,
     thresholds,
 )
+from squall.worker.plugins import PluginHost, import_file, overrides_transition
 from squall.worker.profile import Profiler
 from squall.worker.serving import ABSENT, PeerService
 from squall.worker.spill import Spilled, SpillStore
@@ -148,6 +162,14 @@ class Worker:
         #: The address of the nanny supervising this worker (squall.worker.nanny), if any.
         self.nanny = nanny
         self.worker_id: int | None = None
+        #: A name unique to this worker object (distributed's ``Worker.id``).
+        self.id = f"Worker-{uuid.uuid4()}"
+        self._local_directory: str | None = None
+        #: Its worker plugins (docs/runtime.md#worker-and-nanny-plugins).
+        self.plugin_host = PluginHost(self, changed=self._plugins_changed)
+        #: The plugins with a ``transition`` hook: while any, the core records task
+        #: state changes, handed to them in batches (``_flush_buffered``).
+        self._transition_plugins: list[Any] = []
         self._batch_interval = config.seconds("comm.batch-interval.worker")
         self._heartbeat_interval = config.seconds("worker.heartbeat-interval")
         self._finished_delay = config.seconds("worker.finished-delay")
@@ -254,6 +276,26 @@ class Worker:
         return self._core.data()
 
     @property
+    def plugins(self) -> dict[str, Any]:
+        """The worker plugins set up here, by name."""
+        return self.plugin_host.plugins
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The worker's event loop (an asyncio loop; distributed's is a tornado IOLoop)."""
+        assert self._loop is not None, "the worker has not started"
+        return self._loop
+
+    @property
+    def local_directory(self) -> str:
+        """This worker's own scratch directory (made on first use, removed when it
+        closes) under ``squall.worker.local-directory``: uploaded files go here."""
+        if self._local_directory is None:
+            base = local_directory(self.local_directory_option)
+            self._local_directory = tempfile.mkdtemp(prefix="squall-worker-", dir=base)
+        return self._local_directory
+
+    @property
     def nbytes(self) -> dict[Key, int]:
         return self._core.nbytes()
 
@@ -348,11 +390,13 @@ class Worker:
         self._stream.start()
         if self._held:  # first, before any report of this connection
             self._stream.send(m.HeldKeys(), encode_keys(self._held))
+        self.status = "running"
+        # Before the reader takes any task: plugins are set up before tasks run.
+        await self.plugin_host.add_all(reply.plugins)
         self._reader = self._loop.create_task(self._read_scheduler())
         self._watchdog = liveness.Watchdog(
             self._silence_timeout, self._send_heartbeat, self._scheduler_silent
         )
-        self.status = "running"
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
             self.address,
@@ -368,6 +412,7 @@ class Worker:
             await self._closed.wait()
             return
         self.status = "closing"
+        await self.plugin_host.close()
         await self.preloads.teardown(self)
         context.unregister(self)
         if self.profiler is not None:
@@ -403,6 +448,8 @@ class Worker:
             await asyncio.get_running_loop().run_in_executor(None, self._client.close)
         if self.memory is not None:
             await self.memory.close()
+        if self._local_directory is not None:
+            shutil.rmtree(self._local_directory, ignore_errors=True)
         self.status = "closed"
         self._closed.set()
         logger.info("worker %s closed", self.address)
@@ -680,6 +727,8 @@ class Worker:
         once nothing else is ready or results have waited ``finished-delay``, so that
         completions close together share one ``finished`` message."""
         finished, erred, gained, dropped = self._core.take_reports()
+        if self._transition_plugins:
+            self._feed_transitions()
         if gained:  # fetched copies: the scheduler counts them as holders
             self._send(m.AddReplicas(), gained)
         if finished is not None:
@@ -689,6 +738,39 @@ class Worker:
             self._send_erred(tid, run_id, err)
         if dropped:
             self._send(m.DropReplicas(), dropped)
+
+    def _plugins_changed(self) -> None:
+        if self._transition_plugins:
+            self._feed_transitions()  # what happened before the change, to those then
+        self._transition_plugins = [
+            p for p in self.plugin_host.plugins.values() if overrides_transition(p)
+        ]
+        self._core.feed_transitions(bool(self._transition_plugins))
+
+    def _feed_transitions(self) -> None:
+        """Hand the recorded task state changes to the ``transition`` plugins; one
+        that raises is logged, and the others still get the change."""
+        for key, start, finish in self._core.take_transitions():
+            for plugin in self._transition_plugins:
+                try:
+                    plugin.transition(key, start, finish)
+                except Exception:
+                    logger.exception("plugin %r: transition of %r failed", plugin, key)
+
+    async def upload_file(
+        self, filename: str, data: bytes | str, load: bool = True
+    ) -> dict[str, Any]:
+        """Write ``data`` as ``filename`` into ``local_directory`` (on sys.path) and,
+        with ``load``, import it (a ``.py`` module, or the packages of a ``.zip`` or
+        ``.egg``), reloading what an earlier upload imported, so that tasks use the
+        new code (docs/runtime.md#uploading-code)."""
+        path = os.path.join(self.local_directory, filename)
+        blob = data.encode() if isinstance(data, str) else data
+        await asyncio.get_running_loop().run_in_executor(None, _write, path, blob)
+        if load:
+            import_file(path)
+            clear_function_cache()  # functions pickled by reference: look them up again
+        return {"status": "OK", "nbytes": len(blob)}
 
     def _send_erred(self, tid: int, run_id: int, err: tuple[str, str, bytes, bytes]) -> None:
         if err is _RESCHEDULED:  # the scheduler frees the task here, then places it again
@@ -722,6 +804,13 @@ def _pack_task_error(e: BaseException) -> tuple[str, str, bytes, bytes]:
     """The compiled loop's hook for a task's exception: :func:`pack_error`'s report,
     or ``_RESCHEDULED`` for ``Reschedule`` (called on errors only)."""
     return _RESCHEDULED if isinstance(e, Reschedule) else pack_error(e)
+
+
+def _write(path: str, blob: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _contact(contact: str, bound: str) -> str:

@@ -44,7 +44,9 @@ mod _core {
     #[pymodule_export]
     use super::sim::simulate;
     #[pymodule_export]
-    use super::specs::{call_prefix, function_cache_size, load_function, split_call};
+    use super::specs::{
+        call_prefix, clear_function_cache, function_cache_size, load_function, split_call,
+    };
     #[pymodule_export]
     use super::wire::{decode_compute, decode_keys, encode_keys, encode_update_graph};
     #[pymodule_export]

@@ -70,6 +70,15 @@ pub fn function_cache_size() -> (usize, usize) {
         .map_or((0, 0), |m| (m.by_blob.len(), m.bytes))
 }
 
+/// Forget every cached function, so that the next call of each unpickles it again:
+/// after an uploaded module is reloaded, functions pickled by reference to it must be
+/// looked up anew (docs/runtime.md#uploading-code).
+#[pyfunction]
+pub fn clear_function_cache() {
+    let old = functions().take();
+    drop(old); // not under the lock (see `load_function`)
+}
+
 /// The part of a call spec naming the function (shared by the specs of a `map`).
 #[pyfunction]
 pub fn call_prefix<'py>(py: Python<'py>, function: &[u8]) -> PyResult<Bound<'py, PyBytes>> {

@@ -8,7 +8,9 @@ pub mod machine;
 pub mod sampler;
 
 pub use keys::{Fetch, KeyId, Keys, Slot};
-pub use machine::{Counts, DepIn, Job, Machine, Memory, Missing, Outcome, State, Task, TaskIn};
+pub use machine::{
+    Counts, DepIn, Job, Machine, Memory, Missing, Outcome, State, Task, TaskIn, Transition,
+};
 pub use sampler::Sampler;
 pub use squall_priority::Priority;
 pub use squall_wire::finished::FinishedBatch;

@@ -45,6 +45,17 @@ impl State {
     }
 }
 
+/// A task's change of state as worker plugins' `transition` hook sees it: distributed's
+/// state names, with "released" and then "forgotten" for a task this worker lets go of
+/// (docs/runtime.md#worker-and-nanny-plugins).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The key, encoded as the machine holds it.
+    pub key: Box<[u8]>,
+    pub start: &'static str,
+    pub finish: &'static str,
+}
+
 pub struct DepIn {
     pub key: Vec<u8>,
     pub holders: Vec<String>,
@@ -153,6 +164,9 @@ pub struct Machine<V> {
     /// Memory is short: start no task (running ones finish).
     paused: bool,
     spill_target: Option<i64>,
+    /// State changes recorded for a `transition` plugin; None (the default): nobody
+    /// listens, and nothing is recorded.
+    transitions: Option<Vec<Transition>>,
 }
 
 impl<V> Machine<V> {
@@ -184,6 +198,36 @@ impl<V> Machine<V> {
             memory: Memory::default(),
             paused: false,
             spill_target: None,
+            transitions: None,
+        }
+    }
+
+    /// Records state changes (for `take_transitions`) or stops (forgetting those
+    /// not taken).
+    pub fn feed_transitions(&mut self, on: bool) {
+        self.transitions = on.then(|| self.transitions.take().unwrap_or_default());
+    }
+
+    /// The state changes recorded since the last call, in order.
+    pub fn take_transitions(&mut self) -> Vec<Transition> {
+        self.transitions
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn note(&mut self, key: KeyId, start: &'static str, finish: &'static str) {
+        if let Some(feed) = &mut self.transitions {
+            let key = self.keys.get(key).bytes.clone();
+            feed.push(Transition { key, start, finish });
+        }
+    }
+
+    /// A task leaves this worker's records from state `from`.
+    fn note_forgotten(&mut self, key: KeyId, from: State) {
+        if self.transitions.is_some() {
+            self.note(key, from.name(), "released");
+            self.note(key, "released", "forgotten");
         }
     }
 
@@ -361,6 +405,7 @@ impl<V> Machine<V> {
                 old.state = State::Executing;
                 self.keys.get_mut(key).running -= 1;
                 self.track(old);
+                self.note(key, "cancelled", "executing");
                 return;
             }
             self.orphans.insert(old.instance, old);
@@ -379,6 +424,7 @@ impl<V> Machine<V> {
             missing: 0,
             start: 0.0,
         };
+        self.note(key, "released", "waiting");
         if self.keys.get(key).value.is_some() {
             // Already held here (a private replica): it is this task's result.
             self.track(ts);
@@ -438,6 +484,7 @@ impl<V> Machine<V> {
         };
         match ts.state {
             State::Executing => {
+                self.note(ts.key, "executing", "cancelled");
                 ts.state = State::Cancelled;
                 self.keys.get_mut(ts.key).running += 1;
                 self.executing.remove(&id);
@@ -447,6 +494,7 @@ impl<V> Machine<V> {
             s if s.queued() => self.release_deps(&ts.deps),
             _ => {}
         }
+        self.note_forgotten(ts.key, ts.state);
         self.maybe_drop(ts.key);
     }
 
@@ -458,6 +506,7 @@ impl<V> Machine<V> {
             .is_some_and(|t| t.state == State::Memory)
         {
             let ts = self.untrack(id).expect("tracked");
+            self.note_forgotten(ts.key, State::Memory);
             self.maybe_drop(ts.key); // kept (privately) while a local task needs it
         }
     }
@@ -467,6 +516,7 @@ impl<V> Machine<V> {
         let state = self.tasks.get(&id)?.state;
         if state.queued() {
             let ts = self.untrack(id).expect("tracked");
+            self.note_forgotten(ts.key, state);
             self.release_deps(&ts.deps);
             self.keys.collect(ts.key);
         }
@@ -507,6 +557,7 @@ impl<V> Machine<V> {
             missing: 0,
             start: 0.0,
         };
+        self.note(k, "released", "memory");
         self.track(ts);
     }
 
@@ -520,6 +571,7 @@ impl<V> Machine<V> {
         }
         let mut skipped = Vec::new();
         let mut job = None;
+        let mut from = State::Ready;
         while let Some(e) = self.ready.pop() {
             let Some(ts) = self.tasks.get_mut(&e.id) else {
                 continue;
@@ -542,6 +594,7 @@ impl<V> Machine<V> {
                     }
                 }
             }
+            from = ts.state;
             ts.state = State::Executing;
             ts.start = now;
             self.n_executing += 1;
@@ -562,6 +615,7 @@ impl<V> Machine<V> {
             for &d in &job.deps {
                 self.touch(d);
             }
+            self.note(job.key, from.name(), "executing");
         }
         job
     }
@@ -589,6 +643,7 @@ impl<V> Machine<V> {
             _ => self.orphans.remove(&job.instance),
         };
         if let Some(ts) = freed {
+            self.note_forgotten(ts.key, State::Cancelled);
             self.orphan(ts);
             self.graveyard.extend(result.map(|r| r.0));
             return Outcome::Dropped;
@@ -613,7 +668,10 @@ impl<V> Machine<V> {
                 self.set_memory(job.id, nbytes, seconds);
                 Outcome::Finished
             }
-            None => Outcome::Erred { run_id },
+            None => {
+                self.note(job.key, "executing", "error");
+                Outcome::Erred { run_id }
+            }
         }
     }
 
@@ -790,8 +848,10 @@ impl<V> Machine<V> {
                 for (id, _) in self.live_waiters(k) {
                     let ts = self.tasks.get_mut(&id).expect("live");
                     ts.state = State::Error;
-                    let (run_id, deps) = (ts.run_id, std::mem::take(&mut ts.deps));
+                    let (run_id, key) = (ts.run_id, ts.key);
+                    let deps = std::mem::take(&mut ts.deps);
                     self.release_deps(&deps);
+                    self.note(key, "waiting", "error");
                     erred.push((id, run_id));
                 }
             }
@@ -813,6 +873,7 @@ impl<V> Machine<V> {
                 .is_some_and(|t| t.state == State::Waiting && t.run_id == run_id);
             if back {
                 let ts = self.untrack(id).expect("tracked");
+                self.note_forgotten(ts.key, State::Waiting);
                 self.release_deps(&ts.deps);
                 self.keys.collect(ts.key);
                 out.push(id);
@@ -870,18 +931,22 @@ impl<V> Machine<V> {
         } else {
             State::Constrained
         };
+        let (key, state) = (ts.key, ts.state);
         self.ready.push(Entry {
             priority: Reverse(ts.priority),
             instance: ts.instance,
             id,
         });
+        self.note(key, "waiting", state.name());
     }
 
     fn set_memory(&mut self, id: u32, nbytes: i64, seconds: f64) {
         let ts = self.tasks.get_mut(&id).expect("tracked");
+        let from = ts.state;
         ts.state = State::Memory;
         ts.spec = Vec::new();
         let (run_id, key) = (ts.run_id, ts.key);
+        self.note(key, from.name(), "memory");
         self.keys.get_mut(key).announced = false; // the scheduler's result now
         self.report(id, run_id, nbytes, seconds);
         let waiters = std::mem::take(&mut self.keys.get_mut(key).waiters);

@@ -1049,3 +1049,65 @@ fn counts_follow_tasks_and_keys_through_their_stages() {
     assert_eq!(m.counts(), counts(0, 2, 0, 2));
     ok(&m);
 }
+
+fn transitions(m: &mut M) -> Vec<(String, &'static str, &'static str)> {
+    m.take_transitions()
+        .into_iter()
+        .map(|t| (String::from_utf8(t.key.into()).unwrap(), t.start, t.finish))
+        .collect()
+}
+
+#[test]
+fn transitions_are_recorded_only_while_fed() {
+    let mut m = machine(1);
+    m.compute(task(1));
+    run_ok(&mut m, 1);
+    assert!(m.take_transitions().is_empty(), "off by default");
+    m.feed_transitions(true);
+    m.compute(task(2));
+    run_ok(&mut m, 2);
+    m.free(2);
+    let k2 = |a, b| ("k2".to_owned(), a, b);
+    assert_eq!(
+        transitions(&mut m),
+        [
+            k2("released", "waiting"),
+            k2("waiting", "ready"),
+            k2("ready", "executing"),
+            k2("executing", "memory"),
+            k2("memory", "released"),
+            k2("released", "forgotten"),
+        ]
+    );
+    // A failure, and a task freed while it runs.
+    m.compute(task(3));
+    let job = take(&mut m, 3);
+    m.complete(job, None, 0.0);
+    m.compute(task(4));
+    let job = take(&mut m, 4);
+    m.free(4);
+    assert_eq!(m.complete(job, Some((1, 1)), 0.0), Outcome::Dropped);
+    let seen = transitions(&mut m);
+    assert!(
+        seen.contains(&("k3".to_owned(), "executing", "error")),
+        "{seen:?}"
+    );
+    let k4: Vec<_> = seen
+        .iter()
+        .filter(|t| t.0 == "k4")
+        .map(|t| (t.1, t.2))
+        .collect();
+    assert_eq!(
+        k4[2..],
+        [
+            ("ready", "executing"),
+            ("executing", "cancelled"),
+            ("cancelled", "released"),
+            ("released", "forgotten"),
+        ]
+    );
+    m.feed_transitions(false);
+    m.compute(task(5));
+    assert!(m.take_transitions().is_empty());
+    ok(&m);
+}

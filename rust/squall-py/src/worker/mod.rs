@@ -419,6 +419,33 @@ impl WorkerCore {
         Ok(())
     }
 
+    /// Record task state changes for `take_transitions` (a worker plugin's
+    /// `transition` hook), or stop.
+    fn feed_transitions(&self, py: Python<'_>, on: bool) {
+        let mut g = self.lock(py);
+        g.m.feed_transitions(on);
+        Self::unlock(g);
+    }
+
+    /// The task state changes since the last call: `[(key, start, finish)]`, in order
+    /// (empty while the feed is off).
+    fn take_transitions<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(Bound<'py, PyAny>, &'static str, &'static str)>> {
+        let changes = {
+            let mut g = self.lock(py);
+            g.m.take_transitions()
+        };
+        changes
+            .into_iter()
+            .map(|t| {
+                let key = Key::from_encoded(&t.key).expect("interned keys are valid");
+                Ok((key_to_py(py, &key)?, t.start, t.finish))
+            })
+            .collect()
+    }
+
     /// The values held: `{key: value}` (a snapshot).
     fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.held(py, |slot| slot.value.as_ref().map(|v| v.clone_ref(py)))

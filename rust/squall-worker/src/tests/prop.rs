@@ -486,6 +486,7 @@ proptest! {
         nodes in graph(),
         nthreads in 1usize..4,
         events in prop::collection::vec(event(), 0..250),
+        fed in any::<bool>(),
     ) {
         let mut w = World {
             m: Machine::new(ME, nthreads, vec![("GPU".to_string(), 1.0)]),
@@ -498,9 +499,13 @@ proptest! {
             in_flight: Vec::new(),
             missing: Vec::new(),
         };
+        // With a transition feed on (a worker plugin's), the same rules hold.
+        w.m.feed_transitions(fed);
         for ev in &events {
             w.step(ev);
         }
         w.drain();
+        let recorded = w.m.take_transitions();
+        prop_assert!(fed || recorded.is_empty());
     }
 }
