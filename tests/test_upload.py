@@ -9,7 +9,6 @@ import importlib
 import sys
 import uuid
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -20,12 +19,6 @@ from squall import Client, LocalCluster
 from squall.diagnostics.environment import _CondaInstaller
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-        yield cluster
 
 
 def unique(prefix: str) -> str:
