@@ -45,9 +45,11 @@ def test_the_programs_logs(tmp_path: Path) -> None:
     assert "listening at" not in sched.stdout.read()  # the one line, read when it started
     logs = sched_log.read_text()
     assert "listening at" not in logs
+    assert f"  Scheduler at: {address:>25}" in logs  # distributed's startup lines
     assert "client log-test connected from tcp://127.0.0.1:" in logs
     assert "task 'failing-task' failed on tcp://" in logs and "ZeroDivisionError" in logs
     wlogs = worker_log.read_text()
+    assert "      Start worker at:  " in wlogs and "Waiting to connect to: " in wlogs
     assert "task 'failing-task' failed: ZeroDivisionError" in wlogs
     assert "Traceback" in wlogs and ", in fail" in wlogs  # with its traceback, once
     assert wlogs.count("task 'failing-task' failed") == 1

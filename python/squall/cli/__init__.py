@@ -90,7 +90,3 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -165,6 +165,8 @@ class SchedulerServer:
             security=self.security,
         )
         self.address = self._listener.address
+        # distributed's startup lines, which deployers parse (docs/deploy.md#startup-lines)
+        logger.info("  Scheduler at: %25s", self.address)
         if self.dashboard_address is not None:
             await self._serve_http(self.dashboard_address, bind_host)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
@@ -179,7 +181,7 @@ class SchedulerServer:
         interface the scheduler binds."""
         self.http = HttpServer(scheduler_routes(self), static_path=STATIC)
         await self.http.start(*parse_http_address(address, bind_host), tls=dashboard_tls())
-        logger.info("dashboard at %s", self.http.url("/status"))
+        logger.info("%11s at:  %25s", "dashboard", self.http.url("/status"))
         if api_enabled() and not comm.is_loopback(self.http.host):
             logger.warning(
                 "serving the API routes on %s without authentication: anyone who can "

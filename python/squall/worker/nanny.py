@@ -156,6 +156,7 @@ class Nanny:
             self.address, self._serve_peer, roles=frozenset({"peer"})
         )
         self.address = self._listener.address
+        logger.info("        Start Nanny at: %r", self.address)  # docs/deploy.md#startup-lines
         await self.preloads.setup(self)
         if not await self._join():
             logger.error(

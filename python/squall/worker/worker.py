@@ -54,6 +54,7 @@ from collections.abc import Callable, Collection, Generator, Hashable, Iterable,
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psutil  # type: ignore[import-untyped]
+from dask.utils import format_bytes
 
 from squall import config, log_ring
 from squall._core import (
@@ -341,6 +342,7 @@ class Worker:
             await self._serve_http(self.dashboard_address)
         self._loop_thread = threading.get_ident()
         await self.preloads.setup(self)
+        self._log_startup()
         what = f"worker {self.address} joining {self.scheduler_address}"
         if not await liveness.retry(self._register, self.death_timeout, what):
             await self._listener.close()
@@ -358,6 +360,23 @@ class Worker:
         context.register(self)
         config.route_dask(self)  # dask calls in its tasks go to the cluster
         return self
+
+    def _log_startup(self) -> None:
+        """distributed's startup lines, which deployers parse (docs/deploy.md#startup-lines)."""
+        logger.info("      Start worker at: %26s", self.address)
+        logger.info("         Listening to: %26s", self._listener.address)
+        if self.name is not None:
+            logger.info("          Worker name: %26s", self.name)
+        if self.http is not None:
+            logger.info("         dashboard at: %26s", self.http.url("/status"))
+        logger.info("Waiting to connect to: %26s", self.scheduler_address)
+        logger.info("-" * 49)
+        logger.info("              Threads: %26d", self.nthreads)
+        if self.memory_limit:
+            logger.info("               Memory: %26s", format_bytes(self.memory_limit))
+        base = self._local_directory or local_directory(self.local_directory_option)
+        logger.info("      Local Directory: %26s", base)
+        logger.info("-" * 49)
 
     async def _serve_http(self, address: str | int) -> None:
         """``/health`` and ``/metrics`` on the interface the worker binds unless the
