@@ -342,7 +342,7 @@ class Worker:
             await self._serve_http(self.dashboard_address)
         self._loop_thread = threading.get_ident()
         await self.preloads.setup(self)
-        self._log_startup()
+        self._log_startup(self._listener.address)
         what = f"worker {self.address} joining {self.scheduler_address}"
         if not await liveness.retry(self._register, self.death_timeout, what):
             await self._listener.close()
@@ -361,10 +361,10 @@ class Worker:
         config.route_dask(self)  # dask calls in its tasks go to the cluster
         return self
 
-    def _log_startup(self) -> None:
+    def _log_startup(self, listening: str) -> None:
         """distributed's startup lines, which deployers parse (docs/deploy.md#startup-lines)."""
         logger.info("      Start worker at: %26s", self.address)
-        logger.info("         Listening to: %26s", self._listener.address)
+        logger.info("         Listening to: %26s", listening)
         if self.name is not None:
             logger.info("          Worker name: %26s", self.name)
         if self.http is not None:
