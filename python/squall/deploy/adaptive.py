@@ -1,4 +1,4 @@
-"""Adaptive scaling of a LocalCluster (docs/runtime.md#adaptive-scaling), with Dask's
+"""Adaptive scaling of a cluster (docs/runtime.md#adaptive-scaling), with Dask's
 semantics: a loop asks the scheduler how many workers the work needs (its adaptive
 target, bounded by ``minimum`` and ``maximum``), starts the missing ones at once, and
 retires a worker only once ``wait_count`` targets in a row left it out."""
@@ -8,26 +8,51 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from squall import config
 from squall.client.loop import timeout_seconds
 from squall.deploy.requests import ask, run_sync
 from squall.protocol import messages as m
-
-if TYPE_CHECKING:
-    from squall.deploy.scaling import Scaling
+from squall.security import Security
 
 logger = logging.getLogger("squall.deploy")
 
 
+class Reachable(Protocol):
+    """A cluster's scheduler, as the loop reaches it."""
+
+    @property
+    def scheduler_address(self) -> str: ...
+
+    @property
+    def security(self) -> Security | None: ...
+
+
+class Scalable(Protocol):
+    """What the loop drives: a cluster's scaling state (``LocalCluster``'s ``Scaling``,
+    a job-queue cluster). ``lock`` is held around each change."""
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    @property
+    def cluster(self) -> Reachable: ...
+
+    def alive(self) -> list[str]: ...
+
+    def scale(self, n: int) -> None: ...
+
+    def retire(self, *, workers: list[str]) -> object: ...
+
+
 class Adaptive:
-    """Runs on a thread of its own until ``stop()`` (``LocalCluster.close`` stops it).
+    """Runs on a thread of its own until ``stop()`` (the cluster's ``close`` stops it).
     Arguments left None come from ``squall.adaptive.*``."""
 
     def __init__(
         self,
-        scaling: Scaling,
+        scaling: Scalable,
         *,
         minimum: int | None = None,
         maximum: int | float | None = None,

@@ -416,6 +416,7 @@ class Worker:
         self._watchdog = liveness.Watchdog(
             self._silence_timeout, self._send_heartbeat, self._scheduler_silent
         )
+        logger.info("        Registered to: %26s", self.scheduler_address)
         logger.info(
             "worker %s (%s threads) registered with %s as %d",
             self.address,
