@@ -98,6 +98,7 @@ class JobQueueCluster:
         if cls is None:
             raise ValueError("no job class: pass job_cls= or use a subclass (SLURMCluster, ...)")
         self.job_cls = cls
+        self._job_type: type[Job] = cls
         if security is not None:
             raise TypeError(
                 "squall's job-queue clusters do not support security= yet "
@@ -112,8 +113,8 @@ class JobQueueCluster:
             interface = dask.config.get(f"jobqueue.{config_name}.interface")
         if scheduler_options is None:
             scheduler_options = dask.config.get(f"jobqueue.{config_name}.scheduler-options", {})
-        options: dict[str, Any] = {"protocol": protocol, "dashboard_address": ":8787"}
-        options.update(scheduler_options or {})
+        # The dashboard's default is squall's (squall.scheduler.dashboard.address: :8787).
+        options: dict[str, Any] = {"protocol": protocol, **(scheduler_options or {})}
         if "host" not in options and "interface" not in options:
             options["interface"] = interface
             if interface is None:
@@ -162,12 +163,13 @@ class JobQueueCluster:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def _job(self, name: str, address: str) -> Job:
-        return squall_worker_command(self.job_cls(address, name=name, **self._job_kwargs))
+        return squall_worker_command(self._job_type(address, name=name, **self._job_kwargs))
 
     @property
     def _dummy_job(self) -> Job:
         """A job as the cluster makes them, but for its name (dask-jobqueue's)."""
-        address = NO_ADDRESS if getattr(self, "scheduler", None) is None else self.scheduler_address
+        running = getattr(self, "scheduler", None) is not None
+        address = self.scheduler_address if running else NO_ADDRESS
         return self._job("dummy-name", address)
 
     def job_script(self) -> str:
@@ -177,8 +179,7 @@ class JobQueueCluster:
 
     @property
     def job_header(self) -> str:
-        header: str = self._dummy_job.job_header
-        return header
+        return str(self._dummy_job.job_header)
 
     @property
     def job_name(self) -> str | None:
@@ -238,6 +239,8 @@ class JobQueueCluster:
             if cores is not None:
                 jobs = max(jobs, math.ceil(cores / job.worker_cores))
             if memory is not None:
+                if not job.worker_memory:
+                    raise ValueError("scale(memory=) needs jobs with memory")
                 jobs = max(jobs, math.ceil(parse_bytes(memory) / job.worker_memory))
         if jobs < 0:
             raise ValueError(f"cannot scale to {jobs} jobs")
