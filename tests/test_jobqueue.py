@@ -94,9 +94,13 @@ def test_adapt_in_jobs() -> None:
             eventually(lambda: not cluster.workers, timeout=20)
 
 
-def test_unknown_job_argument_is_an_error() -> None:
+def test_unknown_and_unsupported_arguments_are_errors() -> None:
     with pytest.raises(TypeError, match="nonsense"):
         jobqueue.SLURMCluster(cores=1, memory="1GiB", nonsense=1)
+    with pytest.raises(TypeError, match="security="):
+        jobqueue.SLURMCluster(cores=1, memory="1GiB", security=squall.Security())
+    with pytest.raises(TypeError, match="asynchronous=True"):
+        jobqueue.SLURMCluster(cores=1, memory="1GiB", asynchronous=True)
 
 
 @pytest.mark.parametrize(

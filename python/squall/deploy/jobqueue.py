@@ -92,6 +92,7 @@ class JobQueueCluster:
         interface: str | None = None,
         protocol: str | None = None,
         config_name: str | None = None,
+        asynchronous: bool = False,
         **job_kwargs: Any,
     ) -> None:
         cls = job_cls or self.job_cls
@@ -99,9 +100,10 @@ class JobQueueCluster:
             raise ValueError("no job class: pass job_cls= or use a subclass (SLURMCluster, ...)")
         self.job_cls = cls
         self._job_type: type[Job] = cls
-        if security is not None:
+        if security is not None or asynchronous:
+            unsupported = "security=" if security is not None else "asynchronous=True"
             raise TypeError(
-                "squall's job-queue clusters do not support security= yet "
+                f"squall's job-queue clusters do not support {unsupported} "
                 "(docs/deploy.md#job-queues)"
             )
         #: The cluster's name; its jobs are ``NAME-0``, ``NAME-1``, ... (as dask-jobqueue's).
@@ -312,7 +314,11 @@ class JobQueueCluster:
         deadline = self._loop.time() + LEAVE_GRACE
         while any(w in s.workers for w in ids) and self._loop.time() < deadline:
             await asyncio.sleep(LEAVE_POLL)
-        await asyncio.gather(*(self.workers.pop(j).close() for j in jobs))
+        closing = [self.workers.pop(j) for j in jobs]
+        results = await asyncio.gather(*(job.close() for job in closing), return_exceptions=True)
+        for job, result in zip(closing, results, strict=True):
+            if isinstance(result, Exception):
+                logger.warning("job %s could not be cancelled: %s", job.name, result)
 
     def adapt(
         self,
