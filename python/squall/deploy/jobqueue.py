@@ -12,11 +12,13 @@ Needs ``dask-jobqueue`` (``pip install squall[jobqueue]``).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import math
 import threading
 import uuid
+import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -54,6 +56,17 @@ LEAVE_GRACE = 10.0
 LEAVE_POLL = 0.05
 #: The placeholder address of a script shown before the scheduler runs (dask-jobqueue's).
 NO_ADDRESS = "tcp://<insert-scheduler-address-here>:8786"
+
+
+# Open clusters, closed at exit: their jobs would otherwise wait in the queue or run on
+# until their workers' death timeout.
+_open: weakref.WeakSet[JobQueueCluster] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clusters() -> None:
+    for cluster in list(_open):
+        cluster.close()
 
 
 def squall_worker_command(job: Job) -> Job:
@@ -145,6 +158,7 @@ class JobQueueCluster:
         self.scheduler: Scheduler | None = None
         try:
             self.scheduler = self._call(_started(scheduler_cls(**options)))
+            _open.add(self)
             if n_workers:
                 self.scale(n_workers)
         except BaseException:
@@ -348,6 +362,7 @@ class JobQueueCluster:
 
     def close(self) -> None:
         """Close the workers, cancel the jobs, stop the scheduler."""
+        _open.discard(self)
         self._stop_adapting()
         for client in self._clients:
             client.close()
