@@ -19,10 +19,8 @@ import subprocess
 import sys
 from typing import Any, NamedTuple
 
-from dask.utils import parse_timedelta
-
 from squall import config, security
-from squall.deploy.lifeline import log_levels, parse_process_args
+from squall.deploy.lifeline import log_levels, parse_duration, parse_process_args
 from squall.deploy.shape import default_shape
 from squall.http import options as http_options
 from squall.preload import PreloadError
@@ -66,16 +64,6 @@ async def run_worker(
                 loop.remove_signal_handler(sig)
         await worker.close()
     return worker.restart_requested
-
-
-def _parse_duration(text: str) -> float:
-    try:
-        seconds = float(parse_timedelta(text, default="s"))
-    except (KeyError, TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"a duration must be >= 0, not {text!r}")
-    return seconds
 
 
 def lifetime_seconds(lifetime: float | None, stagger: float) -> float | None:
@@ -176,13 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--lifetime",
-        type=_parse_duration,
+        type=parse_duration,
         help='retire gracefully after this long, e.g. "1 hour" '
         "(default: squall.worker.lifetime.duration, none: never)",
     )
     p.add_argument(
         "--lifetime-stagger",
-        type=_parse_duration,
+        type=parse_duration,
         help="a random amount within ± this is added to --lifetime "
         "(default: squall.worker.lifetime.stagger)",
     )
