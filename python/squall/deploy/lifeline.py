@@ -89,6 +89,26 @@ def protocol(value: str | None) -> str | None:
     return name
 
 
+def split_host(flag: str, text: str) -> tuple[str | None, str, int | None]:
+    """A ``--host`` as distributed takes it: ``HOST``, ``HOST:PORT``, ``[IPv6]:PORT``,
+    ``tcp://HOST:PORT`` or ``tls://`` → (protocol or None, host ("" if none), port or
+    None); ``ValueError`` naming ``flag`` for another protocol."""
+    scheme = None
+    if "://" in text:
+        given, text = text.split("://", 1)
+        try:
+            scheme = protocol(given)
+        except ValueError:
+            raise ValueError(
+                f"{flag} {given}://{text}: squall speaks tcp:// and tls:// only"
+            ) from None
+    port = None
+    name, sep, digits = text.rpartition(":")
+    if sep and digits.isdigit() and (":" not in name or name.startswith("[")):
+        text, port = name, int(digits)
+    return scheme, text.strip("[]"), port
+
+
 _pid_file: str | None = None
 
 

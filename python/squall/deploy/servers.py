@@ -16,11 +16,11 @@ from collections.abc import Generator, Iterable, Sequence
 from enum import Enum
 from typing import Any
 
-from squall.client.scheduler_file import read_scheduler_file, write_scheduler_file
+from squall.client.scheduler_file import wait_for_scheduler_file, write_scheduler_file
 from squall.config import get as config_get
 from squall.deploy.local import print_level_flags, scheduler_info
 from squall.preload import worker_flags
-from squall.protocol import comm
+from squall.protocol import comm, liveness
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
 from squall.worker.memory import parse_memory_limit
@@ -248,7 +248,10 @@ class Nanny:
             config=config,
         )
         if scheduler_file is not None:
-            scheduler_ip = read_scheduler_file(scheduler_file)
+            # as distributed's: waits for it, up to the death timeout
+            scheduler_ip = wait_for_scheduler_file(
+                scheduler_file, liveness.death_timeout(death_timeout)
+            )
         if scheduler_ip is None:
             raise ValueError("Nanny needs a scheduler address or a scheduler_file")
         if scheduler_port is not None:

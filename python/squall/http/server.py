@@ -97,9 +97,9 @@ class HttpServer:
             settings["static_path"] = static_path
             settings["static_url_prefix"] = f"{self.prefix}/statics/"
         # With a prefix, "/" is the prefix with or without its slash.
-        prefixed = [
-            (f"{self.prefix}/?" if self.prefix and path == "/" else self.prefix + path, *rest)
-            for path, *rest in routes
+        prefixed: list[Route] = [
+            (f"{self.prefix}/?" if self.prefix and path == "/" else self.prefix + path, h, kw)
+            for path, h, kw in routes
         ]
         self._app = tornado.web.Application(prefixed, **settings)
         self._xheaders = xheaders

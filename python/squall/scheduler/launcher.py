@@ -17,7 +17,7 @@ from dask.utils import format_time
 
 from squall import config, security
 from squall.client.scheduler_file import write_scheduler_file
-from squall.deploy.lifeline import log_levels, parse_duration, parse_process_args, protocol
+from squall.deploy.lifeline import log_levels, parse_duration, parse_process_args, split_host
 from squall.http import options as http_options
 from squall.protocol import comm
 from squall.scheduler import snapshot
@@ -60,8 +60,12 @@ async def run_scheduler(
         loop.add_signal_handler(sig, stop.set)
     if scheduler_file is not None:
         services = {} if server.http is None else {"dashboard": server.http.port}
-        write_scheduler_file(scheduler_file, {**snapshot.identity_json(server), "services": services})
-    idle = None if not idle_timeout else loop.create_task(_stop_when_idle(server, idle_timeout, stop))
+        write_scheduler_file(
+            scheduler_file, {**snapshot.identity_json(server), "services": services}
+        )
+    idle = (
+        None if not idle_timeout else loop.create_task(_stop_when_idle(server, idle_timeout, stop))
+    )
     # Once signals close it gracefully: its starter may stop it as soon as it reads this.
     print(f"squall scheduler listening at {server.address}", flush=True)
     server.lifecycle.on_shutdown = stop.set  # Client.shutdown()
@@ -107,22 +111,12 @@ def scheduler_address(args: argparse.Namespace) -> str:
     """``--host`` (an IP, a hostname, or distributed's ``tcp://HOST:PORT`` or
     ``tls://``), ``--interface``, ``--port`` and ``--protocol`` as one address; unset
     parts come from ``squall.scheduler.host`` and ``.port``, the scheme from TLS config."""
-    host = str(config.get("scheduler.host")) if args.host is None else args.host
-    scheme = args.protocol
-    if "://" in host:
-        given, host = host.split("://", 1)
-        try:
-            given = protocol(given)
-        except ValueError:
-            raise ValueError(f"--host {args.host}: squall speaks tcp:// and tls:// only") from None
-        if scheme is not None and scheme != given:
-            raise ValueError(f"--host {args.host} and --protocol {scheme} disagree")
-        scheme = given
-    port: int | None = None
-    name, sep, digits = host.rpartition(":")
-    if sep and digits.isdigit() and (":" not in name or name.startswith("[")):
-        host, port = name, int(digits)
-    host = host.strip("[]") or str(config.get("scheduler.host"))
+    scheme, host, port = split_host("--host", args.host or "")
+    if args.protocol is not None:
+        if scheme is not None and scheme != args.protocol:
+            raise ValueError(f"--host {args.host} and --protocol {args.protocol} disagree")
+        scheme = args.protocol
+    host = host or str(config.get("scheduler.host"))
     if args.interface is not None:
         host = comm.interface_ip(args.interface)
     if args.port is not None:
