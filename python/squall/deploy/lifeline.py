@@ -139,13 +139,10 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def parse_process_args(
-    p: argparse.ArgumentParser, argv: list[str] | None, *, nanny: bool = False
-) -> argparse.Namespace:
-    """The arguments of ``squall scheduler`` or ``squall worker``, after the flags both
-    take (``--log-level``, ``--print-level``, ``--watch-stdin``, ``--protocol``,
-    ``--pid-file``, ``--version``, the preload flags, with ``--preload-nanny`` if
-    ``nanny``) are added; stdin is watched if asked, the pid file written
+def add_process_flags(p: argparse.ArgumentParser, *, nanny: bool = False) -> None:
+    """The flags ``squall scheduler`` and ``squall worker`` both take: ``--log-level``,
+    ``--print-level``, ``--watch-stdin``, ``--protocol``, ``--pid-file``, ``--version``,
+    the preload flags, with ``--preload-nanny`` if ``nanny``
     (docs/deploy.md#command-lines)."""
     p.add_argument("--protocol", help="tcp or tls (default: tls with --tls-* flags, else tcp)")
     p.add_argument("--pid-file", help="write this process's pid to this file (removed at exit)")
@@ -158,6 +155,11 @@ def parse_process_args(
     )
     p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
     preload.add_cli_options(p, nanny=nanny)
+
+
+def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of ``squall scheduler`` or ``squall worker`` (a parser with
+    :func:`add_process_flags`); stdin is watched if asked, the pid file written."""
     args, extra = p.parse_known_args(argv)
     # As distributed's programs, arguments they do not know go to a --preload's click
     # command; so do those after --preload-argv.

@@ -17,7 +17,13 @@ from dask.utils import format_time
 
 from squall import config, security
 from squall.client.scheduler_file import write_scheduler_file
-from squall.deploy.lifeline import log_levels, parse_duration, parse_process_args, split_host
+from squall.deploy.lifeline import (
+    add_process_flags,
+    log_levels,
+    parse_duration,
+    parse_process_args,
+    split_host,
+)
 from squall.http import options as http_options
 from squall.protocol import comm
 from squall.scheduler import snapshot
@@ -128,7 +134,8 @@ def scheduler_address(args: argparse.Namespace) -> str:
     return address
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """``squall scheduler``'s flags: ``dask scheduler``'s (docs/deploy.md#command-lines)."""
     p = argparse.ArgumentParser(prog="squall scheduler", description="run a squall scheduler")
     p.add_argument(
         "--host",
@@ -170,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         help='close after this long with no work, e.g. "1 hour" '
         "(default: distributed.scheduler.idle-timeout, none: never)",
     )
+    add_process_flags(p)
     return p
 
 
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     """``squall scheduler``: the flags of ``dask scheduler`` with its meanings; they
     override ``squall.scheduler.host``, ``.port``, ``.preload`` and
     ``squall.logging.level``."""
-    p = _parser()
+    p = parser()
     args = parse_process_args(p, argv)
     if args.jupyter:
         p.error("--jupyter: squall's scheduler runs no Jupyter server")

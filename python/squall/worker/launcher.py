@@ -25,6 +25,7 @@ import dask
 from squall import config, security
 from squall.client.scheduler_file import wait_for_scheduler_file
 from squall.deploy.lifeline import (
+    add_process_flags,
     log_levels,
     parse_duration,
     parse_process_args,
@@ -129,10 +130,8 @@ def _parse_nworkers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an integer or 'auto', not {text!r}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``squall worker``. On a restart from the scheduler the program re-executes
-    itself with the same arguments."""
-    argv = sys.argv[1:] if argv is None else argv
+def parser() -> argparse.ArgumentParser:
+    """``squall worker``'s flags: ``dask worker``'s (docs/deploy.md#command-lines)."""
     p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
     p.add_argument(
         "scheduler",
@@ -244,7 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executing-record", help=argparse.SUPPRESS)
     security.add_cli_options(p)
     http_options.add_cli_options(p, "worker.dashboard.address")
-    args = parse_process_args(p, argv, nanny=True)
+    add_process_flags(p, nanny=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``squall worker``. On a restart from the scheduler the program re-executes
+    itself with the same arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
+    args = parse_process_args(p, argv)
     try:
         check_flags(args)
         security.apply_cli_options(args, "worker")
