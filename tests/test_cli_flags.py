@@ -24,7 +24,9 @@ import squall
 from squall.client.scheduler_file import wait_for_scheduler_file
 from squall.http.server import HttpServer
 from squall.scheduler import launcher as scheduler_launcher
+from squall.security import Security
 from squall.worker import launcher as worker_launcher
+from squall.worker.worker import Worker
 
 LOOPBACK = ("--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0")
 
@@ -249,3 +251,27 @@ def test_use_xheaders_trusts_a_proxy_headers(xheaders: bool) -> None:
             await server.close()
 
     assert asyncio.run(main()) == ("10.1.2.3" if xheaders else "127.0.0.1")
+
+
+def test_scheduler_sni_is_sent_on_the_workers_tls_connection() -> None:
+    """``--scheduler-sni``: the worker asks the scheduler's TLS for that server name."""
+    sec = Security.temporary()
+    asked: list[str | None] = []
+    sec.ssl_context(server=True).sni_callback = lambda _s, name, _c: asked.append(name)
+
+    async def main() -> None:
+        async with squall.Scheduler(
+            host="127.0.0.1", protocol="tls", security=sec, dashboard=False
+        ) as s:
+            worker = Worker(
+                s.address,
+                address="tls://127.0.0.1:0",
+                security=sec,
+                scheduler_sni="sched.example",
+                dashboard_address=None,
+            )
+            await worker.start()
+            await worker.close()
+
+    asyncio.run(main())
+    assert "sched.example" in asked
