@@ -103,6 +103,18 @@ async def _stop_when_idle(server: SchedulerServer, timeout: float, stop: asyncio
             return
 
 
+def default_idle_timeout() -> float | None:
+    """``--idle-timeout``'s default: Dask's ``distributed.scheduler.idle-timeout``
+    (squall has no key of its own), seconds; None: never."""
+    value = config.dask_value("scheduler.idle-timeout")
+    if value is None:
+        return None
+    try:
+        return parse_duration(str(value))
+    except argparse.ArgumentTypeError as e:
+        raise ValueError(f"distributed.scheduler.idle-timeout: {e}") from None
+
+
 def _bool(text: str) -> bool:
     """A boolean as click reads one (``--use-xheaders``)."""
     value = text.strip().lower()
@@ -191,10 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--jupyter: squall's scheduler runs no Jupyter server")
     if args.show is not None:
         print("squall scheduler: --show is deprecated and has no effect", file=sys.stderr)
-    idle_timeout = args.idle_timeout
-    if idle_timeout is None and config.dask_value("scheduler.idle-timeout") is not None:
-        idle_timeout = parse_duration(str(config.dask_value("scheduler.idle-timeout")))
     try:
+        idle_timeout = default_idle_timeout() if args.idle_timeout is None else args.idle_timeout
         security.apply_cli_options(args, "scheduler")
         levels = log_levels(args)
         address = scheduler_address(args)
