@@ -126,6 +126,8 @@ def test_scheduler_file_and_pid_file_round_trip(tmp: Path) -> None:
 def test_waiting_for_a_scheduler_file_is_bounded(tmp: Path) -> None:
     with pytest.raises(TimeoutError, match=r"never\.json"):
         wait_for_scheduler_file(tmp / "never.json", 0.3)
+    with pytest.raises(TimeoutError, match=r"never\.json"):
+        squall.Client(scheduler_file=str(tmp / "never.json"), timeout=0.3)
     done = run("worker", "--scheduler-file", str(tmp / "never.json"), "--death-timeout", "0.5")
     assert done.returncode == 1 and "never.json" in done.stderr
 
@@ -193,6 +195,23 @@ def test_worker_port_range_takes_the_first_free_port(scheduler: str) -> None:
             assert first not in ports
         finally:
             assert terminate(worker) == 0
+
+
+def test_nworkers_share_a_port_range(scheduler: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        first = probe.getsockname()[1] + 1
+    if first > 65000:
+        pytest.skip("no room for a range above the ephemeral port")
+    cmd = [sys.executable, "-m", "squall.cli", "worker", scheduler, "--nworkers", "2",
+           "--no-nanny", "--host", "127.0.0.1", "--worker-port", f"{first}:{first + 19}",
+           "--no-dashboard", "--nthreads", "1"]  # fmt: skip
+    workers = subprocess.Popen(cmd)
+    try:
+        ports = sorted(int(a.rsplit(":", 1)[1]) for a in joined(scheduler, 2))
+        assert first <= ports[0] < first + 10 <= ports[1] < first + 20
+    finally:
+        assert terminate(workers) == 0
 
 
 def test_port_ranges_are_shared_out_between_processes() -> None:
