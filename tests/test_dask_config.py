@@ -27,6 +27,7 @@ from squall.client import display
 from squall.http import scheduler_routes
 from squall.http.server import dashboard_tls
 from squall.protocol import liveness
+from squall.scheduler import launcher as scheduler_launcher
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security, _self_signed
 from squall.worker import launcher, nanny
@@ -227,6 +228,7 @@ CASES: list[tuple[str, Any, Callable[[], Any], Any]] = [
         lambda: display.dashboard_link("tcp://127.0.0.1:8786", 8787),
         "https://proxy/8787/status",
     ),
+    ("scheduler.idle-timeout", "1 hour", scheduler_launcher.default_idle_timeout, 3600.0),
     (
         "scheduler.http.routes",
         ["distributed.http.scheduler.api"],

@@ -121,6 +121,7 @@ DASK_DIRECT = frozenset(
         "nanny.pre-spawn-environ",
         "dashboard.link",  # client/display.py
         "scheduler.http.routes",  # http/scheduler_routes.py: /api/v1
+        "scheduler.idle-timeout",  # scheduler/launcher.py: --idle-timeout's default
     }
 )
 

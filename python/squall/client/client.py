@@ -27,7 +27,9 @@ from typing import Any, Literal
 
 import dask
 from dask.typing import no_default
+from dask.utils import parse_timedelta
 
+from squall import config
 from squall.client import default, display
 from squall.client.admin import AdminOps
 from squall.client.connection import ClientConnection
@@ -45,7 +47,7 @@ from squall.client.executor import ClientExecutor
 from squall.client.futures import Future, FutureState, Key, futures_of
 from squall.client.inspection import Inspection
 from squall.client.replicas import AMMClientProxy, ReplicaOps
-from squall.client.scheduler_file import read_scheduler_file
+from squall.client.scheduler_file import wait_for_scheduler_file
 from squall.client.scheduler_plugins import SchedulerPluginOps
 from squall.client.submission import CallOptions, Submission
 from squall.client.task_stream import TaskStreamReader
@@ -96,7 +98,9 @@ class Client:
         if connection_limit < 1:
             raise ValueError(f"connection_limit must be at least 1, not {connection_limit}")
         if address is None and scheduler_file is not None:
-            address = read_scheduler_file(scheduler_file)
+            # as distributed's, waits for the file; here within the connect timeout
+            wait = config.seconds("comm.timeouts.connect") if timeout is None else timeout
+            address = wait_for_scheduler_file(scheduler_file, parse_timedelta(wait, "s"))
         self.connection = ClientConnection(
             address,
             loop,

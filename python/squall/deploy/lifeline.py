@@ -11,10 +11,15 @@ a ``Client()`` made on a thread that then ends would take its cluster down with 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import os
 import threading
 
+from dask.utils import parse_timedelta
+
 from squall import config, preload
+from squall._core import __version__
 from squall._core import watch_stdin as watch_stdin_natively
 
 # (read end, write end) of this process's lifeline pipe, made on first use. Both ends
@@ -65,12 +70,83 @@ def watch_stdin() -> None:
     watch_stdin_natively(STDIN_CLOSED_GRACE)
 
 
-def parse_process_args(
-    p: argparse.ArgumentParser, argv: list[str] | None, *, nanny: bool = False
-) -> argparse.Namespace:
-    """The arguments of ``squall scheduler`` or ``squall worker``, after the flags both
-    take (``--log-level``, ``--print-level``, ``--watch-stdin``, the preload flags, with
-    ``--preload-nanny`` if ``nanny``) are added; stdin is watched if asked."""
+#: What ``--version`` prints, in the form of distributed's programs ("dask, version X").
+VERSION = f"squall, version {__version__}"
+
+#: The protocols squall speaks (``--protocol``).
+PROTOCOLS = ("tcp", "tls")
+
+
+def protocol(value: str | None) -> str | None:
+    """``--protocol`` checked: ``tcp`` or ``tls`` (``tcp://`` too), None if not given;
+    ``ValueError`` naming the flag for another (ucx, ws, inproc) or for distributed's
+    list of several, which would need a listener each."""
+    if value is None:
+        return None
+    name = value.removesuffix("://")
+    if name not in PROTOCOLS:
+        raise ValueError(f"--protocol {value}: squall speaks tcp and tls only, over one listener")
+    return name
+
+
+def split_host(flag: str, text: str) -> tuple[str | None, str, int | None]:
+    """A ``--host`` as distributed takes it: ``HOST``, ``HOST:PORT``, ``[IPv6]:PORT``,
+    ``tcp://HOST:PORT`` or ``tls://`` → (protocol or None, host ("" if none), port or
+    None); ``ValueError`` naming ``flag`` for another protocol."""
+    scheme = None
+    if "://" in text:
+        given, text = text.split("://", 1)
+        try:
+            scheme = protocol(given)
+        except ValueError:
+            raise ValueError(
+                f"{flag} {given}://{text}: squall speaks tcp:// and tls:// only"
+            ) from None
+    port = None
+    name, sep, digits = text.rpartition(":")
+    if sep and digits.isdigit() and (":" not in name or name.startswith("[")):
+        text, port = name, int(digits)
+    return scheme, text.strip("[]"), port
+
+
+_pid_file: str | None = None
+
+
+def write_pid_file(path: str) -> None:
+    """``--pid-file``: this process's pid, removed when it exits (:func:`remove_pid_file`
+    for an exit that skips ``atexit``)."""
+    global _pid_file
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    _pid_file = path
+    atexit.register(remove_pid_file)
+
+
+def remove_pid_file() -> None:
+    if _pid_file is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_pid_file)
+
+
+def parse_duration(text: str) -> float:
+    """A duration flag (``--idle-timeout``, ``--lifetime``): seconds or "1 hour"."""
+    try:
+        seconds = float(parse_timedelta(text, default="s"))
+    except (KeyError, TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"a duration must be >= 0, not {text!r}")
+    return seconds
+
+
+def add_process_flags(p: argparse.ArgumentParser, *, nanny: bool = False) -> None:
+    """The flags ``squall scheduler`` and ``squall worker`` both take: ``--log-level``,
+    ``--print-level``, ``--watch-stdin``, ``--protocol``, ``--pid-file``, ``--version``,
+    the preload flags, with ``--preload-nanny`` if ``nanny``
+    (docs/deploy.md#command-lines)."""
+    p.add_argument("--protocol", help="tcp or tls (default: tls with --tls-* flags, else tcp)")
+    p.add_argument("--pid-file", help="write this process's pid to this file (removed at exit)")
+    p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-level", help="default: squall.logging.level")
     p.add_argument(
         "--print-level",
@@ -79,6 +155,11 @@ def parse_process_args(
     )
     p.add_argument("--watch-stdin", action="store_true", help=WATCH_STDIN_HELP)
     preload.add_cli_options(p, nanny=nanny)
+
+
+def parse_process_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of ``squall scheduler`` or ``squall worker`` (a parser with
+    :func:`add_process_flags`); stdin is watched if asked, the pid file written."""
     args, extra = p.parse_known_args(argv)
     # As distributed's programs, arguments they do not know go to a --preload's click
     # command; so do those after --preload-argv.
@@ -87,8 +168,14 @@ def parse_process_args(
     args.preload_argv = [*extra, *args.preload_argv]
     if args.preload_argv and not args.preload:
         p.error("--preload-argv without a --preload")
+    try:
+        args.protocol = protocol(args.protocol)
+    except ValueError as e:
+        p.error(str(e))
     if args.watch_stdin:
         watch_stdin()
+    if args.pid_file:
+        write_pid_file(args.pid_file)
     return args
 
 

@@ -16,11 +16,11 @@ from collections.abc import Generator, Iterable, Sequence
 from enum import Enum
 from typing import Any
 
-from squall.client.scheduler_file import read_scheduler_file, write_scheduler_file
+from squall.client.scheduler_file import wait_for_scheduler_file, write_scheduler_file
 from squall.config import get as config_get
 from squall.deploy.local import print_level_flags, scheduler_info
 from squall.preload import worker_flags
-from squall.protocol import comm
+from squall.protocol import comm, liveness
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
 from squall.worker.memory import parse_memory_limit
@@ -82,7 +82,8 @@ class Scheduler(SchedulerServer):
 
     ``host`` defaults to ``squall.scheduler.host`` and ``port`` to 0 (a free one);
     ``dashboard=False`` serves no dashboard, else it is served at ``dashboard_address``
-    (default ``squall.scheduler.dashboard.address``). ``allowed_failures``, ``validate``
+    (default ``squall.scheduler.dashboard.address``), under the path ``http_prefix``.
+    ``allowed_failures``, ``validate``
     and ``worker_ttl`` override the ``squall.scheduler`` knobs of those names;
     ``scheduler_file`` is written once it listens. ``preload`` and ``preload_argv``
     (default: ``squall.scheduler.preload``, else Dask's ``distributed.scheduler.preload``)
@@ -126,7 +127,6 @@ class Scheduler(SchedulerServer):
             idle_timeout=idle_timeout,
             contact_address=contact_address,
             jupyter=jupyter,
-            http_prefix=http_prefix not in ("/", None),
         )
         knobs: dict[str, Any] = {}
         for name, value in [
@@ -143,7 +143,9 @@ class Scheduler(SchedulerServer):
             served = None
         elif dashboard_address is None:
             served = config_get("scheduler.dashboard.address")
-        super().__init__(address, knobs, security, served, preload, preload_argv)
+        super().__init__(
+            address, knobs, security, served, preload, preload_argv, http_prefix or ""
+        )
         for plugin in plugins:  # started with the scheduler
             self.add_plugin(plugin)
         self.scheduler_file = scheduler_file
@@ -246,7 +248,10 @@ class Nanny:
             config=config,
         )
         if scheduler_file is not None:
-            scheduler_ip = read_scheduler_file(scheduler_file)
+            # as distributed's: waits for it, up to the death timeout
+            scheduler_ip = wait_for_scheduler_file(
+                scheduler_file, liveness.death_timeout(death_timeout)
+            )
         if scheduler_ip is None:
             raise ValueError("Nanny needs a scheduler address or a scheduler_file")
         if scheduler_port is not None:

@@ -34,7 +34,8 @@ def api_enabled() -> bool:
 
 class _RedirectToStatus(tornado.web.RequestHandler):
     def get(self) -> None:
-        self.redirect("/status")
+        # "/", or the dashboard prefix with or without its slash
+        self.redirect(self.request.path.rstrip("/") + "/status")
 
 
 class _ApiDisabled(tornado.web.RequestHandler):

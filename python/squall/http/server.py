@@ -68,16 +68,41 @@ def _log_request(handler: tornado.web.RequestHandler) -> None:
     logger.debug("HTTP %d %s %s", handler.get_status(), r.method, r.uri)
 
 
+def normalize_prefix(prefix: str | None) -> str:
+    """A dashboard prefix as distributed takes it (``"foo"``, ``"/foo/"``) → ``"/foo"``;
+    none (``""``, ``"/"``, None) → ``""``."""
+    parts = (prefix or "").strip("/")
+    return f"/{parts}" if parts else ""
+
+
 class HttpServer:
     """``await start()`` binds ``host:port``; if that port is taken, a free one instead,
-    with a warning, as Dask's dashboard does (several clusters on one machine)."""
+    with a warning, as Dask's dashboard does (several clusters on one machine).
 
-    def __init__(self, routes: Sequence[Route], *, static_path: str | None = None) -> None:
+    ``prefix`` (``--dashboard-prefix``) puts every route under that path; ``xheaders``
+    (``--use-xheaders``) has tornado take the client's address and scheme from the
+    ``X-Real-Ip``/``X-Forwarded-*`` headers of a proxy terminating TLS in front of it."""
+
+    def __init__(
+        self,
+        routes: Sequence[Route],
+        *,
+        static_path: str | None = None,
+        prefix: str | None = None,
+        xheaders: bool = False,
+    ) -> None:
+        self.prefix = normalize_prefix(prefix)
         settings: dict[str, Any] = {"compress_response": True, "log_function": _log_request}
         if static_path is not None:
             settings["static_path"] = static_path
-            settings["static_url_prefix"] = "/statics/"
-        self._app = tornado.web.Application(list(routes), **settings)
+            settings["static_url_prefix"] = f"{self.prefix}/statics/"
+        # With a prefix, "/" is the prefix with or without its slash.
+        prefixed: list[Route] = [
+            (f"{self.prefix}/?" if self.prefix and path == "/" else self.prefix + path, h, kw)
+            for path, h, kw in routes
+        ]
+        self._app = tornado.web.Application(prefixed, **settings)
+        self._xheaders = xheaders
         self._server: tornado.httpserver.HTTPServer | None = None
         self.host = ""
         self.port = 0
@@ -96,17 +121,20 @@ class HttpServer:
                 port,
                 sockets[0].getsockname()[1],
             )
-        self._server = tornado.httpserver.HTTPServer(self._app, xheaders=False, ssl_options=tls)
+        self._server = tornado.httpserver.HTTPServer(
+            self._app, xheaders=self._xheaders, ssl_options=tls
+        )
         self.scheme = "http" if tls is None else "https"
         self._server.add_sockets(sockets)
         self.host = host
         self.port = sockets[0].getsockname()[1]
 
     def url(self, path: str = "") -> str:
-        """The address to reach it at (the wildcard names no host: this host's name)."""
+        """The address to reach ``path`` (under the prefix) at (the wildcard names no
+        host: this host's name)."""
         host = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
         host = f"[{host}]" if ":" in host else host
-        return f"{self.scheme}://{host}:{self.port}{path}"
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}{path}"
 
     async def close(self) -> None:
         if self._server is not None:

@@ -403,18 +403,22 @@ async def connect(
     info: dict[str, Any] | None = None,
     timeout: float | None = None,
     security: Security | None = None,
+    server_hostname: str | None = None,
 ) -> Comm:
     """Open a connection and complete the handshake as ``role`` (``info``: the
     :class:`~squall.protocol.messages.Hello` fields of that role) within ``timeout``
     seconds (default ``squall.comm.timeouts.connect``); ``security`` defaults to the
-    process's (docs/security.md)."""
+    process's (docs/security.md). Over TLS, ``server_hostname`` is sent as SNI (names
+    are not checked either way)."""
     host, port = parse_address(address)
     sec = security or default_security()
     if timeout is None:
         timeout = config.seconds("comm.timeouts.connect")
     try:
         tls = _transport(address, sec, server=False)
-        opening = asyncio.open_connection(host, port, ssl=tls, server_hostname="" if tls else None)
+        opening = asyncio.open_connection(
+            host, port, ssl=tls, server_hostname=(server_hostname or "") if tls else None
+        )
         reader, writer = await asyncio.wait_for(opening, timeout)
     except asyncio.TimeoutError:
         raise CommError(f"timed out after {timeout}s connecting to {address}") from None

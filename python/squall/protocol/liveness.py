@@ -159,13 +159,22 @@ async def register(
     info: dict[str, Any],
     registered: type[R],
     security: Security | None = None,
+    *,
+    server_hostname: str | None = None,
 ) -> tuple[comm.Comm, R]:
     """Connect to the scheduler at ``address`` as ``role`` (``info``: the
     :class:`~squall.protocol.messages.Hello` fields of that role) and read its
     ``registered`` answer (each within ``squall.comm.timeouts.connect``); CommError if
-    that fails or it refuses."""
+    that fails or it refuses. ``server_hostname``: the TLS SNI to send, if any."""
     timeout = config.seconds("comm.timeouts.connect")
-    c = await comm.connect(address, role=role, info=info, timeout=timeout, security=security)
+    c = await comm.connect(
+        address,
+        role=role,
+        info=info,
+        timeout=timeout,
+        security=security,
+        server_hostname=server_hostname,
+    )
     try:
         reply, _ = await asyncio.wait_for(c.read(), timeout)
     except (comm.CommError, TimeoutError) as e:

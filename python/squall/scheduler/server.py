@@ -79,6 +79,10 @@ class SchedulerServer:
     #: else Dask's ``distributed.scheduler.preload`` (and ``-argv``).
     preload: str | Sequence[str] | None = None
     preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None
+    #: The path the HTTP routes are served under (``--dashboard-prefix``; "": the root),
+    #: and whether a proxy's ``X-Forwarded-*`` headers are trusted (``--use-xheaders``).
+    http_prefix: str = ""
+    xheaders: bool = False
     #: The preloads, imported on creation (``PreloadError`` if one fails).
     preloads: Preloads = field(init=False)
     #: The HTTP listener, once started (None: no dashboard).
@@ -179,7 +183,12 @@ class SchedulerServer:
     async def _serve_http(self, address: str | int, bind_host: str) -> None:
         """The dashboard and HTTP routes; a dashboard address without a host binds the
         interface the scheduler binds."""
-        self.http = HttpServer(scheduler_routes(self), static_path=STATIC)
+        self.http = HttpServer(
+            scheduler_routes(self),
+            static_path=STATIC,
+            prefix=self.http_prefix,
+            xheaders=self.xheaders,
+        )
         await self.http.start(*parse_http_address(address, bind_host), tls=dashboard_tls())
         logger.info("%11s at:  %25s", "dashboard", self.http.url("/status"))
         if api_enabled() and not comm.is_loopback(self.http.host):

@@ -15,14 +15,23 @@ import logging
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 from typing import Any, NamedTuple
 
-from dask.utils import parse_timedelta
+import dask
 
 from squall import config, security
-from squall.deploy.lifeline import log_levels, parse_process_args
+from squall.client.scheduler_file import wait_for_scheduler_file
+from squall.deploy.lifeline import (
+    add_process_flags,
+    log_levels,
+    parse_duration,
+    parse_process_args,
+    remove_pid_file,
+    split_host,
+)
 from squall.deploy.shape import default_shape
 from squall.http import options as http_options
 from squall.preload import PreloadError
@@ -66,16 +75,6 @@ async def run_worker(
                 loop.remove_signal_handler(sig)
         await worker.close()
     return worker.restart_requested
-
-
-def _parse_duration(text: str) -> float:
-    try:
-        seconds = float(parse_timedelta(text, default="s"))
-    except (KeyError, TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"a duration must be >= 0, not {text!r}")
-    return seconds
 
 
 def lifetime_seconds(lifetime: float | None, stagger: float) -> float | None:
@@ -131,12 +130,20 @@ def _parse_nworkers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an integer or 'auto', not {text!r}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``squall worker``. On a restart from the scheduler the program re-executes
-    itself with the same arguments."""
-    argv = sys.argv[1:] if argv is None else argv
+def parser() -> argparse.ArgumentParser:
+    """``squall worker``'s flags: ``dask worker``'s (docs/deploy.md#command-lines)."""
     p = argparse.ArgumentParser(prog="squall worker", description="a squall worker")
-    p.add_argument("scheduler", help="scheduler address, tcp://HOST:PORT")
+    p.add_argument(
+        "scheduler",
+        nargs="?",
+        help="scheduler address, tcp://HOST:PORT (default: --scheduler-file, else "
+        "DASK_SCHEDULER_ADDRESS)",
+    )
+    p.add_argument(
+        "--scheduler-file",
+        help="read the scheduler's address from this JSON file (squall scheduler "
+        "--scheduler-file), waiting for it up to --death-timeout",
+    )
     p.add_argument("--nthreads", type=int, help="default: squall.worker.nthreads")
     p.add_argument(
         "--nworkers",
@@ -147,7 +154,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--name", default=None)
     p.add_argument(
-        "--listen", help="address to serve peers on (default: squall.worker.host and .port)"
+        "--listen-address",
+        "--listen",
+        dest="listen",
+        help="address to serve peers on, tcp://HOST:PORT (default: squall.worker.host and .port)",
+    )
+    p.add_argument(
+        "--host",
+        help="host to serve peers on, and to advertise (see --listen-address, --contact-address)",
+    )
+    p.add_argument(
+        "--worker-port",
+        type=_parse_ports,
+        help="port to serve peers on, or FIRST:LAST: the first free one of that range, "
+        "shared out between --nworkers (default: squall.worker.port)",
+    )
+    p.add_argument(
+        "--nanny-port",
+        type=_parse_ports,
+        help="the nanny's port, or FIRST:LAST as --worker-port (default: a free one)",
     )
     p.add_argument("--interface", help="network interface to serve peers on, e.g. eth0")
     p.add_argument(
@@ -176,13 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--lifetime",
-        type=_parse_duration,
+        type=parse_duration,
         help='retire gracefully after this long, e.g. "1 hour" '
         "(default: squall.worker.lifetime.duration, none: never)",
     )
     p.add_argument(
         "--lifetime-stagger",
-        type=_parse_duration,
+        type=parse_duration,
         help="a random amount within ± this is added to --lifetime "
         "(default: squall.worker.lifetime.stagger)",
     )
@@ -198,19 +223,45 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds (or a duration) to keep trying to reach a lost scheduler before "
         "exiting (default: squall.worker.death-timeout, none: forever)",
     )
+    p.add_argument(
+        "--worker-class",
+        default=DISTRIBUTED_WORKER,
+        help=f"the worker's class: squall's, under distributed's name {DISTRIBUTED_WORKER} "
+        "or squall.Worker; no other",
+    )
+    p.add_argument(
+        "--scheduler-sni",
+        help="TLS server name (SNI) to ask of the scheduler, if not its host's",
+    )
+    p.add_argument(
+        "--dashboard-prefix",
+        help="deprecated, as in distributed: no effect (a worker serves /health and /metrics)",
+    )
     # Given by the nanny to the worker it starts: the nanny's address, for the scheduler.
     p.add_argument("--nanny-address", help=argparse.SUPPRESS)
     # ... and the file where the worker keeps the tasks it is running, for the nanny.
     p.add_argument("--executing-record", help=argparse.SUPPRESS)
     security.add_cli_options(p)
     http_options.add_cli_options(p, "worker.dashboard.address")
-    args = parse_process_args(p, argv, nanny=True)
+    add_process_flags(p, nanny=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``squall worker``. On a restart from the scheduler the program re-executes
+    itself with the same arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
+    args = parse_process_args(p, argv)
     try:
+        check_flags(args)
         security.apply_cli_options(args, "worker")
         levels = log_levels(args)
-    except (config.ConfigError, OSError) as e:
+    except (config.ConfigError, OSError, ValueError) as e:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
+    if args.dashboard_prefix is not None:
+        print("squall worker: --dashboard-prefix is deprecated and has no effect", file=sys.stderr)
     if args.nworkers == "auto":
         args.nworkers, threads = default_shape(os.cpu_count() or 1)
         if args.nthreads is None:
@@ -220,20 +271,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.nworkers < 1:
         p.error("--nworkers must come to at least 1")
     try:
-        liveness.death_timeout(args.death_timeout)
+        death_timeout = liveness.death_timeout(args.death_timeout)
     except ValueError as e:
         p.error(f"--death-timeout: {e}")
     try:
         lifetime = configured_lifetime(args.lifetime, args.lifetime_stagger, args.lifetime_restart)
     except config.ConfigError as e:
         p.error(str(e))
+    try:
+        args.scheduler = scheduler_address(args, death_timeout)
+    except (ValueError, TimeoutError) as e:
+        print(f"squall worker: {e}", file=sys.stderr)
+        return 1
     if args.nworkers > 1:
         if args.listen is not None and comm.parse_address(args.listen)[1] != 0:
-            p.error("--listen with a fixed port needs --nworkers 1")
+            p.error("--listen-address with a fixed port needs --nworkers 1")
+        for flag in ("worker_port", "nanny_port"):
+            ports = getattr(args, flag)
+            if ports is not None and ports != (0, 0) and ports[1] - ports[0] + 1 < args.nworkers:
+                p.error(f"--{flag.replace('_', '-')} {_ports(ports)}: fewer ports than --nworkers")
         return _run_workers(args)
     config.setup_logging(*levels)
     try:
         memory_limit = worker_memory_limit(args)
+        address = listen_address(args)
     except (config.ConfigError, ValueError) as e:
         print(f"squall worker: {e}", file=sys.stderr)
         return 1
@@ -241,9 +302,14 @@ def main(argv: list[str] | None = None) -> int:
         command = worker_command(args, args.name)
         try:
             return run_nanny(
-                args.scheduler, command, args.death_timeout, memory_limit, args.preload_nanny
+                args.scheduler,
+                command,
+                args.death_timeout,
+                memory_limit,
+                args.preload_nanny,
+                address=nanny_address(args),
             )
-        except PreloadError as e:
+        except (PreloadError, ValueError) as e:
             print(f"squall worker: {e}", file=sys.stderr)
             return 1
     try:
@@ -252,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.scheduler,
                 nthreads=args.nthreads,
                 name=args.name,
-                address=listen_address(args),
+                address=address,
                 contact_address=args.contact_address,
                 resources=args.resources,
                 memory_limit=memory_limit,
@@ -265,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                 dashboard_address=http_options.address_from(args, "worker.dashboard.address"),
                 preload=args.preload,
                 preload_argv=args.preload_argv,
+                scheduler_sni=args.scheduler_sni,
             )
         )
     except PreloadError as e:
@@ -283,7 +350,61 @@ def main(argv: list[str] | None = None) -> int:
     # be killed inside the compiled task loop when it next takes the GIL, which aborts
     # the process instead of exiting cleanly.
     logging.shutdown()
+    remove_pid_file()  # atexit is skipped
     os._exit(0)
+
+
+#: distributed's default ``--worker-class``, and the other names of squall's worker
+#: that ``--worker-class`` takes.
+DISTRIBUTED_WORKER = "dask.distributed.Worker"
+WORKER_CLASSES = frozenset(
+    {
+        DISTRIBUTED_WORKER,
+        "distributed.Worker",
+        "distributed.worker.Worker",
+        "squall.Worker",
+        "squall.worker.worker.Worker",
+    }
+)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """``ValueError`` naming a flag squall cannot honour, or flags that contradict."""
+    if args.worker_class not in WORKER_CLASSES:
+        raise ValueError(
+            f"--worker-class {args.worker_class}: squall runs its own worker only "
+            f"({DISTRIBUTED_WORKER} or squall.Worker)"
+        )
+    if args.listen is not None and (args.host is not None or args.worker_port is not None):
+        raise ValueError("--listen-address cannot be combined with --host or --worker-port")
+    listen_scheme = None if args.listen is None else comm.scheme_of(args.listen)
+    if args.protocol is not None and listen_scheme not in (None, args.protocol):
+        raise ValueError(f"--listen-address {args.listen} and --protocol {args.protocol} disagree")
+    if args.host is not None:
+        scheme, _, port = split_host("--host", args.host)
+        if port is not None and args.worker_port is not None:
+            raise ValueError(f"--host {args.host} has a port: give --worker-port or a port there")
+        if scheme is not None and args.protocol is not None and scheme != args.protocol:
+            raise ValueError(f"--host {args.host} and --protocol {args.protocol} disagree")
+
+
+def scheduler_address(args: argparse.Namespace, death_timeout: float | None) -> str:
+    """The scheduler's address as distributed's worker finds it: from
+    ``--scheduler-file`` (waiting for it up to the death timeout), else the positional
+    argument, else ``DASK_SCHEDULER_ADDRESS`` (Dask's ``scheduler-address``)."""
+    if args.scheduler_file is not None:
+        if not os.path.exists(args.scheduler_file):
+            print(f"squall worker: waiting for {args.scheduler_file}", file=sys.stderr, flush=True)
+        return wait_for_scheduler_file(args.scheduler_file, death_timeout)
+    if args.scheduler:
+        return str(args.scheduler)
+    env = dask.config.get("scheduler-address", None)
+    if env:
+        return str(env)
+    raise ValueError(
+        "no scheduler: give its address (tcp://HOST:PORT), --scheduler-file, or "
+        "DASK_SCHEDULER_ADDRESS"
+    )
 
 
 def _run_workers(args: argparse.Namespace) -> int:
@@ -300,7 +421,12 @@ def _run_workers(args: argparse.Namespace) -> int:
     try:
         for i in range(args.nworkers):
             name = None if args.name is None else f"{args.name}-{i}"
-            cmd = worker_command(args, name, "--nanny" if args.nanny else "--no-nanny")
+            nanny = ["--nanny"] if args.nanny else ["--no-nanny"]
+            nanny_ports = share_ports(args.nanny_port, args.nworkers, i)
+            if args.nanny and nanny_ports is not None:
+                nanny += ["--nanny-port", _ports(nanny_ports)]
+            worker_ports = share_ports(args.worker_port, args.nworkers, i)
+            cmd = worker_command(args, name, *nanny, worker_port=worker_ports)
             procs.append(subprocess.Popen(cmd))
         codes = [proc.wait() for proc in procs]
     except BaseException:
@@ -312,26 +438,119 @@ def _run_workers(args: argparse.Namespace) -> int:
     return 0 if all(code == 0 for code in codes) else 1
 
 
+def _parse_ports(text: str) -> tuple[int, int]:
+    """``--worker-port``/``--nanny-port``: ``PORT`` or ``FIRST:LAST`` (both included)."""
+    first, sep, last = text.partition(":")
+    try:
+        ports = int(first), int(last) if sep else int(first)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PORT or FIRST:LAST, not {text!r}") from None
+    if not 0 <= ports[0] <= ports[1] <= 65535 or (ports[0] == 0 and ports[1] != 0):
+        raise argparse.ArgumentTypeError(f"invalid port range {text!r}")
+    return ports
+
+
+def _ports(ports: tuple[int, int]) -> str:
+    return str(ports[0]) if ports[0] == ports[1] else f"{ports[0]}:{ports[1]}"
+
+
+def share_ports(ports: tuple[int, int] | None, n: int, i: int) -> tuple[int, int] | None:
+    """Process ``i`` of ``n``'s part of a port range: consecutive slices, none shared
+    (0, a free port, is everyone's)."""
+    if ports is None or ports == (0, 0):
+        return ports
+    size = (ports[1] - ports[0] + 1) // n
+    first = ports[0] + i * size
+    return first, ports[1] if i == n - 1 else first + size - 1
+
+
+def free_port(flag: str, host: str, ports: tuple[int, int]) -> int:
+    """The first port of the range that ``host`` can bind now (a single port as it
+    is: binding it reports its own error)."""
+    if ports[0] == ports[1]:
+        return ports[0]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for port in range(ports[0], ports[1] + 1):
+        with socket.socket(family) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listener
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise ValueError(f"{flag} {_ports(ports)}: no free port in that range on {host or '*'}")
+
+
+def _bind_host(args: argparse.Namespace) -> tuple[str | None, str | None, int | None]:
+    """(protocol, host, port) the flags give for this process's listeners: from
+    ``--listen-address``, or ``--interface``/``--host`` with ``--protocol``; None where
+    they say nothing."""
+    if args.listen is not None:
+        bound, port = comm.parse_address(args.listen)
+        return comm.scheme_of(args.listen), bound, port
+    scheme, host, given = split_host("--host", args.host) if args.host else (None, "", None)
+    if args.interface is not None:
+        host = comm.interface_ip(args.interface)
+    return scheme or args.protocol, host or None, given
+
+
 def listen_address(args: argparse.Namespace) -> str | None:
-    """``--listen``, or ``--interface``'s address on the configured port."""
-    if args.interface is None:
+    """Where the worker serves peers: ``--listen-address``, else ``--host`` or
+    ``--interface`` on ``--worker-port`` (the first free one of a range; default
+    ``squall.worker.port``) over ``--protocol``. None: the worker's default host, on
+    the ``--worker-port`` given, which is then set as ``squall.worker.port``."""
+    if args.listen is not None:
         return args.listen  # type: ignore[no-any-return]
-    port = config.port("worker.port")
-    return comm.format_address(comm.interface_ip(args.interface), port)
+    scheme, host, port = _bind_host(args)
+    if port is None and args.worker_port is not None:
+        port = free_port("--worker-port", host or "", args.worker_port)
+    if host is None:
+        default = "tls" if security.default().tls else "tcp"
+        if scheme is not None and scheme != default:
+            raise ValueError(
+                f"--protocol {scheme}: this worker's security makes it {default} "
+                "(--tls-* flags make it tls)"
+            )
+        if port is not None:
+            dask.config.set({"squall.worker.port": port})
+        return None
+    return comm.format_address(host, config.port("worker.port") if port is None else port, scheme)
 
 
-def worker_command(args: argparse.Namespace, name: str | None, *flags: str) -> list[str]:
+def nanny_address(args: argparse.Namespace) -> str | None:
+    """Where the nanny serves: the worker's host (``--host``, ``--interface``,
+    ``--listen-address``) on ``--nanny-port``; None: the nanny's default."""
+    scheme, host, _ = _bind_host(args)
+    if host is None and args.nanny_port is None:
+        return None
+    host = host or str(config.get("worker.host"))
+    port = 0 if args.nanny_port is None else free_port("--nanny-port", host, args.nanny_port)
+    return comm.format_address(host, port, scheme)
+
+
+def worker_command(
+    args: argparse.Namespace,
+    name: str | None,
+    *flags: str,
+    worker_port: tuple[int, int] | None = None,
+) -> list[str]:
     """The command running one ``squall worker`` process of these arguments, named
-    ``name``, with ``flags``; options left unset stay unset, so it reads the same config
-    defaults. It ends with the preload argv (``--preload-argv`` takes the rest)."""
+    ``name``, with ``flags``, serving on ``worker_port`` (default ``--worker-port``);
+    options left unset stay unset, so it reads the same config defaults. It ends with
+    the preload argv (``--preload-argv`` takes the rest)."""
+    ports = args.worker_port if worker_port is None else worker_port
     cmd = [sys.executable, "-m", "squall.worker", args.scheduler]
     for flag, value in (
         ("--memory-limit", args.memory_limit),
         ("--local-directory", args.local_directory),
         ("--nthreads", args.nthreads),
-        ("--listen", args.listen),
+        ("--listen-address", args.listen),
+        ("--host", args.host),
+        ("--worker-port", None if ports is None else _ports(ports)),
         ("--interface", args.interface),
+        ("--protocol", args.protocol),
         ("--contact-address", args.contact_address),
+        ("--scheduler-sni", args.scheduler_sni),
         ("--log-level", args.log_level),
         ("--print-level", args.print_level),
         ("--name", name),
@@ -342,7 +561,7 @@ def worker_command(args: argparse.Namespace, name: str | None, *flags: str) -> l
     ):
         if value is not None:
             cmd += [flag, str(value)]
-    if args.no_dashboard:
+    if not args.dashboard:
         cmd.append("--no-dashboard")
     if args.resources is not None:
         cmd += ["--resources", " ".join(f"{k}={v}" for k, v in args.resources.items())]

@@ -486,8 +486,11 @@ def run_nanny(
     death_timeout: str | None = None,
     memory_limit: int = 0,
     preload: Sequence[str] | None = None,
+    address: str | None = None,
 ) -> int:
     """``squall worker`` (``--nanny``): supervise a worker run by ``worker_command``,
-    with the nanny's ``preload``."""
+    with the nanny's ``preload``, serving on ``address`` if given (``--nanny-port``)."""
     nanny = Nanny(scheduler_address, worker_command, death_timeout, memory_limit, preload=preload)
+    if address is not None:
+        nanny.address = address
     return asyncio.run(nanny.run())

@@ -139,7 +139,11 @@ class Worker:
         dashboard_address: str | int | None = "config",
         preload: str | Sequence[str] | None = None,
         preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        scheduler_sni: str | None = None,
     ) -> None:
+        #: The name the worker's TLS connection to the scheduler asks for (SNI), for a
+        #: proxy that routes on it (``--scheduler-sni``); None: none.
+        self.scheduler_sni = scheduler_sni
         #: Imported first: a preload that fails to import fails the worker at once.
         self.preloads = Preloads.of("worker", preload, preload_argv)
         if nthreads is None:
@@ -400,7 +404,12 @@ class Worker:
             "dashboard_scheme": None if self.http is None else self.http.scheme,
         }
         c, reply = await liveness.register(
-            self.scheduler_address, "worker", info, m.WorkerRegistered, self.security
+            self.scheduler_address,
+            "worker",
+            info,
+            m.WorkerRegistered,
+            self.security,
+            server_hostname=self.scheduler_sni,
         )
         assert self._loop is not None
         self._scheduler = c

@@ -416,7 +416,7 @@ function tickLive() {
 
 async function poll(page) {
   const wantStream = page === "status";
-  const url = `/dashboard/data.json?cursor=${wantStream ? state.cursor : -1}`;
+  const url = `dashboard/data.json?cursor=${wantStream ? state.cursor : -1}`;
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), 5000);
   const asked = performance.now();
@@ -466,7 +466,8 @@ const PAGES = {
 };
 
 function start() {
-  const path = location.pathname.replace(/^\/+|\/+$/g, "");
+  // the last segment: the pages are served under the dashboard prefix, if any
+  const path = location.pathname.replace(/\/+$/, "").split("/").pop();
   const page = path in PAGES ? path : "status";
   const main = document.getElementById("main");
   main.innerHTML = PAGES[page].main;
@@ -476,7 +477,7 @@ function start() {
   }
   document.title = `squall · ${PAGES[page].title}`;
   for (const a of document.querySelectorAll("header nav a")) {
-    a.classList.toggle("current", a.getAttribute("href") === "/" + page);
+    a.classList.toggle("current", a.getAttribute("href") === page);
   }
   poll(page);
   setInterval(tickLive, 250);
