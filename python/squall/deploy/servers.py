@@ -339,6 +339,11 @@ class Nanny:
             logger.warning("nanny %s did not close within %ss", self.address, timeout)
         self.status = Status.closed
 
+    async def finished(self) -> None:
+        """Wait until the nanny has ended (closed, or its worker left for good)."""
+        if self._running is not None:
+            await asyncio.shield(self._running)
+
     def __await__(self) -> Generator[Any, None, Nanny]:
         return self.start().__await__()
 
