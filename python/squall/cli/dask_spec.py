@@ -19,7 +19,7 @@ import sys
 from collections.abc import Awaitable
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from squall import config
 from squall._core import __version__
@@ -63,7 +63,7 @@ def server_class(path: str) -> type[Server]:
     )
 
 
-def make_server(cls: type[Server], args: list[str], opts: dict[str, Any]) -> Server:
+def make_server(cls: type[Server], args: list[Any], opts: dict[str, Any]) -> Server:
     """``cls(*args, **opts)``; a ``Worker`` also takes distributed's ``host``, ``port``,
     ``interface``, ``protocol`` and ``listen_address`` for where it listens."""
     if issubclass(cls, Worker):
@@ -115,7 +115,7 @@ async def run(spec: dict[str, dict[str, Any]], args: list[str]) -> None:
                 server.lifecycle.on_shutdown = stop.set
             else:
                 finished.append(server.finished())
-        waiters = {asyncio.ensure_future(stop.wait())}
+        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
         if finished:  # a scheduler runs until stopped
             waiters.add(asyncio.ensure_future(asyncio.gather(*finished)))
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
