@@ -4,7 +4,9 @@ host key and client key; and ``python -m squall.cli.dask_spec``, which it runs."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
+import json
 import os
 import shutil
 import socket
@@ -35,8 +37,12 @@ def free_port() -> int:
 
 def remote_processes(sshd: subprocess.Popen[bytes]) -> list[psutil.Process]:
     """The Python processes running under the test's sshd (its sessions' processes)."""
-    children = psutil.Process(sshd.pid).children(recursive=True)
-    return [p for p in children if "python" in p.name() or "python" in " ".join(p.cmdline())]
+    found = []
+    for child in psutil.Process(sshd.pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended meanwhile
+            if "python" in child.name() or "python" in " ".join(child.cmdline()):
+                found.append(child)
+    return found
 
 
 def wait_until_none(sshd: subprocess.Popen[bytes], timeout: float = 10) -> None:
@@ -140,6 +146,30 @@ def test_cluster_computes_and_stops_every_process(
         assert len(logs) == 4  # the cluster, the scheduler and two workers
     assert cluster.status == squall.Status.closed
     wait_until_none(sshd_process)
+
+
+def test_remote_processes_end_with_the_clusters_process(
+    server: tuple[subprocess.Popen[bytes], dict[str, Any]], sshd: dict[str, Any]
+) -> None:
+    """A cluster whose process is SIGKILLed leaves nothing running on its hosts: the
+    dropped connections close the remote processes' stdin."""
+    code = (
+        "import json, sys, time, squall\n"
+        "squall.SSHCluster(['127.0.0.1', '127.0.0.1'], **json.loads(sys.argv[1]))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(sshd)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        assert owner.stdout.readline() == "up\n"
+        assert len(remote_processes(server[0])) == 3  # scheduler, nanny, worker
+    finally:
+        owner.kill()
+        owner.wait()
+    wait_until_none(server[0])
 
 
 def test_asynchronous_cluster(sshd: dict[str, Any]) -> None:

@@ -107,27 +107,41 @@ async def run(spec: dict[str, dict[str, Any]], args: list[str]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.gather(*(_start(s) for s in servers))
+        # Stopped while starting (a nanny waits for its worker to join): close at once.
+        starting = asyncio.ensure_future(asyncio.gather(*(_start(s) for s in servers)))
+        await _first(stopped, starting)
+        if stop.is_set():
+            return
         finished: list[Awaitable[Any]] = []
         for server in servers:
             if isinstance(server, Scheduler):
                 server.lifecycle.on_shutdown = stop.set
             else:
                 finished.append(server.finished())
-        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
         if finished:  # a scheduler runs until stopped
-            waiters.add(asyncio.ensure_future(asyncio.gather(*finished)))
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
-        await asyncio.gather(*waiters, return_exceptions=True)
+            await _first(stopped, asyncio.ensure_future(asyncio.gather(*finished)))
+        else:
+            await stopped
     finally:
+        stopped.cancel()
         await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
 
 
 async def _start(server: Server) -> None:
     await server
+
+
+async def _first(stopped: asyncio.Future[Any], other: asyncio.Future[Any]) -> None:
+    """Wait for ``stopped`` or ``other``; ``other``'s error if it ends first, and
+    ``other`` cancelled if it has not ended."""
+    await asyncio.wait({stopped, other}, return_when=asyncio.FIRST_COMPLETED)
+    if other.done():
+        other.result()
+    else:
+        other.cancel()
+        await asyncio.gather(other, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> int:
