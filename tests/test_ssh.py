@@ -172,6 +172,22 @@ def test_remote_processes_end_with_the_clusters_process(
     wait_until_none(server[0])
 
 
+def test_a_remote_process_that_dies_is_reported(
+    server: tuple[subprocess.Popen[bytes], dict[str, Any]],
+    sshd: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with squall.SSHCluster(["127.0.0.1", "127.0.0.1"], **sshd):
+        commands = {p: " ".join(p.cmdline()) for p in remote_processes(server[0])}
+        [spec] = [p for p, c in commands.items() if "dask_spec" in c and "Nanny" in c]
+        spec.kill()
+        deadline = time.monotonic() + 10
+        while "the worker on 127.0.0.1 exited" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+        assert "exit code" in caplog.text or "exit status" in caplog.text
+
+
 def test_asynchronous_cluster(sshd: dict[str, Any]) -> None:
     async def main() -> None:
         async with squall.SSHCluster(
@@ -241,7 +257,7 @@ def test_dask_spec_refuses_classes_it_cannot_run() -> None:
 def test_ssh_cluster_arguments() -> None:
     with pytest.raises(ValueError, match="non empty"):
         squall.SSHCluster([])
-    with pytest.raises(RuntimeError, match="one entry per host"):
+    with pytest.raises(RuntimeError, match="connect_options given as a list needs one entry"):
         squall.SSHCluster(["a", "b"], connect_options=[{}])
     with pytest.raises(TypeError, match="does not support nprocs"):
         squall.SSHCluster(["a", "b"], nprocs=2)

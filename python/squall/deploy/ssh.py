@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("squall.deploy")
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 #: Seconds a remote process has to print its startup lines, and the workers to join.
 START_TIMEOUT = 60.0
@@ -66,7 +67,7 @@ class RemoteProcess:
         role: str,
         host: str,
         connect_options: dict[str, Any],
-        remote_python: str | None,
+        remote_python: str,
         args: list[str],
         spec: dict[str, Any],
         startup: tuple[str, int],
@@ -75,7 +76,7 @@ class RemoteProcess:
         self.role = role
         self.host = host
         self.connect_options = connect_options
-        self.remote_python = remote_python or sys.executable
+        self.remote_python = remote_python
         self.args = args
         self.spec = spec
         #: The text of its startup lines, and how many it prints once up.
@@ -180,6 +181,16 @@ class RemoteProcess:
             await self.connection.wait_closed()
 
 
+def per_host(value: V | list[V], hosts: list[str], what: str) -> list[V]:
+    """An argument given once or per host, per host (distributed's ``RuntimeError``
+    for a list of the wrong length)."""
+    if not isinstance(value, list):
+        return [value] * len(hosts)
+    if len(value) != len(hosts):
+        raise RuntimeError(f"{what} given as a list needs one entry per host")
+    return value
+
+
 class SSHCluster:
     """distributed's ``SSHCluster``: a scheduler on ``hosts[0]`` and workers on each of
     the other hosts (repeat a host to have several processes there), started over SSH
@@ -213,22 +224,8 @@ class SSHCluster:
         refuse_unsupported("SSHCluster", kwargs)
         if not hosts:
             raise ValueError(f"`hosts` must be a non empty list, value {hosts!r} found.")
-        per_host = [connect_options, remote_python]
-        if any(isinstance(given, list) and len(given) != len(hosts) for given in per_host):
-            raise RuntimeError(
-                "connect_options and remote_python given as lists need one entry per host"
-            )
-        connect = connect_options if isinstance(connect_options, list) else None
-        python = remote_python if isinstance(remote_python, list) else None
-
-        def options(i: int) -> dict[str, Any]:
-            if connect is not None:
-                return dict(connect[i])
-            return dict(connect_options or {})  # type: ignore[arg-type]
-
-        def python_of(i: int) -> str | None:
-            return python[i] if python is not None else remote_python  # type: ignore[return-value]
-
+        connects = per_host(connect_options or {}, hosts, "connect_options")
+        pythons = per_host(remote_python or sys.executable, hosts, "remote_python")
         self.name = name if name is not None else f"SSHCluster-{uuid.uuid4().hex[:8]}"
         self.asynchronous = asynchronous
         self.status = Status.created
@@ -243,8 +240,8 @@ class SSHCluster:
         self.scheduler = RemoteProcess(
             "scheduler",
             hosts[0],
-            options(0),
-            python_of(0),
+            dict(connects[0]),
+            pythons[0],
             [],
             {"cls": "squall.Scheduler", "opts": scheduler_opts},
             ("Scheduler at:", 1),
@@ -264,8 +261,8 @@ class SSHCluster:
                 RemoteProcess(
                     "worker",
                     host,
-                    options(i),
-                    python_of(i),
+                    dict(connects[i]),
+                    pythons[i],
                     ["SCHEDULER"],  # its address, once the scheduler is up
                     spec,
                     ("worker at", n_workers),
