@@ -25,8 +25,6 @@ import squall
 SSHD = shutil.which("sshd") or next(
     (p for p in ("/usr/sbin/sshd", "/usr/local/sbin/sshd") if os.path.exists(p)), None
 )
-asyncssh = pytest.importorskip("asyncssh", reason="SSHCluster needs asyncssh")
-pytestmark = pytest.mark.skipif(SSHD is None, reason="no sshd (apt-get install openssh-server)")
 
 
 def free_port() -> int:
@@ -59,6 +57,9 @@ def server(
     """An sshd on 127.0.0.1 accepting a generated key for this user; the
     ``connect_options`` to reach it and a ``remote_python`` that runs this Python with
     this test's PYTHONPATH (a remote session does not inherit the test's environment)."""
+    if SSHD is None:
+        pytest.skip("no sshd (apt-get install openssh-server)")
+    asyncssh = pytest.importorskip("asyncssh", reason="SSHCluster needs asyncssh")
     d = tmp_path_factory.mktemp("sshd")
     host_key, client_key = (asyncssh.generate_private_key("ssh-ed25519") for _ in range(2))
     host_key.write_private_key(str(d / "host_key"))
@@ -79,7 +80,6 @@ def server(
     env = f"PYTHONPATH={pythonpath} " if pythonpath else ""
     python.write_text(f'#!/bin/sh\nexec env {env}{sys.executable} "$@"\n')
     python.chmod(0o755)
-    assert SSHD is not None
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")])
     try:
         deadline = time.monotonic() + 10

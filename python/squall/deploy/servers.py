@@ -324,7 +324,7 @@ class Nanny:
     async def _find_worker(self) -> str | None:
         try:
             info = await asyncio.wait_for(scheduler_info(self.scheduler_addr), NANNY_LOOK_TIMEOUT)
-        except (comm.CommError, OSError):  # TimeoutError included
+        except (comm.CommError, OSError, asyncio.TimeoutError):
             return None
         mine = [w["address"] for w in info["workers"] if w.get("nanny") == self.address]
         return mine[0] if mine else None

@@ -108,7 +108,7 @@ class RemoteProcess:
         options.update(self.connect_options)
         try:
             self.connection = await ssh.connect(self.host, **options)
-        except (OSError, ssh.Error) as e:
+        except (OSError, asyncio.TimeoutError, ssh.Error) as e:
             port = options.get("port", 22)
             raise ConnectionError(f"SSHCluster: cannot reach {self.host}:{port}: {e}") from e
         assert self.connection is not None
@@ -123,7 +123,7 @@ class RemoteProcess:
                 line = await asyncio.wait_for(
                     self.process.stdout.readline(), deadline - loop.time()
                 )
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 raise TimeoutError(
                     f"{self} did not start within {timeout}s; it printed:\n{self._tail()}"
                 ) from None
@@ -146,7 +146,7 @@ class RemoteProcess:
 
     async def _exit_status(self) -> str:
         assert self.process is not None
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.process.wait_closed(), STOP_GRACE)
         code = self.process.exit_status
         return "exit status unknown" if code is None else f"exit code {code}"
@@ -169,7 +169,7 @@ class RemoteProcess:
                 self.process.stdin.write_eof()
             try:
                 await asyncio.wait_for(self.process.wait_closed(), grace)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 logger.warning("%s did not stop within %ss: killing it", self, grace)
                 with contextlib.suppress(OSError, ssh.Error):
                     self.process.kill()
