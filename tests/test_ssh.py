@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import dask.config
@@ -261,3 +262,21 @@ def test_ssh_cluster_arguments() -> None:
         squall.SSHCluster(["a", "b"], connect_options=[{}])
     with pytest.raises(TypeError, match="does not support nprocs"):
         squall.SSHCluster(["a", "b"], nprocs=2)
+
+
+def test_dask_spec_file_runs_until_a_clients_shutdown(tmp_path: Path) -> None:
+    """A YAML spec file; the scheduler runs until a client's ``shutdown()``."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("cls: dask.distributed.Scheduler\nopts:\n  port: 0\n  dashboard: false\n")
+    command = [sys.executable, "-m", "squall.cli.dask_spec", "--spec-file", str(spec)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "Scheduler at:" in line, line
+        with squall.Client(line.split("Scheduler at:")[1].strip()) as client:
+            client.shutdown()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
