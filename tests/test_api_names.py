@@ -26,9 +26,9 @@ OURS = {
     "worker_client", "local_client", "futures_of", "default_client", "get_task_metadata",
     "span", "Reschedule", "Actor", "ActorFuture", "BaseActorFuture", "SchedulerPlugin",
     "WorkerPlugin", "NannyPlugin", "InstallPlugin", "PipInstall", "CondaInstall", "Environ",
-    "UploadDirectory", "UploadFile",
+    "UploadDirectory", "UploadFile", "SSHCluster",
 }  # fmt: skip
-OTHERS = {"Adaptive", "SpecCluster", "SSHCluster", "SubprocessCluster"}
+OTHERS = {"Adaptive", "SpecCluster", "SubprocessCluster"}
 LEFT_OUT = {"rpc", "connect", "widgets"}
 #: Names squall has with a meaning of its own: ``squall.config`` is squall's settings
 #: (distributed's is dask's config dict, which is ``dask.config.config``) and

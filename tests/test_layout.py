@@ -33,6 +33,7 @@ ERRORS |= {"StaleReportError", "UnknownDependencyError", "UnknownKeyError"}
 ERRORS |= {"UnknownTaskError", "UnknownWorkerError"}
 PUBLIC = CLIENT | SERVERS | IN_TASKS | CORE | ERRORS | DIAGNOSTICS | PRIMITIVES | ACTORS
 PUBLIC |= PLUGINS
+PUBLIC |= {"SSHCluster"}  # docs/deploy.md#ssh
 
 
 def test_public_names() -> None:

@@ -32,6 +32,7 @@ from squall.core import (
 from squall.dask.ordering import order
 from squall.deploy.local import LocalCluster
 from squall.deploy.servers import Nanny, Scheduler, Status
+from squall.deploy.ssh import SSHCluster
 from squall.diagnostics import progress
 from squall.diagnostics.plugin import (
     CondaInstall,
@@ -78,6 +79,7 @@ __all__ = [
     "PipInstall",
     "Queue",
     "Reschedule",
+    "SSHCluster",
     "Scheduler",
     "SchedulerError",
     "SchedulerPlugin",

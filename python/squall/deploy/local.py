@@ -334,18 +334,10 @@ class LocalCluster:
         """The processes' recent log lines, distributed's ``get_logs``: ``{"Cluster
         <name>": …, "Scheduler": …, worker address: …}``, each one text, oldest line
         first. ``workers`` may name some (addresses)."""
-        logs: dict[str, str] = {}
-        if cluster:
-            logs[f"Cluster {self.name}"] = ""  # the cluster object logs nothing of its own
-        if not (scheduler or workers):
-            return logs
-        with Client(self, set_as_default=False, security=self.security) as client:
-            if scheduler:
-                logs["Scheduler"] = _joined(client.get_scheduler_logs())
-            if workers:
-                chosen = None if workers is True else list(workers)
-                for address, lines in client.get_worker_logs(workers=chosen).items():
-                    logs[address] = _joined(lines)
+        logs = {f"Cluster {self.name}": ""} if cluster else {}  # it logs nothing itself
+        logs.update(
+            run_sync(server_logs(self.scheduler_address, self.security, scheduler, workers))
+        )
         return logs
 
     def adapt(
@@ -414,6 +406,25 @@ class LocalCluster:
             f"LocalCluster({self.scheduler_address!r}, workers={self.n_workers}, "
             f"threads={self.threads_per_worker}, processes={self.processes})"
         )
+
+
+async def server_logs(
+    address: str, security: Security | None, scheduler: bool, workers: bool | Iterable[str]
+) -> dict[str, str]:
+    """The scheduler's and workers' recent log lines, as a cluster's ``get_logs``
+    gives them: ``{"Scheduler": …, worker address: …}``, each one text, oldest line
+    first; ``workers`` may name some (addresses)."""
+    logs: dict[str, str] = {}
+    if not (scheduler or workers):
+        return logs
+    async with Client(address, asynchronous=True, set_as_default=False, security=security) as c:
+        if scheduler:
+            logs["Scheduler"] = _joined(await c.get_scheduler_logs())
+        if workers:
+            chosen = None if workers is True else list(workers)
+            for worker, lines in (await c.get_worker_logs(workers=chosen)).items():
+                logs[worker] = _joined(lines)
+    return logs
 
 
 def _joined(lines: list[tuple[str, str]]) -> str:

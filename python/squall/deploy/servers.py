@@ -33,6 +33,8 @@ logger = logging.getLogger("squall.deploy")
 NANNY_START_TIMEOUT = 60.0
 #: How often the starting nanny looks for its worker among the scheduler's.
 NANNY_START_POLL = 0.05
+#: How long one look may take (seconds): an unanswered one is retried, not awaited.
+NANNY_LOOK_TIMEOUT = 2.0
 
 
 class Status(str, Enum):
@@ -326,8 +328,8 @@ class Nanny:
 
     async def _find_worker(self) -> str | None:
         try:
-            info = await scheduler_info(self.scheduler_addr)
-        except (comm.CommError, OSError):
+            info = await asyncio.wait_for(scheduler_info(self.scheduler_addr), NANNY_LOOK_TIMEOUT)
+        except (comm.CommError, OSError, asyncio.TimeoutError):
             return None
         mine = [w["address"] for w in info["workers"] if w.get("nanny") == self.address]
         return mine[0] if mine else None
@@ -343,6 +345,11 @@ class Nanny:
         except TimeoutError:
             logger.warning("nanny %s did not close within %ss", self.address, timeout)
         self.status = Status.closed
+
+    async def finished(self) -> None:
+        """Wait until the nanny has ended (closed, or its worker left for good)."""
+        if self._running is not None:
+            await asyncio.shield(self._running)
 
     def __await__(self) -> Generator[Any, None, Nanny]:
         return self.start().__await__()
