@@ -10,6 +10,7 @@ import pytest
 
 from squall._core import decode_compute, decode_keys, encode_keys
 from squall.client.data import holders_of
+from squall.deploy.requests import ask
 from squall.protocol import comm, update_graph
 from squall.protocol import messages as m
 from squall.scheduler.server import SchedulerServer
@@ -167,5 +168,30 @@ def test_bad_peers_are_refused_without_harm() -> None:
         await w.close()
         await c.close()
         await server.close()
+
+    run(main())
+
+
+def test_concurrent_one_request_connections_are_each_answered() -> None:
+    """Two one-request connections asking the same thing at once (a nanny and a cluster
+    object, say) each get their answer: they share a name, not an id."""
+
+    async def main() -> None:
+        server = SchedulerServer("tcp://127.0.0.1:0", {"validate": True})
+        await server.start()
+        try:
+            waits = [
+                asyncio.ensure_future(
+                    ask(server.address, m.WaitForWorkers(n_workers=1), m.WaitForWorkersReply)
+                )
+                for _ in range(2)
+            ]
+            while sum(p.name.startswith("wait-for-workers") for p in server.clients.values()) < 2:
+                await asyncio.sleep(0.01)
+            w = await connect_worker(server.address, "9001")
+            await asyncio.wait_for(asyncio.gather(*waits), 10)
+            await w.close()
+        finally:
+            await server.close()
 
     run(main())

@@ -5,6 +5,7 @@ not validate, is answered ``request-failed``; the connection stays open."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,15 @@ class ClientRoom:
         # A connection made for one request (a LocalCluster's, a tool's) is no user's
         # client: logged for debugging only, and not counted in the client metrics.
         log_level = logging.DEBUG if hello.one_request else logging.INFO
+        if hello.one_request:
+            # Concurrent requests of one kind share a name, but each connection needs an
+            # id of its own (answers sent later find their connection by id); the lowest
+            # free suffix keeps the core's client names as few as the concurrency.
+            name = next(
+                f"{name}-{k}"
+                for k in itertools.count()
+                if s.core.client(f"{name}-{k}") not in s.clients
+            )
         cid = s.core.client(name)
         stream = s.stream(c)
         s.clients[cid] = Peer(c, stream, name)
