@@ -170,7 +170,8 @@ def test_comm_limits_and_timeouts_come_from_config() -> None:
 def test_cli_takes_port_nthreads_and_log_level_from_config(tmp_path: pathlib.Path) -> None:
     port = free_port()
     (tmp_path / "squall.yaml").write_text(
-        f"squall:\n  scheduler:\n    port: {port}\n  logging:\n    level: warning\n"
+        f"squall:\n  scheduler:\n    host: 127.0.0.1\n    port: {port}\n"
+        "  logging:\n    level: warning\n"
     )
     sched = subprocess.Popen(
         [sys.executable, "-m", "squall.cli", "scheduler"],

@@ -49,7 +49,16 @@ def start_scheduler(
 ) -> tuple[subprocess.Popen[str], str]:
     """``squall scheduler`` on ``port``; returns it and its address once it listens."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "squall.cli",
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         security.apply_cli_options(args, "scheduler")
         levels = log_levels(args)
-        host = str(config.get("scheduler.host")) if args.host is None else args.host
+        host = comm.scheduler_host() if args.host is None else args.host
         if args.interface is not None:
             host = comm.interface_ip(args.interface)
         port = config.port("scheduler.port") if args.port is None else args.port
