@@ -422,6 +422,7 @@ async def connect(
         raise HandshakeError(f"TLS with {address} failed: {e.reason or e}") from None
     except OSError as e:
         raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
+    bound_silence(writer)
     comm = Comm(reader, writer, address)
     limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
     nonce = os.urandom(16)
@@ -460,6 +461,28 @@ async def _answer(comm: Comm, sec: Security, nonce: bytes, challenge: m.Challeng
     return reply
 
 
+def bound_silence(writer: asyncio.StreamWriter) -> None:
+    """End the connection when its peer's host is gone (down, cut off) within
+    ``squall.comm.timeouts.tcp``, as distributed does: keep-alive probes while it is
+    idle, and a limit on how long sent data may stay unacknowledged (TCP_USER_TIMEOUT),
+    so a vanished peer is an error, never a read or write that waits forever. A live
+    peer's kernel answers both, even while the peer is busy or stopped."""
+    sock = writer.get_extra_info("socket")
+    timeout = config.get("comm.timeouts.tcp")
+    if sock is None or timeout is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    total = max(2, int(config.seconds("comm.timeouts.tcp")))
+    probes = min(10, total - 1)
+    interval = max(1, (total - max(1, total // 4)) // probes)
+    idle = max(1, total - interval * probes)
+    with contextlib.suppress(OSError, AttributeError):  # options Linux has, others may not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, total * 1000)
+
+
 Handler = Callable[[Comm], Awaitable[None]]
 
 
@@ -494,6 +517,7 @@ async def listen(
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        bound_silence(writer)
         comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
         try:
