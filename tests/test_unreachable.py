@@ -10,7 +10,6 @@ import socket
 import time
 from collections.abc import Iterator
 
-import dask
 import pytest
 from conftest import start_scheduler, start_worker
 
@@ -48,14 +47,15 @@ def cluster() -> Iterator[tuple[str, str]]:
 
 
 def connect(address: str) -> Client:
-    client = Client(address, timeout=10)
+    """A client whose connect timeout (its bound for unreachable holders) is 1 s."""
+    client = Client(address, timeout=1)
     client.wait_for_workers(2, timeout=20)
     return client
 
 
 def test_gathering_from_an_unreachable_worker_errs_naming_it(cluster: tuple[str, str]) -> None:
     address, dead = cluster
-    with dask.config.set({"squall.comm.timeouts.connect": CONNECT}), connect(address) as c:
+    with connect(address) as c:
         future = c.submit(lambda: 42, workers=[dead])
         start = time.monotonic()
         with pytest.raises(comm.CommError, match=dead):
