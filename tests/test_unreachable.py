@@ -40,9 +40,9 @@ def cluster() -> Iterator[tuple[str, str]]:
     try:
         yield address, dead
     finally:
+        # The workers first: one that loses its scheduler while closing reconnects.
         for p in [*workers, sched]:
             p.terminate()
-        for p in [*workers, sched]:
             p.wait(10)
 
 
