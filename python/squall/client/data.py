@@ -102,7 +102,7 @@ class DataMovement:
             if want:
                 got, failed = await self._fetch(want)
                 data.update(got)
-                lost = unreachable.update(got, failed)
+                lost = unreachable.update(failed)
                 if lost and errors == "raise":
                     raise lost[0][1]
                 data.update((k, _SKIPPED) for k, _ in lost)
@@ -274,24 +274,21 @@ _SKIPPED = object()
 
 
 class Unreachable:
-    """Keys whose holders failed to deliver, since when: those failing for longer than
-    ``bound`` seconds are lost."""
+    """Keys whose holders failed to deliver round after round, since when: those
+    failing for longer than ``bound`` seconds are lost."""
 
     def __init__(self, bound: float) -> None:
         self.bound = bound
         self._since: dict[Key, float] = {}
 
-    def update(
-        self, got: dict[Key, Any], failed: dict[Key, comm.CommError]
-    ) -> list[tuple[Key, comm.CommError]]:
-        """Note a round's keys fetched and failed; the failed ones now lost, each with
-        an error naming its holder."""
-        for k in got:
-            self._since.pop(k, None)
+    def update(self, failed: dict[Key, comm.CommError]) -> list[tuple[Key, comm.CommError]]:
+        """Note a round's failed keys (any other key's count starts again); those now
+        lost, each with an error naming its holder."""
         now = time.monotonic()
+        self._since = {k: self._since.get(k, now) for k in failed}
         lost = []
         for k, e in failed.items():
-            waited = now - self._since.setdefault(k, now)
+            waited = now - self._since[k]
             if waited >= self.bound:
                 lost.append((k, comm.CommError(
                     f"could not get {k!r} from the workers holding it for {waited:.1f}s "

@@ -51,8 +51,11 @@ class Fetcher:
         self._worker = worker
         self._missing_retry = config.seconds("worker.missing-data-retry")
         self._unreachable_bound = config.seconds("comm.timeouts.connect")
-        #: Peers whose last request failed: since when, and the error.
-        self._unreachable: dict[str, tuple[float, Exception]] = {}
+        #: Peers whose requests failed one after another: since when, the last time,
+        #: and the error. A failure longer after the last than two connect timeouts and
+        #: a retry's delay (and a second) starts a new count.
+        self._unreachable: dict[str, tuple[float, float, Exception]] = {}
+        self._unreachable_gap = 2 * self._unreachable_bound + self._missing_retry + 1.0
         #: Keys whose last fetch failed so, and from whom (until fetched or missing).
         self._failed_from: dict[Key, str] = {}
         self.peers = Peers(
@@ -100,8 +103,11 @@ class Fetcher:
                 "worker %s: fetching %d keys from %s failed: %s", w.address, len(keys), holder, e
             )
             w._spawn(self.peers.drop(holder))
-            since = self._unreachable.get(holder, (time.monotonic(), e))[0]
-            self._unreachable[holder] = (since, e)
+            now = time.monotonic()
+            since, last, _ = self._unreachable.get(holder, (now, now, e))
+            if now - last > self._unreachable_gap:
+                since = now
+            self._unreachable[holder] = (since, now, e)
             self._failed_from.update((k, holder) for k in keys)
             return [None] * len(keys)
         self._unreachable.pop(holder, None)
@@ -164,7 +170,7 @@ class Fetcher:
         holder = self._failed_from.pop(key, None)
         if holder is None or holder not in self._unreachable:
             return None
-        since, e = self._unreachable[holder]
+        since, _, e = self._unreachable[holder]
         waited = time.monotonic() - since
         if waited < self._unreachable_bound:
             return None
