@@ -60,7 +60,17 @@ def start_scheduler(*flags: str, **popen: Any) -> tuple[subprocess.Popen[str], s
     """``squall scheduler --port 0 FLAGS`` in a subprocess (``popen``: more
     ``subprocess.Popen`` arguments, e.g. ``stderr=``, ``env=``) and the address it prints."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", "0", *flags],
+        [
+            sys.executable,
+            "-m",
+            "squall.cli",
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            *flags,
+        ],
         stdout=subprocess.PIPE,
         text=True,
         **popen,

@@ -87,7 +87,9 @@ def test_in_process_scheduler_and_worker_serve_a_client(tmp_path: Path) -> None:
     path = tmp_path / "scheduler.json"
 
     async def main() -> None:
-        async with squall.Scheduler(port=0, dashboard=False, scheduler_file=str(path)) as s:
+        async with squall.Scheduler(
+            host="127.0.0.1", port=0, dashboard=False, scheduler_file=str(path)
+        ) as s:
             assert s.status == squall.Status.running
             assert json.loads(path.read_text())["address"] == s.address
             async with squall.Worker(s.address, nthreads=2) as w:
@@ -127,7 +129,7 @@ def test_server_arguments_squall_lacks_are_refused() -> None:
 
 def test_in_process_nanny_runs_a_worker_process() -> None:
     async def main() -> None:
-        async with squall.Scheduler(port=0, dashboard=False) as s:
+        async with squall.Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
             async with squall.Nanny(s.address, nthreads=1, name="n0") as n:
                 assert n.worker_address is not None and n.status == squall.Status.running
                 async with squall.Client(s.address, asynchronous=True) as c:

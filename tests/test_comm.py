@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import struct
 from collections.abc import Awaitable
 from typing import Any
 
+import dask
 import msgpack
 import pytest
 
@@ -82,6 +84,42 @@ def test_parse_address() -> None:
     for bad in ["tcp://host", "udp://h:1", "h:port", "tcp://:1", "h:70000"]:
         with pytest.raises(ValueError, match="address"):
             comm.parse_address(bad)
+
+
+def test_default_hosts() -> None:
+    """Workers bind the interface that reaches the scheduler (loopback for a loopback
+    one), schedulers every interface; config wins (docs/deploy.md#across-hosts)."""
+    assert comm.host_toward("tcp://127.0.0.1:8786") == "127.0.0.1"
+    assert comm.host_toward("tls://localhost:8786") == "127.0.0.1"
+    assert comm.worker_host("tcp://127.0.0.1:8786") == "127.0.0.1"
+    assert comm.scheduler_host() == "0.0.0.0"
+    with dask.config.set({"squall.worker.host": "10.0.0.7", "squall.scheduler.host": "::1"}):
+        assert comm.worker_host("tcp://127.0.0.1:8786") == "10.0.0.7"
+        assert comm.scheduler_host() == "::1"
+    # A non-loopback peer: the address of one of this host's interfaces.
+    assert comm.host_toward("tcp://192.0.2.1:8786") in {*comm._local_ips(), comm._host_ip()}
+
+
+def test_connections_probe_a_vanished_peer() -> None:
+    """Keep-alive and TCP_USER_TIMEOUT from squall.comm.timeouts.tcp on both ends."""
+
+    async def main() -> list[int]:
+        async def hold(c: Comm) -> None:
+            await asyncio.sleep(0.1)
+
+        listener = await comm.listen("tcp://127.0.0.1:0", hold, roles=frozenset({"client"}))
+        c = await comm.connect(listener.address, role="client", info={"client": "me"})
+        sock = c._writer.get_extra_info("socket")
+        options = [
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+        ]
+        await c.close()
+        await listener.close()
+        return options
+
+    with dask.config.set({"squall.comm.timeouts.tcp": "20s"}):
+        assert asyncio.run(main()) == [1, 20_000]
 
 
 def test_roundtrip_with_payload_and_hello() -> None:

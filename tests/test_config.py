@@ -103,7 +103,8 @@ def test_dask_config_set_and_keywords_reach_the_scheduler_core() -> None:
         # Keyword arguments beat the configuration.
         server = SchedulerServer("tcp://127.0.0.1:0", {"worker_saturation": 3.0})
         assert n_queued(server) == 7
-    assert SchedulerServer().address == "tcp://127.0.0.1:8786"
+    # Every interface by default, as distributed's (docs/deploy.md#across-hosts).
+    assert SchedulerServer().address == "tcp://0.0.0.0:8786"
     with dask.config.set({"squall.scheduler.host": "::1", "squall.scheduler.port": 9999}):
         assert SchedulerServer().address == "tcp://[::1]:9999"
 
@@ -170,7 +171,8 @@ def test_comm_limits_and_timeouts_come_from_config() -> None:
 def test_cli_takes_port_nthreads_and_log_level_from_config(tmp_path: pathlib.Path) -> None:
     port = free_port()
     (tmp_path / "squall.yaml").write_text(
-        f"squall:\n  scheduler:\n    port: {port}\n  logging:\n    level: warning\n"
+        f"squall:\n  scheduler:\n    host: 127.0.0.1\n    port: {port}\n"
+        "  logging:\n    level: warning\n"
     )
     sched = subprocess.Popen(
         [sys.executable, "-m", "squall.cli", "scheduler"],

@@ -47,7 +47,7 @@ def test_python_m_scheduler_and_worker() -> None:
     the scheduler leaves cleanly on SIGTERM, and the worker once its scheduler has been
     gone for its death timeout."""
     sched = subprocess.Popen(
-        [sys.executable, "-m", "squall.scheduler", "--port", "0"],
+        [sys.executable, "-m", "squall.scheduler", "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )

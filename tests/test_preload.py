@@ -152,7 +152,7 @@ def test_in_process_servers_take_preloads_and_config(tmp_path: Path) -> None:
         preload = [str(tmp_path / "s.py"), str(tmp_path / "click_pre.py")]
         argv = [[], ["--tag", "in-process"]]
         async with squall.Scheduler(
-            port=0, dashboard=False, preload=preload, preload_argv=argv
+            host="127.0.0.1", port=0, dashboard=False, preload=preload, preload_argv=argv
         ) as s:
             assert (tmp_path / "s-setup").read_text() == s.address
             assert (tmp_path / "click-setup").read_text() == f"in-process 1 {s.address}"

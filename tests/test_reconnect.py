@@ -25,6 +25,7 @@ from squall import Client, as_completed, config, wait
 from squall.deploy.local import LocalCluster, scheduler_info
 from squall.errors import FutureCancelledError
 from squall.protocol import comm, liveness
+from squall.worker.worker import Worker
 
 # Worker processes cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -49,7 +50,16 @@ def start_scheduler(
 ) -> tuple[subprocess.Popen[str], str]:
     """``squall scheduler`` on ``port``; returns it and its address once it listens."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "scheduler", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "squall.cli",
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -202,6 +212,27 @@ def test_a_worker_back_from_a_partition_replaces_its_stale_registration() -> Non
         eventually(lambda: c.who_has([x])[x.key] == [a0], 10)
         assert c.submit(inc, x).result(timeout=TIMEOUT) == 3
         assert cluster.worker_processes[0].poll() is None
+
+
+def test_a_worker_closed_as_it_loses_its_scheduler_closes() -> None:
+    """SIGTERM as the scheduler goes: closing cancels the reconnection, which Python
+    3.11's wait_for could swallow, leaving it retrying forever."""
+
+    async def main() -> None:
+        proc, address = start_scheduler(free_port())
+        try:
+            worker = await Worker(address, nthreads=1, dashboard_address=None).start()
+            proc.terminate()
+            while worker.status == "running":
+                await asyncio.sleep(0)
+            start = time.monotonic()
+            await asyncio.wait_for(worker.close(), 30)
+            assert time.monotonic() - start < 5
+        finally:
+            proc.kill()
+            proc.wait()
+
+    asyncio.run(main())
 
 
 def test_the_death_timeout_ends_workers_and_their_nannies() -> None:

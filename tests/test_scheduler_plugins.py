@@ -420,7 +420,9 @@ def test_an_in_process_scheduler_starts_its_plugins() -> None:
     plugin = Recorder()
 
     async def main() -> None:
-        async with squall.Scheduler(port=0, dashboard=False, plugins=[plugin]) as s:
+        async with squall.Scheduler(
+            host="127.0.0.1", port=0, dashboard=False, plugins=[plugin]
+        ) as s:
             assert s.plugins == {"recorder": plugin}
             assert plugin.seen == [("start", "SchedulerFacade")]
             async with (

@@ -13,6 +13,7 @@ import itertools
 import logging
 import pickle
 import random
+import time
 import uuid
 from array import array
 from collections.abc import Iterator
@@ -82,10 +83,14 @@ class DataMovement:
         self, keys: list[Key], states: list[FutureState], errors: str
     ) -> dict[Key, Any]:
         """Wait for the keys (of these futures' states), then fetch the finished ones
-        from workers."""
+        from workers. A key whose holders cannot be reached for longer than the client's
+        connect timeout (``squall.comm.timeouts.connect`` unless given) raises CommError
+        naming them (with ``errors="skip"``, is left out) rather than being asked for
+        forever."""
         data: dict[Key, Any] = {}
         todo = list(zip(keys, states, strict=True))
         delay = 0.02  # between rounds that miss keys, doubling: no busy loop
+        unreachable = Unreachable(self.connection.timeout)
         while todo:
             for _, st in todo:
                 if not st.done():
@@ -95,7 +100,12 @@ class DataMovement:
                     raise st.exception.with_traceback(st.traceback)
             want = [k for k, st in todo if st.status == "finished"]
             if want:
-                data.update(await self._fetch(want))
+                got, failed = await self._fetch(want)
+                data.update(got)
+                lost = unreachable.update(failed)
+                if lost and errors == "raise":
+                    raise lost[0][1]
+                data.update((k, _SKIPPED) for k, _ in lost)
             todo = [(k, st) for k, st in todo if k not in data and st.status != "cancelled"]
             if any(st.status == "error" for _, st in todo) and errors == "raise":
                 continue  # raised at the top
@@ -103,7 +113,7 @@ class DataMovement:
             if todo:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 1.0)
-        return data
+        return {k: v for k, v in data.items() if v is not _SKIPPED}
 
     async def holders(self, keys: list[Key]) -> WhoHas:
         """Asks the scheduler which workers hold ``keys``."""
@@ -112,25 +122,28 @@ class DataMovement:
         )
         return WhoHas(keys, holders_of(reply.addresses, bytes(payload), len(keys)))
 
-    async def _fetch(self, keys: list[Key]) -> dict[Key, Any]:
-        """One round: ask who has the keys and get them; missing keys are left out."""
+    async def _fetch(self, keys: list[Key]) -> tuple[dict[Key, Any], dict[Key, comm.CommError]]:
+        """One round: ask who has the keys and get them; missing keys are left out,
+        and those whose holder failed are returned with its error."""
         answer = await self.holders(keys)
         by_worker: dict[str, list[Key]] = {}
         for k, holders in zip(answer.keys, answer.holders, strict=False):
             if holders:
                 by_worker.setdefault(random.choice(holders), []).append(k)
         data: dict[Key, Any] = {}
+        failed: dict[Key, comm.CommError] = {}
         results = await asyncio.gather(
             *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
         )
-        for (w, _), r in zip(by_worker.items(), results, strict=True):
+        for (w, ks), r in zip(by_worker.items(), results, strict=True):
             if isinstance(r, BaseException):
                 if not isinstance(r, comm.CommError):
                     raise r
                 logger.warning("could not get data from %s: %s", w, r)
+                failed.update((k, r) for k in ks)
             else:
                 data.update(r)
-        return data
+        return data, failed
 
     async def _get_data(self, address: str, keys: list[Key]) -> dict[Key, Any]:
         """The values ``address`` holds of ``keys``; a value it cannot pickle errs its
@@ -254,6 +267,34 @@ def holders_of(addresses: list[str], packed: bytes, n: int) -> list[list[str]]:
     if pos != len(table):
         raise comm.ProtocolError("who-has reply does not match the keys asked for")
     return out
+
+
+#: A key left out of a gather (``errors="skip"``) after its holders stayed unreachable.
+_SKIPPED = object()
+
+
+class Unreachable:
+    """Keys whose holders failed to deliver round after round, since when: those
+    failing for longer than ``bound`` seconds are lost."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self._since: dict[Key, float] = {}
+
+    def update(self, failed: dict[Key, comm.CommError]) -> list[tuple[Key, comm.CommError]]:
+        """Note a round's failed keys (any other key's count starts again); those now
+        lost, each with an error naming its holder."""
+        now = time.monotonic()
+        self._since = {k: self._since.get(k, now) for k in failed}
+        lost = []
+        for k, e in failed.items():
+            waited = now - self._since[k]
+            if waited >= self.bound:
+                lost.append((k, comm.CommError(
+                    f"could not get {k!r} from the workers holding it for {waited:.1f}s "
+                    f"(the connect timeout is {self.bound}s): {e}"
+                )))  # fmt: skip
+        return lost
 
 
 def _place(targets: list[str], broadcast: bool | int) -> list[str]:

@@ -70,11 +70,11 @@ def listen_address(
     host: str | None, port: int | None, interface: str | None, protocol: str | None, tls: bool
 ) -> str:
     """distributed's host/port/interface/protocol as one address; the host defaults to
-    ``squall.scheduler.host`` (loopback unless configured)."""
+    ``squall.scheduler.host`` (all interfaces unless configured)."""
     if interface is not None:
         host = comm.interface_ip(interface)
     scheme = (protocol or ("tls" if tls else "tcp")).removesuffix("://")
-    return comm.format_address(host or str(config_get("scheduler.host")), port or 0, scheme)
+    return comm.format_address(host or comm.scheduler_host(), port or 0, scheme)
 
 
 class Scheduler(SchedulerServer):
@@ -276,7 +276,7 @@ class Nanny:
         elif interface is not None:
             command += ["--interface", interface]
         elif host is not None or worker_port:
-            where = host or str(config_get("worker.host"))
+            where = host or comm.worker_host(scheduler_ip)
             listen = comm.format_address(where, int(worker_port), protocol or "tcp")
             command += ["--listen", listen]
         if death_timeout is not None:

@@ -426,6 +426,7 @@ async def connect(
         raise HandshakeError(f"TLS with {address} failed: {e.reason or e}") from None
     except OSError as e:
         raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
+    bound_silence(writer)
     comm = Comm(reader, writer, address)
     limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
     nonce = os.urandom(16)
@@ -464,6 +465,28 @@ async def _answer(comm: Comm, sec: Security, nonce: bytes, challenge: m.Challeng
     return reply
 
 
+def bound_silence(writer: asyncio.StreamWriter) -> None:
+    """End the connection when its peer's host is gone (down, cut off) within
+    ``squall.comm.timeouts.tcp``, as distributed does: keep-alive probes while it is
+    idle, and a limit on how long sent data may stay unacknowledged (TCP_USER_TIMEOUT),
+    so a vanished peer is an error, never a read or write that waits forever. A live
+    peer's kernel answers both, even while the peer is busy or stopped."""
+    sock = writer.get_extra_info("socket")
+    timeout = config.get("comm.timeouts.tcp")
+    if sock is None or timeout is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    total = max(2, int(config.seconds("comm.timeouts.tcp")))
+    probes = min(10, total - 1)
+    interval = max(1, (total - max(1, total // 4)) // probes)
+    idle = max(1, total - interval * probes)
+    with contextlib.suppress(OSError, AttributeError):  # options Linux has, others may not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, total * 1000)
+
+
 Handler = Callable[[Comm], Awaitable[None]]
 
 
@@ -498,6 +521,7 @@ async def listen(
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        bound_silence(writer)
         comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
         try:
@@ -554,18 +578,78 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+#: Hosts that bind every interface.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def _local_ips() -> set[str]:
+    """The IPv4 addresses of this host's interfaces (in its network namespace)."""
+    return {
+        str(a.address)
+        for addresses in psutil.net_if_addrs().values()
+        for a in addresses
+        if a.family == socket.AF_INET
+    }
+
+
+def _route_ip(host: str) -> str | None:
+    """The address of the interface the kernel routes to ``host`` by: a UDP socket's
+    ``connect`` picks it and sends nothing. None where there is no route."""
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, 1, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(sockaddr)
+            ip = s.getsockname()[0]
+    except (OSError, IndexError, UnicodeError):
+        return None
+    return str(ip)
+
+
 def _host_ip() -> str:
-    """An address of this host that others can reach it at (its name's address when it
-    is not a loopback one, else the first non-loopback interface address)."""
+    """An address of this host that others can reach it at: its name's address when
+    that is one of its interfaces' and not a loopback one (a network namespace shares
+    the name, not the addresses), else the interface of the default route, else the
+    first non-loopback interface address."""
+    local = _local_ips()
     with contextlib.suppress(OSError):
         ip = socket.gethostbyname(socket.gethostname())
+        if ip in local and not ipaddress.ip_address(ip).is_loopback:
+            return ip
+    # A documentation address (RFC 5737): only the route to it is looked up.
+    routed = _route_ip("192.0.2.1")
+    if routed is not None and not ipaddress.ip_address(routed).is_loopback:
+        return routed
+    for ip in sorted(local):
         if not ipaddress.ip_address(ip).is_loopback:
             return ip
-    for addresses in psutil.net_if_addrs().values():
-        for a in addresses:
-            if a.family == socket.AF_INET and not ipaddress.ip_address(a.address).is_loopback:
-                return str(a.address)
     return "127.0.0.1"
+
+
+def host_toward(address: str) -> str:
+    """The address of this host's interface that reaches ``address``'s host, as a
+    worker binds and advertises by default (docs/deploy.md#across-hosts): loopback for
+    a loopback peer; where no route is known, :func:`_host_ip`'s choice."""
+    host = parse_address(address)[0]
+    if is_loopback(host):
+        return "127.0.0.1" if ":" not in host else "::1"
+    ip = _route_ip(host)
+    if ip is None:
+        return _host_ip()
+    return ip
+
+
+def worker_host(scheduler_address: str) -> str:
+    """Where a worker (or nanny) of ``scheduler_address`` binds when given no address:
+    ``squall.worker.host`` if set, else the interface that reaches the scheduler."""
+    configured = config.get("worker.host")
+    return str(configured) if configured else host_toward(scheduler_address)
+
+
+def scheduler_host() -> str:
+    """Where a scheduler binds when given no host: ``squall.scheduler.host`` if set,
+    else every interface (it advertises :func:`_host_ip`), as distributed's."""
+    configured = config.get("scheduler.host")
+    return str(configured) if configured else "0.0.0.0"
 
 
 def interface_ip(name: str) -> str:

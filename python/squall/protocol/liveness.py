@@ -205,6 +205,11 @@ async def retry(
             return True
         except (comm.CommError, TimeoutError) as e:
             logger.debug("%s: %s", what, e or "timed out")
+        # Python 3.11's wait_for can swallow a cancellation that meets the attempt's
+        # end: a worker closed while reconnecting would retry forever.
+        me = asyncio.current_task()
+        if me is not None and me.cancelling():
+            raise asyncio.CancelledError
         if deadline is not None and loop.time() >= deadline:
             return False
         await asyncio.sleep(delay if deadline is None else min(delay, deadline - loop.time()))

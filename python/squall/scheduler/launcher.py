@@ -128,13 +128,14 @@ def _bool(text: str) -> bool:
 def scheduler_address(args: argparse.Namespace) -> str:
     """``--host`` (an IP, a hostname, or distributed's ``tcp://HOST:PORT`` or
     ``tls://``), ``--interface``, ``--port`` and ``--protocol`` as one address; unset
-    parts come from ``squall.scheduler.host`` and ``.port``, the scheme from TLS config."""
+    parts come from ``squall.scheduler.host`` (unset: every interface) and ``.port``,
+    the scheme from TLS config."""
     scheme, host, port = split_host("--host", args.host or "")
     if args.protocol is not None:
         if scheme is not None and scheme != args.protocol:
             raise ValueError(f"--host {args.host} and --protocol {args.protocol} disagree")
         scheme = args.protocol
-    host = host or str(config.get("scheduler.host"))
+    host = host or comm.scheduler_host()
     if args.interface is not None:
         host = comm.interface_ip(args.interface)
     if args.port is not None:

@@ -47,8 +47,8 @@ logger = logging.getLogger("squall.scheduler")
 
 
 def default_address() -> str:
-    """``tcp://`` + ``squall.scheduler.host`` and ``.port``."""
-    return comm.format_address(str(config.get("scheduler.host")), config.port("scheduler.port"))
+    """``tcp://`` + ``squall.scheduler.host`` (all interfaces unless set) and ``.port``."""
+    return comm.format_address(comm.scheduler_host(), config.port("scheduler.port"))
 
 
 #: A connection's reader gives the event loop a turn after handling its messages for

@@ -7,7 +7,10 @@ are kept while a local task needs them, then dropped; both are told to the sched
 key (``add-replicas``, ``drop-replicas``), so it counts the copies as holders
 meanwhile. If no holder can provide a dependency, the dependents are given back with
 ``reschedule`` after ``squall.worker.missing-data-retry``, unless the scheduler has
-freed or re-sent them meanwhile (a re-sent task fetches from the holders named then).
+freed or re-sent them meanwhile (a re-sent task fetches from the holders named then);
+if the last holder tried could not be reached for longer than
+``squall.comm.timeouts.connect``, they err instead with a CommError naming it: a peer
+that stays unreachable is an error, not an endless retry (docs/deploy.md#across-hosts).
 
 Transfers measure the worker's bandwidth: an average over transfers of at least 1 MB
 (smaller ones measure latency), weighted 0.95/0.05 like Dask's; None until one happened.
@@ -47,6 +50,14 @@ class Fetcher:
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
         self._missing_retry = config.seconds("worker.missing-data-retry")
+        self._unreachable_bound = config.seconds("comm.timeouts.connect")
+        #: Peers whose requests failed one after another: since when, the last time,
+        #: and the error. A failure longer after the last than two connect timeouts and
+        #: a retry's delay (and a second) starts a new count.
+        self._unreachable: dict[str, tuple[float, float, Exception]] = {}
+        self._unreachable_gap = 2 * self._unreachable_bound + self._missing_retry + 1.0
+        #: Keys whose last fetch failed so, and from whom (until fetched or missing).
+        self._failed_from: dict[Key, str] = {}
         self.peers = Peers(
             reply_timeout=config.seconds("worker.get-data-timeout"), security=worker.security
         )
@@ -60,6 +71,10 @@ class Fetcher:
         fetches, missing = w._core.take_fetches(self.peers.addresses())
         loop = asyncio.get_running_loop()
         for key, waiters in missing:
+            lost = self._lost(key)
+            if lost is not None:
+                self._err(waiters, lost)
+                continue
             logger.info(
                 "worker %s: no holder has %r; rescheduling %d tasks",
                 w.address,
@@ -88,7 +103,16 @@ class Fetcher:
                 "worker %s: fetching %d keys from %s failed: %s", w.address, len(keys), holder, e
             )
             w._spawn(self.peers.drop(holder))
+            now = time.monotonic()
+            since, last, _ = self._unreachable.get(holder, (now, now, e))
+            if now - last > self._unreachable_gap:
+                since = now
+            self._unreachable[holder] = (since, now, e)
+            self._failed_from.update((k, holder) for k in keys)
             return [None] * len(keys)
+        self._unreachable.pop(holder, None)
+        for k in keys:
+            self._failed_from.pop(k, None)
         return reply.values()
 
     async def _gather_from(self, holder: str, keys: list[Key], ids: list[int]) -> None:
@@ -139,6 +163,30 @@ class Fetcher:
             sample = nbytes / seconds
             prev = self._worker.bandwidth
             self._worker.bandwidth = sample if prev is None else 0.95 * prev + 0.05 * sample
+
+    def _lost(self, key: Key) -> comm.CommError | None:
+        """The error for ``key`` if the last holder tried has been unreachable for
+        longer than ``squall.comm.timeouts.connect``, else None."""
+        holder = self._failed_from.pop(key, None)
+        if holder is None or holder not in self._unreachable:
+            return None
+        since, _, e = self._unreachable[holder]
+        waited = time.monotonic() - since
+        if waited < self._unreachable_bound:
+            return None
+        return comm.CommError(
+            f"worker {self._worker.address} could not reach {holder}, which holds {key!r}, "
+            f"for {waited:.1f}s (squall.comm.timeouts.connect is "
+            f"{self._unreachable_bound}s): {e}"
+        )
+
+    def _err(self, waiters: list[tuple[int, int]], error: comm.CommError) -> None:
+        """Tasks still waiting for a dependency whose holder cannot be reached err."""
+        w = self._worker
+        runs = dict(waiters)
+        err = pack_error(error)
+        for tid in w._core.give_back(waiters):
+            w._send_erred(tid, runs[tid], err)
 
     def _give_back(self, waiters: list[tuple[int, int]]) -> None:
         """Tasks still waiting for a dependency nobody had go back to the scheduler,

@@ -104,7 +104,7 @@ class Nanny:
         #: (``squall.Nanny``), whose signals are the user's.
         self._handle_signals = handle_signals
         self.death_timeout = liveness.death_timeout(death_timeout)
-        self.address = comm.format_address(str(config.get("worker.host")), 0)
+        self.address = comm.format_address(comm.worker_host(scheduler_address), 0)
         self._command = worker_command
         self._process: asyncio.subprocess.Process | None = None
         self._scheduler: comm.Comm | None = None

@@ -149,7 +149,7 @@ class Worker:
         if nthreads is None:
             nthreads = config.integer("worker.nthreads", minimum=1)
         if address is None:
-            address = default_address()
+            address = default_address(scheduler_address)
         if nthreads < 1:
             raise ValueError(f"nthreads must be at least 1, not {nthreads}")
         self.scheduler_address = scheduler_address
@@ -849,6 +849,8 @@ def _contact(contact: str, bound: str) -> str:
     return comm.format_address(contact, comm.parse_address(bound)[1], comm.scheme_of(bound))
 
 
-def default_address() -> str:
-    """Where a worker serves peers: ``squall.worker.host`` and ``.port``."""
-    return comm.format_address(str(config.get("worker.host")), config.port("worker.port"))
+def default_address(scheduler_address: str) -> str:
+    """Where a worker of ``scheduler_address`` serves peers: ``squall.worker.host`` (by
+    default the interface that reaches the scheduler) and ``.port``."""
+    host = comm.worker_host(scheduler_address)
+    return comm.format_address(host, config.port("worker.port"))
