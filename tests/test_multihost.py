@@ -77,12 +77,15 @@ class Cluster:
 
     #: The client's ``Security(...)``, as Python source.
     security: str = "None"
+    #: Where the client finds the scheduler (``Client``'s arguments, as Python source;
+    #: default: ``address``).
+    connect: str | None = None
 
     def start_client(self, body: str, **values: Any) -> subprocess.Popen[str]:
         """Start ``body`` in a client of the cluster on host 3 (``c``; ``values`` as
         names); it assigns its result to ``out``. Its stdin and stdout are pipes."""
         script = CLIENT.format(
-            address=self.address,
+            connect=self.connect or repr(self.address),
             values=json.dumps(values),
             security=self.security,
             body=textwrap.indent(textwrap.dedent(body), "    "),
@@ -112,7 +115,7 @@ import squall
 from squall.protocol.comm import CommError
 from squall.security import Security
 globals().update(json.loads({values!r}))
-with squall.Client({address!r}, security={security}) as c:
+with squall.Client({connect}, security={security}) as c:
     c.wait_for_workers(2, timeout=20)
 {body}
 print(json.dumps(out))
@@ -283,6 +286,29 @@ def test_the_scheduler_restarted(cluster: Cluster) -> None:
     # The workers rejoin the new scheduler (the client waits for both).
     out = cluster.client("out = c.gather(c.map(lambda x: 2 * x, range(20)))", timeout=90)
     assert out == [2 * x for x in range(20)]
+
+
+def test_the_scheduler_file_flow(net: netns.Network, tmp_path: Path) -> None:
+    """A batch system's flow on a shared file system: the workers start first and wait
+    for the file, the scheduler writes it, the client reads it; every address in it is
+    one the other hosts reach."""
+    path = str(tmp_path / "scheduler.json")
+    c = Cluster(net, connect=f"scheduler_file={path!r}")
+    argv = [sys.executable, "-m", "squall.cli"]
+    try:
+        for host in (1, 2):
+            worker = [*argv, "worker", "--scheduler-file", path, "--nthreads", "1"]
+            net.hosts[host].popen(worker, env=env(), stderr=subprocess.DEVNULL)
+        net.hosts[0].popen(
+            [*argv, "scheduler", "--scheduler-file", path],
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        out = c.client("out = [c.address, c.gather(c.map(abs, [-1, -2, -3]))]")
+    finally:
+        c.stop()
+    assert out == [c.address, [1, 2, 3]]
 
 
 def test_tls_with_a_certificate_for_each_host(net: netns.Network, tmp_path: Path) -> None:

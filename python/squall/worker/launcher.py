@@ -54,20 +54,28 @@ async def run_worker(
     returns whether the scheduler asked it to restart. After ``lifetime`` seconds it
     retires itself (``lifetime_restart``: to be replaced by a fresh process)."""
     worker = Worker(scheduler_address, **kwargs)
-    await worker.start()
     loop = asyncio.get_running_loop()
-    if lifetime is not None:
-        loop.call_later(lifetime, functools.partial(worker.retire, restart=lifetime_restart))
+    starting = loop.create_task(worker.start())
     closing: set[asyncio.Task[None]] = set()
 
     def stop(sig: signal.Signals) -> None:
         logger.info("worker %s: received %s, closing", worker.address, sig.name)
+        if not starting.done():  # e.g. still waiting for its scheduler
+            starting.cancel()
         closing.add(loop.create_task(worker.close()))
 
+    # Before starting: a signal that comes as soon as the worker has joined (its starter
+    # saw it join) closes it gracefully, instead of killing the process.
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop, sig)
     try:
+        await asyncio.wait([starting])
+        if starting.cancelled():
+            return False
+        starting.result()  # its error, if it failed
+        if lifetime is not None:
+            loop.call_later(lifetime, functools.partial(worker.retire, restart=lifetime_restart))
         await worker.finished()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
