@@ -390,3 +390,18 @@ def write_pem(path: Path, pem: str) -> str:
     path.write_text(pem)
     path.chmod(0o600)
     return str(path)
+
+
+def test_bench_hosts_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """``squall bench hosts`` at a smoke-test size: a row per workload, in its units."""
+    from squall.cli import main
+
+    flags = ["--systems", "squall", "--map-tasks", "2000", "--transfer", "64MiB", "--json"]
+    assert main(["bench", "hosts", *flags]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["workload"], r["unit"]) for r in rows] == [
+        ("transfer", "GiB/s"),
+        ("map", "tasks/s"),
+    ]
+    assert [r["size"] for r in rows] == [64 * 2**20, 2000]
+    assert all(r["seconds"] > 0 and r["rate"] > 0 for r in rows)

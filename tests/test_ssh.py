@@ -268,7 +268,8 @@ def test_dask_spec_file_runs_until_a_clients_shutdown(tmp_path: Path) -> None:
     """A YAML spec file; the scheduler runs until a client's ``shutdown()``."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(
-        "cls: dask.distributed.Scheduler\nopts:\n  host: 127.0.0.1\n  port: 0\n  dashboard: false\n"
+        "cls: dask.distributed.Scheduler\n"
+        "opts:\n  host: 127.0.0.1\n  port: 0\n  dashboard: false\n"
     )
     command = [sys.executable, "-m", "squall.cli.dask_spec", "--spec-file", str(spec)]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dask.utils import parse_bytes
+
 from squall import sim
 from squall.scheduler import launcher as scheduler
-from squall.tools import bench, bench_e2e, demo
+from squall.tools import bench, bench_e2e, bench_hosts, demo
 from squall.worker import launcher as worker
 
 
@@ -57,6 +59,15 @@ def _parser() -> argparse.ArgumentParser:
         "headless Chromium (needs chromium, playwright, and bokeh for distributed's)",
     )
     e2e.add_argument("--json", action="store_true", help="one JSON object per line")
+    hosts = bsub.add_parser(
+        "hosts",
+        help="squall against distributed across hosts made of network namespaces (root)",
+    )
+    hosts.add_argument("--systems", default="squall,dask", help="comma-separated")
+    hosts.add_argument("--map-tasks", type=int, default=1_000_000, help="squall's map size")
+    hosts.add_argument("--dask-map-tasks", type=int, default=50_000, help="distributed's")
+    hosts.add_argument("--transfer", default="1GiB", help="bytes moved between worker hosts")
+    hosts.add_argument("--json", action="store_true", help="one JSON object per line")
     return p
 
 
@@ -86,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             nanny=args.nanny,
             tls=args.tls,
             dashboard=args.dashboard,
+            as_json=args.json,
+        )
+        return 0
+    if args.command == "bench" and args.suite == "hosts":
+        bench_hosts.main(
+            systems=tuple(args.systems.split(",")),
+            map_sizes={"squall": args.map_tasks, "dask": args.dask_map_tasks},
+            transfer_bytes=parse_bytes(args.transfer),
             as_json=args.json,
         )
         return 0
