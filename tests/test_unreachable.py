@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -73,3 +74,31 @@ def test_fetching_from_an_unreachable_worker_errs_naming_it(cluster: tuple[str, 
         with pytest.raises(comm.CommError, match=dead):
             needs.result(timeout=30)
         assert time.monotonic() - start < 10
+
+
+def test_a_client_waits_for_a_scheduler_still_starting() -> None:
+    """As distributed's: a client started before its scheduler listens connects once
+    it does, within the client's timeout."""
+    port = closed_port()
+    client: list[Client] = []
+    thread = threading.Thread(
+        target=lambda: client.append(Client(f"tcp://127.0.0.1:{port}", timeout=30))
+    )
+    thread.start()
+    time.sleep(1.0)
+    sched, address = start_scheduler("--port", str(port))
+    try:
+        thread.join(30)
+        assert client and client[0].address == address
+        client[0].close()
+    finally:
+        sched.terminate()
+        sched.wait(20)
+
+
+def test_a_client_without_a_scheduler_errs_within_its_timeout() -> None:
+    address = f"tcp://127.0.0.1:{closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(comm.ConnectError, match=f"no scheduler at {address} within"):
+        Client(address, timeout=1)
+    assert time.monotonic() - start < 5

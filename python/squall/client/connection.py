@@ -50,6 +50,8 @@ start_local_cluster: Callable[..., Any] | None = None
 RESTART_MESSAGE = "Scheduler has restarted. Please re-run your work."
 #: The reason futures are cancelled with when the scheduler is lost (as distributed's).
 CONNECTION_LOST = "scheduler-connection-lost"
+#: The least time one connection attempt is given, near the client's deadline (seconds).
+MIN_CONNECT_TIMEOUT = 0.1
 
 
 class ClientConnection:
@@ -170,18 +172,37 @@ class ClientConnection:
             self._started = asyncio.ensure_future(self._start())
         await self._started
 
+    async def _connect(self) -> comm.Comm:
+        """The scheduler connection. A scheduler not listening yet (a script that starts
+        it and its client together) is tried again until the client's timeout, as
+        distributed's client does; a refused handshake fails at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        delay = liveness.FIRST_RETRY
+        while True:
+            try:
+                return await comm.connect(
+                    self.address,
+                    role="client",
+                    info={"client": self.id, "worker": self.on_worker},
+                    timeout=max(deadline - loop.time(), MIN_CONNECT_TIMEOUT),
+                    security=self.security,
+                )
+            except comm.ConnectError as e:
+                if loop.time() + delay >= deadline:
+                    raise comm.ConnectError(
+                        f"no scheduler at {self.address} within the timeout of "
+                        f"{self.timeout}s: {e}"
+                    ) from None
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, liveness.MAX_RETRY)
+
     async def _start(self) -> None:
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
         if self._thread is None:
             self._thread_id = threading.get_ident()
-        c = await comm.connect(
-            self.address,
-            role="client",
-            info={"client": self.id, "worker": self.on_worker},
-            timeout=self.timeout,
-            security=self.security,
-        )
+        c = await self._connect()
         reply, _ = await c.read()
         if not isinstance(reply, m.ClientRegistered):
             await c.close()

@@ -49,6 +49,11 @@ class CommError(Exception):
     """A connection failed or a peer broke the protocol."""
 
 
+class ConnectError(CommError):
+    """No connection was made: nothing listens at the address (yet), or it cannot be
+    reached within the timeout. Worth trying again, unlike a refused handshake."""
+
+
 class CommClosedError(CommError):
     """The peer closed the connection (cleanly, or in the middle of a frame)."""
 
@@ -421,11 +426,11 @@ async def connect(
         )
         reader, writer = await asyncio.wait_for(opening, timeout)
     except asyncio.TimeoutError:
-        raise CommError(f"timed out after {timeout}s connecting to {address}") from None
+        raise ConnectError(f"timed out after {timeout}s connecting to {address}") from None
     except ssl.SSLError as e:
         raise HandshakeError(f"TLS with {address} failed: {e.reason or e}") from None
     except OSError as e:
-        raise CommError(f"could not connect to {address}: {e.strerror or e}") from None
+        raise ConnectError(f"could not connect to {address}: {e.strerror or e}") from None
     bound_silence(writer)
     comm = Comm(reader, writer, address)
     limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
