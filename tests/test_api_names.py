@@ -100,6 +100,7 @@ def test_in_process_scheduler_and_worker_serve_a_client(tmp_path: Path) -> None:
             w2 = await squall.Worker(s.address, nthreads=1)
             await w2.close()
         assert s.status == squall.Status.closed
+        assert not path.exists()  # gone with its scheduler
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -125,6 +126,18 @@ def test_server_arguments_squall_lacks_are_refused() -> None:
         squall.Scheduler(no_such_option=1)
     with pytest.raises(TypeError, match="plugins"):
         squall.Nanny("tcp://127.0.0.1:1", plugins={"p"})
+
+
+def test_in_process_scheduler_closes_when_idle() -> None:
+    """``Scheduler(idle_timeout=)``: no work for that long closes it, as distributed's."""
+
+    async def main() -> None:
+        s = await squall.Scheduler(host="127.0.0.1", dashboard=False, idle_timeout="0.5s")
+        assert s.idle_timeout == 0.5
+        while s.status != squall.Status.closed:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(asyncio.wait_for(main(), 20))
 
 
 def test_in_process_nanny_runs_a_worker_process() -> None:

@@ -10,17 +10,22 @@ naming a feature squall does not have (services, extensions, plugins, Jupyter) r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Generator, Iterable, Sequence
 from enum import Enum
 from typing import Any
+
+from dask.utils import parse_timedelta
 
 from squall.client.scheduler_file import wait_for_scheduler_file, write_scheduler_file
 from squall.config import get as config_get
 from squall.deploy.local import print_level_flags, scheduler_info
 from squall.preload import worker_flags
 from squall.protocol import comm, liveness
+from squall.scheduler.launcher import default_idle_timeout, stop_when_idle
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
 from squall.worker.memory import parse_memory_limit
@@ -87,7 +92,10 @@ class Scheduler(SchedulerServer):
     (default ``squall.scheduler.dashboard.address``), under the path ``http_prefix``.
     ``allowed_failures``, ``validate``
     and ``worker_ttl`` override the ``squall.scheduler`` knobs of those names;
-    ``scheduler_file`` is written once it listens. ``preload`` and ``preload_argv``
+    ``scheduler_file`` is written once it listens and removed when it closes;
+    ``idle_timeout`` (seconds or a duration; default: Dask's
+    ``distributed.scheduler.idle-timeout``) closes it after that long without work.
+    ``preload`` and ``preload_argv``
     (default: ``squall.scheduler.preload``, else Dask's ``distributed.scheduler.preload``)
     run with this object as their server (docs/runtime.md#preload). ``plugins`` are
     scheduler plugins, started with it (docs/runtime.md#scheduler-plugins)."""
@@ -126,7 +134,6 @@ class Scheduler(SchedulerServer):
             services=services,
             service_kwargs=service_kwargs,
             extensions=extensions,
-            idle_timeout=idle_timeout,
             contact_address=contact_address,
             jupyter=jupyter,
         )
@@ -151,6 +158,14 @@ class Scheduler(SchedulerServer):
         for plugin in plugins:  # started with the scheduler
             self.add_plugin(plugin)
         self.scheduler_file = scheduler_file
+        #: Seconds without work after which it closes itself (None: never); by default
+        #: Dask's ``distributed.scheduler.idle-timeout``, as distributed's.
+        self.idle_timeout = (
+            default_idle_timeout()
+            if idle_timeout is None
+            else float(parse_timedelta(idle_timeout, default="s"))
+        )
+        self._idle: asyncio.Task[None] | None = None
         self.status = Status.created
 
     async def start(self) -> None:
@@ -159,6 +174,11 @@ class Scheduler(SchedulerServer):
         self.status = Status.running
         if self.scheduler_file is not None:
             write_scheduler_file(self.scheduler_file, self.identity())
+        if self.idle_timeout:
+            loop = asyncio.get_running_loop()
+            self._idle = loop.create_task(
+                stop_when_idle(self, self.idle_timeout, lambda: loop.create_task(self.close()))
+            )
 
     def identity(self) -> dict[str, Any]:
         """What the scheduler file holds, as distributed's ``identity()``."""
@@ -176,7 +196,12 @@ class Scheduler(SchedulerServer):
         if self.status in (Status.closing, Status.closed):
             return
         self.status = Status.closing
+        if self._idle is not None and self._idle is not asyncio.current_task():
+            self._idle.cancel()
         await super().close()
+        if self.scheduler_file is not None:  # as distributed's, gone with its scheduler
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.scheduler_file)
         self.status = Status.closed
 
     def __await__(self) -> Generator[Any, None, Scheduler]:

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dask.utils import format_time
@@ -69,9 +70,9 @@ async def run_scheduler(
         write_scheduler_file(
             scheduler_file, {**snapshot.identity_json(server), "services": services}
         )
-    idle = (
-        None if not idle_timeout else loop.create_task(_stop_when_idle(server, idle_timeout, stop))
-    )
+    idle = None
+    if idle_timeout:
+        idle = loop.create_task(stop_when_idle(server, idle_timeout, stop.set))
     # Once signals close it gracefully: its starter may stop it as soon as it reads this.
     print(f"squall scheduler listening at {server.address}", flush=True)
     server.lifecycle.on_shutdown = stop.set  # Client.shutdown()
@@ -87,8 +88,10 @@ async def run_scheduler(
                 os.remove(scheduler_file)
 
 
-async def _stop_when_idle(server: SchedulerServer, timeout: float, stop: asyncio.Event) -> None:
-    """``--idle-timeout``: set ``stop`` once nothing has been processing, queued or
+async def stop_when_idle(
+    server: SchedulerServer, timeout: float, stop: Callable[[], object]
+) -> None:
+    """``--idle-timeout``: call ``stop`` once nothing has been processing, queued or
     waiting for a worker, and no task has finished, for ``timeout`` seconds (as
     distributed's scheduler; connected clients without work do not count)."""
     computed, since = -1, time.time()
@@ -99,7 +102,7 @@ async def _stop_when_idle(server: SchedulerServer, timeout: float, stop: asyncio
             computed, since = now, time.time()
         elif time.time() > since + timeout:
             logger.info("Scheduler closing after being idle for %s", format_time(timeout))
-            stop.set()
+            stop()
             return
 
 
