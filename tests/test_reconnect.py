@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
+import conftest
 import dask
 import psutil
 import pytest
@@ -49,23 +50,7 @@ def start_scheduler(
     port: int, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[str], str]:
     """``squall scheduler`` on ``port``; returns it and its address once it listens."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "squall.cli",
-            "scheduler",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+    return conftest.start_scheduler("--port", str(port), env=env)
 
 
 def start_worker(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import logging
 import math
 import threading
@@ -36,9 +35,8 @@ from dask_jobqueue.slurm import SLURMJob
 
 from squall.client import display
 from squall.client.client import Client
-from squall.client.default import default_client
 from squall.deploy.adaptive import Adaptive
-from squall.deploy.local import scheduler_info
+from squall.deploy.local import cluster_client, scheduler_info
 from squall.deploy.servers import Scheduler
 from squall.security import Security
 
@@ -213,15 +211,8 @@ class JobQueueCluster:
         return self._call(scheduler_info(self.scheduler_address, self.security))
 
     def get_client(self) -> Client:
-        """A client of this cluster: the default client if it is connected here, else
-        a new one (closed with the cluster)."""
-        with contextlib.suppress(ValueError):
-            client = default_client()
-            if client.address == self.scheduler_address and client.status == "running":
-                return client
-        client = Client(self)
-        self._clients.append(client)
-        return client
+        """A client of this cluster (``squall.deploy.local.cluster_client``)."""
+        return cluster_client(self, self._clients, None)
 
     # ----- scaling ------------------------------------------------------------------
 

@@ -318,15 +318,8 @@ class LocalCluster:
                 self._scaling.retire(workers=addresses)
 
     def get_client(self) -> Client:
-        """A client of this cluster: the default client if it is connected here, else
-        a new one (closed with the cluster)."""
-        with contextlib.suppress(ValueError):
-            client = default_client()
-            if client.address == self.scheduler_address and client.status == "running":
-                return client
-        client = Client(self, security=self.security)
-        self._clients.append(client)
-        return client
+        """A client of this cluster (:func:`cluster_client`)."""
+        return cluster_client(self, self._clients, self.security)
 
     def get_logs(
         self, cluster: bool = True, scheduler: bool = True, workers: bool | Iterable[str] = True
@@ -449,3 +442,15 @@ def print_level_flags(silence_logs: int | str | Literal[False] | None) -> list[s
 
 
 connection.start_local_cluster = LocalCluster
+
+
+def cluster_client(cluster: Any, clients: list[Client], security: Security | None) -> Client:
+    """A client of ``cluster`` (its ``get_client``): the default client if it is
+    connected there, else a new one, kept in ``clients`` to be closed with the cluster."""
+    with contextlib.suppress(ValueError):
+        client = default_client()
+        if client.address == cluster.scheduler_address and client.status == "running":
+            return client
+    client = Client(cluster, security=security)
+    clients.append(client)
+    return client
