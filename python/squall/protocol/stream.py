@@ -25,8 +25,8 @@ _SLICE_BYTES = 2**20
 
 
 class Stream(asyncio.BufferedProtocol):
-    """Reads (``readexactly``, ``readinto``) and writes (``write``, ``drain``) on one
-    connection; end of stream raises ``asyncio.IncompleteReadError``, a broken
+    """Reads (``readexactly``, ``readinto``) and writes (``write``, ``send``,
+    ``drain``) on one connection; end of stream raises ``asyncio.IncompleteReadError``, a broken
     connection its ``OSError``. One reader at a time."""
 
     def __init__(self, on_connect: OnConnect | None = None) -> None:
@@ -173,8 +173,9 @@ class Stream(asyncio.BufferedProtocol):
         if self._closed.done():
             raise ConnectionResetError("connection lost")
         if self._writing_paused:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
+            if self._drained is None or self._drained.done():
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)  # writers may wait together
             if self._closed.done():
                 raise ConnectionResetError("connection lost")
 
