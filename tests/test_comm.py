@@ -16,6 +16,7 @@ import pytest
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.comm import Comm
+from squall.protocol.stream import Stream, open_stream
 
 
 def run(coro: Awaitable[Any]) -> Any:
@@ -66,11 +67,11 @@ def raw_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
     return struct.pack("<II", len(head), len(payload)) + head + payload
 
 
-async def raw_client(listener: comm.Listener) -> tuple[Comm, asyncio.StreamWriter]:
+async def raw_client(listener: comm.Listener) -> tuple[Comm, Stream]:
     """A connection that completed the handshake as a client, to write frames by hand."""
     host, port = comm.parse_address(listener.address)
-    reader, writer = await asyncio.open_connection(host, port)
-    c = Comm(reader, writer, "test")
+    writer = await open_stream(host, port)
+    c = Comm(writer, "test")
     await c.write_handshake(m.Hello(protocol=m.PROTOCOL, role="client"))
     assert isinstance(await c.read_handshake(), m.Welcome)
     c.expect(m.Route.SCHEDULER_TO_CLIENT)
@@ -109,7 +110,7 @@ def test_connections_probe_a_vanished_peer() -> None:
 
         listener = await comm.listen("tcp://127.0.0.1:0", hold, roles=frozenset({"client"}))
         c = await comm.connect(listener.address, role="client", info={"client": "me"})
-        sock = c._writer.get_extra_info("socket")
+        sock = c._stream.get_extra_info("socket")
         options = [
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
             sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
@@ -141,8 +142,7 @@ def test_protocol_mismatch_is_a_clear_error() -> None:
     async def main() -> None:
         listener, _ = await echo_server()
         host, port = comm.parse_address(listener.address)
-        reader, writer = await asyncio.open_connection(host, port)
-        raw = Comm(reader, writer, "test")
+        raw = Comm(await open_stream(host, port), "test")
         await raw.write_handshake(m.Hello(protocol="squall/999", role="client"))
         reply = await raw.read_handshake()
         assert isinstance(reply, m.Error)
@@ -244,6 +244,46 @@ def test_a_message_larger_than_a_frame_travels_in_parts() -> None:
             c.max_message_bytes = 5000
             await c.write(m.ReleaseKeys(), big)
         await still_served(c, listener)  # the connection lives on
+
+    run(main())
+
+
+def test_payload_pieces_and_large_payloads_arrive_whole() -> None:
+    """A payload given in pieces arrives as one buffer, also in parts whose cuts fall
+    inside pieces; one of 1 MiB or more is received into writable memory."""
+
+    async def main() -> None:
+        listener, _ = await echo_server()
+        c = await comm.connect(listener.address, role="client")
+        big = bytes(range(256)) * (3 * 2**12)  # 3 MiB
+        await c.write(m.ReleaseKeys(), [b"head", memoryview(big), b"tail"])
+        reply, payload = await c.read()
+        assert isinstance(reply, m.RequestFailed) and reply.error == "release-keys"
+        assert payload == b"head" + big + b"tail" and not payload.readonly
+        pieces: list[comm.Blob] = [b"ab" * 300, memoryview(b"c" * 1500), b"d"]
+        limit, c.max_frame_bytes = c.max_frame_bytes, 1000
+        await c.write(m.Retry(), pieces)
+        c.max_frame_bytes = limit
+        assert await answer_of(c) == ("retry", b"".join(pieces))
+        await still_served(c, listener)
+
+    run(main())
+
+
+def test_a_large_payload_cut_short_is_a_closed_connection() -> None:
+    async def main() -> None:
+        listener, seen = await echo_server()
+        c, writer = await raw_client(listener)
+        head = msgpack.packb({"op": "batch", "msgs": [{"op": "retry"}], "spans": [[0, 2**21]]})
+        writer.write(struct.pack("<II", len(head), 2**21) + head + b"x" * 2**20)
+        await writer.drain()
+        await c.close()
+        for _ in range(200):
+            if isinstance(seen[-1], comm.CommError):
+                break
+            await asyncio.sleep(0.01)
+        assert isinstance(seen[-1], comm.CommClosedError) and "mid-frame" in str(seen[-1])
+        await listener.close()
 
     run(main())
 

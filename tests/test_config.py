@@ -145,7 +145,7 @@ def test_comm_limits_and_timeouts_come_from_config() -> None:
         with dask.config.set({"squall.comm.max-frame-bytes": "1kiB"}):
             listener = await comm.listen("tcp://127.0.0.1:0", handler, roles=frozenset({"client"}))
             c = await comm.connect(listener.address, role="client")
-            c._writer.write(struct.pack("<II", 10, 2048))  # a frame over the reader's limit
+            c._stream.write(struct.pack("<II", 10, 2048))  # a frame over the reader's limit
             for _ in range(200):
                 if seen:
                     break

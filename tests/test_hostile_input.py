@@ -27,6 +27,7 @@ from squall import Client
 from squall._core import encode_keys
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.stream import Stream, open_stream
 
 SEED = 20261125
 # Header fields of squall's messages, each given wrong values at random.
@@ -151,14 +152,12 @@ def batch_frame(rng: random.Random, role: str) -> bytes:
     return struct.pack("<II", len(head), len(payload)) + head + payload
 
 
-async def handshaken(
-    address: str, role: str, hello: dict[str, Any]
-) -> tuple[comm.Comm, asyncio.StreamWriter]:
+async def handshaken(address: str, role: str, hello: dict[str, Any]) -> tuple[comm.Comm, Stream]:
     """A connection that completed the handshake as ``role``, and its stream to write
     frames by hand."""
     host, port = comm.parse_address(address)
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
-    c = comm.Comm(reader, writer, address)
+    writer = await asyncio.wait_for(open_stream(host, port), 10)
+    c = comm.Comm(writer, address)
     await c.write_handshake(m.Hello(protocol=m.PROTOCOL, role=role, **hello))
     welcome = await asyncio.wait_for(c.read_handshake(), 10)
     assert isinstance(welcome, m.Welcome), welcome

@@ -11,12 +11,13 @@ from typing import Any
 
 import cloudpickle
 import msgpack
+import numpy as np
 import pytest
 
 from squall._core import encode_keys
 from squall.protocol import comm
 from squall.protocol import messages as m
-from squall.protocol.peers import MISSING, UNPICKLABLE, Peers
+from squall.protocol.peers import MISSING, UNPICKLABLE, DataReply, Peers, Pickled
 from squall.worker.nanny import Nanny
 from squall.worker.worker import Worker
 
@@ -59,7 +60,7 @@ def test_update_data_stages_values_and_get_data_serves_results() -> None:
         got = await peers.get_data(addr, ["a", "b", "u"])
         assert got.sizes[1:] == [MISSING, UNPICKLABLE] and "not this one" in got.failed[2][0]
         first = got.values()[0]
-        assert isinstance(first, memoryview) and pickle.loads(first) == 1
+        assert isinstance(first, Pickled) and first.load() == 1
         assert w.transfers.outgoing_total == 2  # each data reply counts
         bad = m.UpdateData(keys_bytes=len(keys), sizes=[1, 1])
         reply, _ = await peers.request(addr, bad, keys + b"xy", reply=m.DataUpdated)
@@ -69,6 +70,41 @@ def test_update_data_stages_values_and_get_data_serves_results() -> None:
         await w.close()
 
     run(main())
+
+
+def test_get_data_sends_arrays_out_of_band_and_they_arrive_writeable() -> None:
+    """numpy's buffers travel beside their pickles, are not copied on arrival (the
+    arrays are views of the received memory) and stay writeable."""
+
+    async def main() -> None:
+        w = worker()
+        listener, peers = await serving(w._peer_service.serve)
+        arrays = {"x": np.arange(2**18, dtype=np.int64), "y": np.ones((64, 64)), "z": 7}
+        w._core.put_scattered(1, "x", arrays["x"], arrays["x"].nbytes)
+        w._core.put_scattered(2, "y", arrays["y"], arrays["y"].nbytes)
+        w._core.put_scattered(3, "z", 7, 28)
+        got = await peers.get_data(listener.address, ["x", "y", "z"])
+        assert sorted(got.buffers) == [0, 1] and got.buffers[0] == [arrays["x"].nbytes]
+        values = got.values()
+        assert all(isinstance(v, Pickled) for v in values)
+        x, y, z = (v.load() for v in values if isinstance(v, Pickled))
+        assert (x == arrays["x"]).all() and (y == arrays["y"]).all() and z == 7
+        assert x.flags.writeable and not x.flags.owndata
+        x[0] = 5
+        assert arrays["x"][0] == 0  # received, not the worker's own array
+        await peers.close()
+        await listener.close()
+
+    run(main())
+
+
+def test_get_data_reply_sizes_must_add_up() -> None:
+    payload = memoryview(b"x" * 10)
+    assert DataReply([4], payload, {0: [6]}, {}).consistent()
+    assert DataReply([-1, 4, -2], payload, {1: [1, 5]}, {}).consistent()
+    bad = [([4], {0: [5]}), ([4], {1: [6]}), ([-1, 4], {0: [6]}), ([4], {0: [7, -1]})]
+    for sizes, buffers in bad:
+        assert not DataReply(sizes, payload, buffers, {}).consistent()
 
 
 def test_run_calls_the_function_with_the_worker() -> None:
@@ -98,7 +134,7 @@ def test_a_malformed_request_is_refused_and_closes_that_connection() -> None:
         head = msgpack.packb(
             {"op": "batch", "msgs": [{"op": "get-data", "n": "x"}], "spans": [[0, 0]]}
         )
-        c._writer.write(len(head).to_bytes(4, "little") + (0).to_bytes(4, "little") + head)
+        c._stream.write(len(head).to_bytes(4, "little") + (0).to_bytes(4, "little") + head)
         reply, _ = await c.read()
         assert isinstance(reply, m.Error) and "get-data" in reply.message
         with pytest.raises(comm.CommClosedError):

@@ -30,6 +30,7 @@ from squall.client.workers import ClusterOps
 from squall.errors import RemoteError
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.peers import Pickled
 from squall.protocol.tracebacks import user_frames
 
 if TYPE_CHECKING:
@@ -151,8 +152,8 @@ class DataMovement:
         data: dict[Key, Any] = {}
         reply = await self.connection.peers.get_data(address, keys)
         for k, blob in zip(keys, reply.values(), strict=True):
-            if isinstance(blob, memoryview):
-                data[k] = pickle.loads(blob)
+            if isinstance(blob, Pickled):
+                data[k] = blob.load()
             elif blob is not None:
                 self._unpicklable(k, address, *blob)
         return data

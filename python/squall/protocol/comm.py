@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import mmap
 import os
 import socket
 import ssl
@@ -25,6 +26,7 @@ import psutil  # type: ignore[import-untyped]
 from squall import config, security
 from squall.protocol import messages as m
 from squall.protocol.messages import PROTOCOL, Route
+from squall.protocol.stream import Stream, open_stream, serve_streams
 from squall.security import Security
 from squall.security import default as default_security
 
@@ -35,6 +37,16 @@ _LENGTHS = struct.Struct("<II")
 #: A message read: its header (a :class:`~squall.protocol.messages.Malformed` where the
 #: header did not validate) and its payload.
 Received = tuple[m.Message | m.Malformed, memoryview]
+
+Blob = bytes | bytearray | memoryview
+#: What a message carries: one buffer, or pieces sent one after another without being
+#: joined (a value's pickle and its large buffers, docs/runtime.md#memory).
+Payload = Blob | list[Blob]
+
+
+def payload_size(payload: Payload) -> int:
+    return sum(map(len, payload)) if isinstance(payload, list) else len(payload)
+
 
 #: Per role: the route the connecting side reads, and the route the listener reads.
 ROLE_ROUTES: dict[str, tuple[Route, Route]] = {
@@ -139,12 +151,56 @@ def encode_frame(header: m.Message, payload: bytes | memoryview = b"") -> bytes:
     return _frame(ENCODER.encode(header), payload)
 
 
-def _frame(head: bytes, payload: bytes | memoryview = b"") -> bytes:
+def _frame(head: bytes, payload: Blob = b"") -> bytes:
     return _LENGTHS.pack(len(head), len(payload)) + head + payload
 
 
-def _one(msg: m.Message, payload: bytes | memoryview) -> m.Batch[m.Message]:
-    return m.Batch(msgs=[msg], spans=[(0, len(payload))])
+def _one(msg: m.Message, size: int) -> m.Batch[m.Message]:
+    return m.Batch(msgs=[msg], spans=[(0, size)])
+
+
+def _receive_buffer(n: int) -> memoryview:
+    """Writable memory for a large payload, taken from the system as it is filled: an
+    announced size that never arrives costs no memory (anonymous pages are committed
+    when written), and values unpickled over it stay writeable."""
+    return memoryview(mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+
+
+def _writes(head: bytes, size: int, payload: Payload) -> list[Blob]:
+    """A frame's writes: small pieces joined to the lengths and header (one send),
+    large ones as they are (docs/runtime.md#memory)."""
+    pieces = payload if isinstance(payload, list) else [payload]
+    out: list[Blob] = []
+    small: list[Blob] = [_LENGTHS.pack(len(head), size), head]
+    for piece in pieces:
+        if len(piece) < SEPARATE_PAYLOAD_BYTES:
+            small.append(piece)
+            continue
+        out.append(b"".join(small))
+        out.append(piece)
+        small = []
+    if small:
+        out.append(b"".join(small))
+    return out
+
+
+def _chunks(payload: Payload, step: int) -> list[list[Blob]]:
+    """The payload cut into runs of ``step`` bytes (the last shorter), each a list of
+    slices of its pieces: nothing is copied."""
+    pieces = payload if isinstance(payload, list) else [payload]
+    runs: list[list[Blob]] = [[]]
+    room = step
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        while view:
+            if not room:
+                runs.append([])
+                room = step
+            runs[-1].append(view[:room])
+            taken = min(room, len(view))
+            room -= taken
+            view = view[taken:]
+    return runs
 
 
 def _raw_messages(head: bytes) -> list[msgspec.Raw]:
@@ -196,11 +252,8 @@ class Comm:
     """One framed, bidirectional connection. It reads the messages of one route
     (``expect``), set by the handshake from the peer's role."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self, stream: Stream, peer: str) -> None:
+        self._stream = stream
         self.peer = peer
         #: The peer's hello (on the listening side) once the handshake is done.
         self.hello: m.Hello | None = None
@@ -215,7 +268,7 @@ class Comm:
 
     @property
     def closed(self) -> bool:
-        return self._writer.is_closing()
+        return self._stream.is_closing()
 
     async def read_handshake(self) -> m.Message:
         """The next handshake message (one frame, alone)."""
@@ -310,7 +363,7 @@ class Comm:
 
     async def _read_frame(self) -> tuple[bytes, memoryview]:
         try:
-            lengths = await self._reader.readexactly(_LENGTHS.size)
+            lengths = await self._stream.readexactly(_LENGTHS.size)
         except asyncio.IncompleteReadError as e:
             if e.partial:
                 raise CommClosedError(f"{self.peer}: connection closed mid-frame") from None
@@ -324,54 +377,60 @@ class Comm:
                 f"{self.max_frame_bytes}-byte limit"
             )
         try:
-            head = await self._reader.readexactly(n_head)
-            payload = await self._reader.readexactly(n_payload) if n_payload else b""
+            head = await self._stream.readexactly(n_head)
+            if n_payload < SEPARATE_PAYLOAD_BYTES:
+                payload = memoryview(await self._stream.readexactly(n_payload))
+            else:
+                payload = _receive_buffer(n_payload)
+                await self._stream.readinto(payload)
         except asyncio.IncompleteReadError:
             raise CommClosedError(f"{self.peer}: connection closed mid-frame") from None
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
-        return head, memoryview(payload)
+        return head, payload
 
-    def check(self, msg: m.Message, payload: bytes | memoryview) -> None:
+    def check(self, msg: m.Message, payload: Payload) -> None:
         """MessageTooLarge if the peer would refuse the message. Senders that can fail
         one call alone check first; ``write`` raises the same for an unchecked one."""
-        if len(payload) > self.max_message_bytes:
+        size = payload_size(payload)
+        if size > self.max_message_bytes:
             raise MessageTooLarge(
-                f"a {msg.op()!r} message of {len(payload)} bytes exceeds the "
+                f"a {msg.op()!r} message of {size} bytes exceeds the "
                 f"{self.max_message_bytes}-byte limit of squall.comm.max-message-bytes"
             )
 
-    async def write(self, msg: m.Message, payload: bytes | memoryview = b"") -> None:
+    async def write(self, msg: m.Message, payload: Payload = b"") -> None:
         """Send one message now (a batch of one)."""
         self.check(msg, payload)
-        await self.write_batch(_one(msg, payload), payload)
+        await self.write_batch(_one(msg, payload_size(payload)), payload)
 
     async def write_handshake(self, msg: m.Message) -> None:
         await self._write_head(ENCODER.encode(msg), b"")
 
-    async def write_batch(self, batch: m.Batch[m.Message], payload: bytes | memoryview) -> None:
+    async def write_batch(self, batch: m.Batch[m.Message], payload: Payload) -> None:
         head = ENCODER.encode(batch)
-        if len(head) + len(payload) <= self.max_frame_bytes:
+        if len(head) + payload_size(payload) <= self.max_frame_bytes:
             await self._write_head(head, payload)
         else:
-            await self._write_parts(batch, memoryview(payload))
+            await self._write_parts(batch, payload)
 
-    async def _write_head(self, head: bytes, payload: bytes | memoryview) -> None:
+    async def _write_head(self, head: bytes, payload: Payload) -> None:
         try:
             async with self._writing:
-                if len(payload) < SEPARATE_PAYLOAD_BYTES:
-                    self._writer.write(_frame(head, payload))
-                else:  # not copied into a frame first: a worker's memory counts
-                    self._writer.write(_LENGTHS.pack(len(head), len(payload)) + head)
-                    self._writer.write(payload)
-                await self._writer.drain()
+                if isinstance(payload, list) or len(payload) >= SEPARATE_PAYLOAD_BYTES:
+                    # Large pieces are not copied into a frame first: a worker's memory counts.
+                    for data in _writes(head, payload_size(payload), payload):
+                        await self._stream.send(data)
+                else:
+                    self._stream.write(_frame(head, payload))
+                await self._stream.drain()
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
 
-    async def _write_parts(self, batch: m.Batch[m.Message], payload: memoryview) -> None:
+    async def _write_parts(self, batch: m.Batch[m.Message], payload: Payload) -> None:
         """One batch in ``part`` frames, then its header with ``parts`` = the payload's
         size (docs/protocol.md#messages-in-parts); no other frame goes between them."""
-        total = len(payload)
+        total = payload_size(payload)
         part = ENCODER.encode(m.Part(total=total))
         step = min(PART_BYTES, self.max_frame_bytes - len(part))
         last = ENCODER.encode(msgspec.structs.replace(batch, parts=total))
@@ -379,26 +438,25 @@ class Comm:
             raise MessageTooLarge(f"a {batch.msgs[0].op()!r} message's header outgrows a frame")
         try:
             async with self._writing:
-                for start in range(0, total, step):
-                    chunk = payload[start : start + step]
-                    self._writer.write(_LENGTHS.pack(len(part), len(chunk)) + part)
-                    self._writer.write(chunk)  # not copied into a frame first
-                    await self._writer.drain()
-                self._writer.write(_frame(last))
-                await self._writer.drain()
+                for chunk in _chunks(payload, step):
+                    for data in _writes(part, payload_size(chunk), chunk):
+                        await self._stream.send(data)
+                    await self._stream.drain()
+                self._stream.write(_frame(last))
+                await self._stream.drain()
         except (ConnectionError, OSError) as e:
             raise CommClosedError(f"{self.peer}: {e}") from None
 
     async def close(self) -> None:
-        if not self._writer.is_closing():
-            self._writer.close()
+        if not self._stream.is_closing():
+            self._stream.close()
         with contextlib.suppress(ConnectionError, OSError):
-            await self._writer.wait_closed()
+            await self._stream.wait_closed()
 
     def abort(self) -> None:
         """Close at once, dropping unsent data: a graceful close waits for a peer
         that stopped reading (a hung process) forever."""
-        self._writer.transport.abort()
+        self._stream.abort()
 
 
 async def connect(
@@ -421,18 +479,18 @@ async def connect(
         timeout = config.seconds("comm.timeouts.connect")
     try:
         tls = _transport(address, sec, server=False)
-        opening = asyncio.open_connection(
+        opening = open_stream(
             host, port, ssl=tls, server_hostname=(server_hostname or "") if tls else None
         )
-        reader, writer = await asyncio.wait_for(opening, timeout)
+        stream = await asyncio.wait_for(opening, timeout)
     except asyncio.TimeoutError:
         raise ConnectError(f"timed out after {timeout}s connecting to {address}") from None
     except ssl.SSLError as e:
         raise HandshakeError(f"TLS with {address} failed: {e.reason or e}") from None
     except OSError as e:
         raise ConnectError(f"could not connect to {address}: {e.strerror or e}") from None
-    bound_silence(writer)
-    comm = Comm(reader, writer, address)
+    bound_silence(stream)
+    comm = Comm(stream, address)
     limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
     nonce = os.urandom(16)
     try:
@@ -470,13 +528,13 @@ async def _answer(comm: Comm, sec: Security, nonce: bytes, challenge: m.Challeng
     return reply
 
 
-def bound_silence(writer: asyncio.StreamWriter) -> None:
+def bound_silence(stream: Stream) -> None:
     """End the connection when its peer's host is gone (down, cut off) within
     ``squall.comm.timeouts.tcp``, as distributed does: keep-alive probes while it is
     idle, and a limit on how long sent data may stay unacknowledged (TCP_USER_TIMEOUT),
     so a vanished peer is an error, never a read or write that waits forever. A live
     peer's kernel answers both, even while the peer is busy or stopped."""
-    sock = writer.get_extra_info("socket")
+    sock = stream.get_extra_info("socket")
     timeout = config.get("comm.timeouts.tcp")
     if sock is None or timeout is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return
@@ -524,10 +582,10 @@ async def listen(
     tls = _transport(address, sec, server=True)
     handshake_timeout = config.seconds("comm.timeouts.connect") if timeout is None else timeout
 
-    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        bound_silence(writer)
-        comm = Comm(reader, writer, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
+    async def accept(stream: Stream) -> None:
+        peer = stream.get_extra_info("peername")
+        bound_silence(stream)
+        comm = Comm(stream, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
         try:
             async with asyncio.timeout(handshake_timeout):
@@ -560,7 +618,7 @@ async def listen(
             await comm.close()
 
     try:
-        server = await asyncio.start_server(accept, host, port, ssl=tls)
+        server = await serve_streams(accept, host, port, ssl=tls)
     except OSError as e:
         raise CommError(f"cannot listen on {address}: {e.strerror or e}") from None
     sock = server.sockets[0].getsockname()

@@ -19,9 +19,10 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar
 import msgspec
 
 #: Changes whenever a message changes in a way the other side cannot read (3: headers
-#: are typed messages and a batch lists its payloads' spans apart), so that processes
+#: are typed messages and a batch lists its payloads' spans apart; 4: ``data`` sends
+#: values' buffers out of band), so that processes
 #: of two versions refuse each other at the handshake instead of failing later.
-PROTOCOL = "squall/3"
+PROTOCOL = "squall/4"
 
 
 def note(text: str) -> msgspec.Meta:
@@ -658,8 +659,13 @@ class GetData(Request, tag="get-data", kw_only=True):
 
 @on(W2P)
 class Data(Reply, tag="data", kw_only=True):
-    PAYLOAD = "the pickled values, concatenated"
-    sizes: Annotated[list[int], note("per key; -1: not held here; -2: cannot be pickled")]
+    PAYLOAD = "per value in order, its pickle then its out-of-band buffers"
+    sizes: Annotated[
+        list[int], note("per key, of its pickle; -1: not held here; -2: cannot be pickled")
+    ]
+    buffers: Annotated[
+        dict[int, list[int]], note("{index: sizes of its out-of-band buffers}")
+    ] = {}
     failed: Annotated[
         dict[int, tuple[str, bytes]], note("{index: [repr, pickled exception]}")
     ] = {}

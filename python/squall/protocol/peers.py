@@ -26,17 +26,35 @@ MISSING, UNPICKLABLE = -1, -2
 R = TypeVar("R", bound=m.Message)
 
 
+class Pickled:
+    """One value as received: its pickle and its out-of-band buffers, slices of the
+    received payload (writeable: arrays loaded over them are too)."""
+
+    __slots__ = ("buffers", "head", "nbytes")
+
+    def __init__(self, head: memoryview, buffers: list[memoryview]) -> None:
+        self.head = head
+        self.buffers = buffers
+        self.nbytes = len(head) + sum(map(len, buffers))
+
+    def load(self) -> Any:
+        """The value; its arrays are views of the received memory, not copies."""
+        return pickle.loads(self.head, buffers=self.buffers)
+
+
 class DataReply(NamedTuple):
-    """A ``get-data`` answer: sizes per key, the pickles, and per index of an
-    unpicklable value its error as ``(repr, pickled exception)``."""
+    """A ``get-data`` answer: sizes per key, the payload, the sizes of each value's
+    out-of-band buffers, and per index of an unpicklable value its error as
+    ``(repr, pickled exception)``."""
 
     sizes: list[int]
     payload: memoryview
+    buffers: dict[int, list[int]]
     failed: dict[int, tuple[str, bytes]]
 
-    def values(self) -> list[memoryview | tuple[str, bytes] | None]:
+    def values(self) -> list[Pickled | tuple[str, bytes] | None]:
         """Per key: its pickle, its error, or None (the holder lacks it)."""
-        out: list[memoryview | tuple[str, bytes] | None] = []
+        out: list[Pickled | tuple[str, bytes] | None] = []
         pos = 0
         for i, size in enumerate(self.sizes):
             if size == UNPICKLABLE:
@@ -44,9 +62,24 @@ class DataReply(NamedTuple):
             elif size < 0:
                 out.append(None)
             else:
-                out.append(self.payload[pos : pos + size])
+                head = self.payload[pos : pos + size]
                 pos += size
+                buffers = []
+                for n in self.buffers.get(i, ()):
+                    buffers.append(self.payload[pos : pos + n])
+                    pos += n
+                out.append(Pickled(head, buffers))
         return out
+
+    def consistent(self) -> bool:
+        """Whether the sizes add up to the payload, and buffers belong to values."""
+        sizes, n = self.sizes, len(self.sizes)
+        if any(not 0 <= i < n or sizes[i] < 0 for i in self.buffers):
+            return False
+        if any(b < 0 for bs in self.buffers.values() for b in bs):
+            return False
+        total = sum(s for s in sizes if s > 0) + sum(map(sum, self.buffers.values()))
+        return total == len(self.payload)
 
 
 class Peers:
@@ -125,10 +158,11 @@ class Peers:
         h, payload = await self.request(
             address, m.GetData(n=len(keys)), encode_keys(keys), reply=m.Data, again=True
         )
-        if len(h.sizes) != len(keys) or sum(s for s in h.sizes if s > 0) != len(payload):
+        reply = DataReply(h.sizes, payload, h.buffers, h.failed)
+        if len(h.sizes) != len(keys) or not reply.consistent():
             await self.drop(address)
             raise comm.ProtocolError(f"{address}: get-data reply sizes do not match")
-        return DataReply(h.sizes, payload, h.failed)
+        return reply
 
     async def run(self, address: str, blob: bytes, *, wait: bool = True) -> Any:
         """``run``: call a function on a worker's (or nanny's) event loop. ``blob`` is

@@ -29,7 +29,7 @@ from squall import config
 from squall._core import encode_keys
 from squall.protocol import comm
 from squall.protocol import messages as m
-from squall.protocol.peers import Peers
+from squall.protocol.peers import Peers, Pickled
 from squall.protocol.remote_errors import pack_error
 from squall.worker.memory import sizeof_value
 
@@ -87,7 +87,7 @@ class Fetcher:
 
     async def get_data(
         self, holder: str, keys: list[Key]
-    ) -> list[memoryview | tuple[str, bytes] | None]:
+    ) -> list[Pickled | tuple[str, bytes] | None]:
         """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, its
         error where its value cannot be pickled, or None where the holder lacks it or
         the request failed (logged, and the connection dropped)."""
@@ -128,13 +128,13 @@ class Fetcher:
                     w._send_erred(tid, run_id, err)
                 continue
             try:
-                value = pickle.loads(blob)
+                value = blob.load()
             except Exception as e:
                 err = pack_error(e)
                 for tid, run_id in w._core.fetch_failed(holder, kid):
                     w._send_erred(tid, run_id, err)
                 continue
-            w._core.fetched(holder, kid, value, len(blob))
+            w._core.fetched(holder, kid, value, blob.nbytes)
         self.fetch_missing()
         w._flush_buffered()  # announce the copies
 
@@ -146,10 +146,10 @@ class Fetcher:
         got = []
         blobs = await self.get_data(holder, keys)
         for tid, key, blob in zip(tasks, keys, blobs, strict=True):
-            if not isinstance(blob, memoryview):  # not there, or cannot be pickled
+            if not isinstance(blob, Pickled):  # not there, or cannot be pickled
                 continue
             try:
-                value = pickle.loads(blob)
+                value = blob.load()
             except Exception as e:
                 logger.warning("worker %s: cannot load a copy of %r: %r", w.address, key, e)
                 continue

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import pickle
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from squall._core import decode_keys
@@ -35,9 +36,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("squall.worker")
 
-Blob = bytes | bytearray | memoryview
 #: A request's answer: the reply and its payload.
-Answer = tuple[m.Message, bytes | memoryview]
+Answer = tuple[m.Message, comm.Payload]
 Requests = dispatch.Handlers[Awaitable[Answer]]
 
 #: What ``WorkerCore.get_data`` gives for a key this worker does not hold.
@@ -71,7 +71,7 @@ async def answer(
     if transfers is None or not isinstance(reply, m.Data):
         await c.write(reply, data)
         return
-    with transfers.outgoing(len(data)):
+    with transfers.outgoing(comm.payload_size(data)):
         await c.write(reply, data)
 
 
@@ -156,12 +156,12 @@ class PeerService:
 
     async def _get_data(self, msg: m.GetData, payload: memoryview) -> Answer:
         w = self._worker
-        sizes, blobs, failed = await pickle_values(w._core.get_data(bytes(payload), ABSENT))
-        for text, _ in failed.values():
+        got = await pickle_values(w._core.get_data(bytes(payload), ABSENT))
+        for text, _ in got.failed.values():
             logger.warning("worker %s: a result cannot be pickled: %s", w.address, text)
-        # One value is sent as it is: no copy (docs/runtime.md#memory).
-        data = memoryview(blobs[0]) if len(blobs) == 1 else b"".join(blobs)
-        return m.Data(id=msg.id, sizes=sizes, failed=failed), data
+        # The pieces go out as they are, never joined (docs/runtime.md#memory).
+        reply = m.Data(id=msg.id, sizes=got.sizes, buffers=got.buffers, failed=got.failed)
+        return reply, got.pieces
 
     async def _update_data(self, msg: m.UpdateData, payload: memoryview) -> Answer:
         """Stage scattered values; the reply gives their sizes (``sizeof``)."""
@@ -189,35 +189,58 @@ def _no_actor(rid: int | None, key: object) -> Answer:
     return m.ActorAnswer(id=rid, status="missing", exception_text=f"no actor {key!r} here"), b""
 
 
-_Pickled = tuple[list[int], list[Blob], dict[int, tuple[str, bytes]]]
+@dataclass
+class _Pickled:
+    """A ``get-data`` reply's fields and its payload's pieces."""
+
+    sizes: list[int] = field(default_factory=list)
+    buffers: dict[int, list[int]] = field(default_factory=dict)
+    failed: dict[int, tuple[str, bytes]] = field(default_factory=dict)
+    pieces: list[comm.Blob] = field(default_factory=list)
 
 
 async def pickle_values(values: list[Any]) -> _Pickled:
-    """``get-data`` sizes (``MISSING`` for a value this worker lacks, ``UNPICKLABLE``
-    for one that cannot be pickled), the pickles, and the errors of those that cannot
-    (their repr and pickled exception, which the asking side raises or reports for the
-    tasks that needed them); spilled values are served as stored, read in a thread
-    (blocking IO)."""
+    """``get-data``'s answer: per value its pickle's size (``MISSING`` for a value this
+    worker lacks, ``UNPICKLABLE`` for one that cannot be pickled) and the sizes of its
+    out-of-band buffers (numpy's: sent as they are, not copied into the pickle), the
+    payload's pieces, and the errors of the values that cannot be pickled (their repr
+    and pickled exception, which the asking side raises or reports for the tasks that
+    needed them); spilled values are served as stored (no out-of-band buffers), read
+    in a thread (blocking IO)."""
     if any(type(v) is Spilled for v in values):
         return await asyncio.to_thread(_pickle_now, values)
     return _pickle_now(values)
 
 
 def _pickle_now(values: list[Any]) -> _Pickled:
-    sizes: list[int] = []
-    blobs: list[Blob] = []
-    failed: dict[int, tuple[str, bytes]] = {}
+    out = _Pickled()
     for i, value in enumerate(values):
         if value is ABSENT:
-            sizes.append(MISSING)
+            out.sizes.append(MISSING)
             continue
+        buffers: list[pickle.PickleBuffer] = []
         try:
-            blob: Blob = value.raw() if type(value) is Spilled else dumps(value)
+            blob: comm.Blob = (
+                value.raw() if type(value) is Spilled else dumps(value, buffers.append)
+            )
+            views = [_flat(b) for b in buffers]
         except Exception as e:
             exc_text, _, exc_blob, _ = pack_error(e)
-            failed[i] = (exc_text, exc_blob)
-            sizes.append(UNPICKLABLE)
+            out.failed[i] = (exc_text, exc_blob)
+            out.sizes.append(UNPICKLABLE)
             continue
-        sizes.append(len(blob))
-        blobs.append(blob)
-    return sizes, blobs, failed
+        out.sizes.append(len(blob))
+        out.pieces.append(blob)
+        if views:
+            out.buffers[i] = [len(v) for v in views]
+            out.pieces.extend(views)
+    return out
+
+
+def _flat(buffer: pickle.PickleBuffer) -> comm.Blob:
+    """An out-of-band buffer's bytes: its memory as it is, or a copy where that is
+    not one contiguous area."""
+    try:
+        return buffer.raw()
+    except BufferError:
+        return memoryview(buffer).tobytes()
