@@ -97,8 +97,16 @@ def test_default_hosts() -> None:
     with dask.config.set({"squall.worker.host": "10.0.0.7", "squall.scheduler.host": "::1"}):
         assert comm.worker_host("tcp://127.0.0.1:8786") == "10.0.0.7"
         assert comm.scheduler_host() == "::1"
-    # A non-loopback peer: the address of one of this host's interfaces.
-    assert comm.host_toward("tcp://192.0.2.1:8786") in {*comm._local_ips(), comm._host_ip()}
+
+
+def test_a_peer_without_a_route_gets_an_address_of_this_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the kernel knows no route to the peer, an address of one of this host's
+    interfaces (no socket toward the peer: the route lookup is stubbed; the routed
+    case runs across namespaces in test_multihost.py)."""
+    monkeypatch.setattr(comm, "_route_ip", lambda host: None)
+    assert comm.host_toward("tcp://peer.invalid:8786") in {*comm._local_ips(), "127.0.0.1"}
 
 
 def test_connections_probe_a_vanished_peer() -> None:

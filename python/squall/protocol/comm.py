@@ -18,6 +18,7 @@ import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Union
 
 import msgspec
@@ -668,6 +669,23 @@ def _route_ip(host: str) -> str | None:
     return str(ip)
 
 
+def _default_route_ip() -> str | None:
+    """The IPv4 address of the default route's interface, read from the kernel's
+    routing table (Linux's ``/proc/net/route``) rather than found by opening a socket
+    toward some outside address; None without one, or elsewhere."""
+    try:
+        rows = Path("/proc/net/route").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for row in rows:
+        fields = row.split()
+        if len(fields) > 1 and fields[1] == "00000000":  # destination 0.0.0.0: default
+            for a in psutil.net_if_addrs().get(fields[0], []):
+                if a.family == socket.AF_INET:
+                    return str(a.address)
+    return None
+
+
 def _host_ip() -> str:
     """An address of this host that others can reach it at: its name's address when
     that is one of its interfaces' and not a loopback one (a network namespace shares
@@ -678,8 +696,7 @@ def _host_ip() -> str:
         ip = socket.gethostbyname(socket.gethostname())
         if ip in local and not ipaddress.ip_address(ip).is_loopback:
             return ip
-    # A documentation address (RFC 5737): only the route to it is looked up.
-    routed = _route_ip("192.0.2.1")
+    routed = _default_route_ip()
     if routed is not None and not ipaddress.ip_address(routed).is_loopback:
         return routed
     for ip in sorted(local):
