@@ -9,7 +9,7 @@ from dask.utils import parse_bytes
 
 from squall import sim
 from squall.scheduler import launcher as scheduler
-from squall.tools import bench, bench_e2e, bench_hosts, demo
+from squall.tools import bench, bench_e2e, bench_hosts, bench_scale, demo
 from squall.worker import launcher as worker
 
 
@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         help="runs alternating without and with the scheduler's status page open in "
         "headless Chromium (needs chromium, playwright, and bokeh for distributed's)",
     )
+    e2e.add_argument(
+        "--scale",
+        type=int,
+        metavar="N",
+        help="instead: one map of N no-ops held, waited for and gathered (squall only), "
+        "with its phases, CPU per task and peak RSS per process",
+    )
     e2e.add_argument("--json", action="store_true", help="one JSON object per line")
     hosts = bsub.add_parser(
         "hosts",
@@ -84,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         return sim.main(args)
     if args.command == "bench" and args.suite == "core":
         bench.main(args.tasks, args.repeat, args.json, not args.no_dask)
+        return 0
+    if args.command == "bench" and args.suite == "e2e" and args.scale:
+        bench_scale.main(args.scale, args.json)
         return 0
     if args.command == "bench" and args.suite == "e2e":
         bench_e2e.main(
