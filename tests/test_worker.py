@@ -22,6 +22,7 @@ from squall._core import decode_keys, encode_keys
 from squall.client.data import holders_of
 from squall.protocol import comm, update_graph
 from squall.protocol import messages as m
+from squall.protocol.peers import DataReply, Loaded, Pickled
 from squall.protocol.specs import call_prefix, make_spec
 from squall.scheduler.server import SchedulerServer
 from squall.worker.worker import Worker
@@ -158,14 +159,9 @@ async def get_data(address: str, keys: list[Key]) -> list[Any]:
     finally:
         await c.close()
     assert isinstance(h, m.Data) and h.id == 1
-    out, pos = [], 0
-    for size in h.sizes:
-        if size < 0:
-            out.append(None)
-            continue
-        out.append(pickle.loads(payload[pos : pos + size]))
-        pos += size
-    return out
+    reply = DataReply(h.sizes, payload, h.buffers, h.failed, h.whole, len(keys))
+    assert reply.consistent()
+    return [v.load() if isinstance(v, Pickled | Loaded) else None for v in reply.values()]
 
 
 async def cluster(

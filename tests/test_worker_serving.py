@@ -107,6 +107,41 @@ def test_get_data_reply_sizes_must_add_up() -> None:
         assert not DataReply(sizes, payload, buffers, {}).consistent()
 
 
+def test_get_data_of_plain_values_held_answers_one_pickle_of_them_all() -> None:
+    """The small results of a map go out as one pickle of the list (``whole``): as many
+    values as keys, in key order; anything else (a key not held, an array) goes value
+    by value."""
+
+    async def main() -> None:
+        w = worker()
+        listener, peers = await serving(w._peer_service.serve)
+        values = {"a": 1, "b": "two", "c": None, "d": 4.5, "e": b"\x00" * 10}
+        for i, (k, v) in enumerate(values.items()):
+            w._core.put_scattered(i + 1, k, v, 28)
+        keys = list(reversed(values))
+        got = await peers.get_data(listener.address, keys)
+        assert got.whole and got.sizes == [] and got.loaded() == [values[k] for k in keys]
+        assert [v.load() for v in got.values() if v is not None] == got.loaded()
+        partial = await peers.get_data(listener.address, ["a", "nope"])
+        assert not partial.whole and partial.sizes[1] == MISSING
+        await peers.close()
+        await listener.close()
+        await w.close()
+
+    run(main())
+
+
+def test_a_whole_reply_must_hold_one_value_per_key() -> None:
+    payload = memoryview(pickle.dumps([1, 2]))
+    assert DataReply([], payload, {}, {}, True, 2).loaded() == [1, 2]
+    with pytest.raises(comm.ProtocolError, match="3 values"):
+        DataReply([], payload, {}, {}, True, 3).loaded()
+    with pytest.raises(comm.ProtocolError):
+        DataReply([], memoryview(pickle.dumps((1, 2))), {}, {}, True, 2).loaded()
+    assert not DataReply([2], payload, {}, {}, True, 2).consistent()
+    assert not DataReply([], payload, {0: [1]}, {}, True, 2).consistent()
+
+
 def test_run_calls_the_function_with_the_worker() -> None:
     async def main() -> None:
         w = worker()

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import operator
 import pickle
 import random
 import time
@@ -24,7 +25,14 @@ from dask.base import tokenize
 
 from squall._core import encode_keys
 from squall.client.connection import ClientConnection
-from squall.client.futures import Future, FutureState, Key, futures_of, pack_results
+from squall.client.futures import (
+    Future,
+    FutureState,
+    Key,
+    flat_futures,
+    futures_of,
+    pack_results,
+)
 from squall.client.loop import timeout_seconds
 from squall.client.workers import ClusterOps
 from squall.errors import RemoteError
@@ -72,12 +80,13 @@ class DataMovement:
             return self.connection.sync(self._gather, futures, errors, asynchronous=asynchronous)
 
     async def _gather(self, futures: Any, errors: str = "raise") -> Any:
-        found = futures_of(futures)
-        for f in found:
-            if f.client is not self.client:
-                raise ValueError("Cannot gather Futures created by another client")
-        states: dict[Key, FutureState] = {f.key: f._state for f in found}
-        data = await self.gather_keys(list(states), list(states.values()), errors)
+        # A map's futures as they are (no pass to drop repeats: the states are unique).
+        found = futures if flat_futures(futures) else futures_of(futures)
+        if any(map(operator.is_not, map(_CLIENT, found), itertools.repeat(self.client))):
+            raise ValueError("Cannot gather Futures created by another client")
+        # Each key once: the futures of a key share its state.
+        states = list(dict.fromkeys(map(_STATE, found)))
+        data = await self.gather_keys(list(map(_KEY, states)), states, errors)
         return pack_results(futures, data)
 
     async def gather_keys(
@@ -87,50 +96,69 @@ class DataMovement:
         from workers. A key whose holders cannot be reached for longer than the client's
         connect timeout (``squall.comm.timeouts.connect`` unless given) raises CommError
         naming them (with ``errors="skip"``, is left out) rather than being asked for
-        forever."""
+        forever. Per-key work is in C loops: a gather may be of millions of keys."""
         data: dict[Key, Any] = {}
-        todo = list(zip(keys, states, strict=True))
+        skipped = False
         delay = 0.02  # between rounds that miss keys, doubling: no busy loop
         unreachable = Unreachable(self.connection.timeout)
-        while todo:
-            for _, st in todo:
-                if not st.done():
-                    await st.wait()
-                if st.status in ("error", "cancelled") and errors == "raise":
-                    assert st.exception is not None
-                    raise st.exception.with_traceback(st.traceback)
-            want = [k for k, st in todo if st.status == "finished"]
+        while keys:
+            pending = map(operator.not_, map(_DONE.__contains__, map(_STATUS, states)))
+            for st in itertools.compress(states, pending):
+                await st.wait()
+                if st.status in _FAILED and errors == "raise":
+                    break  # raised below, the first failed in key order
+            statuses = list(map(_STATUS, states))
+            if errors == "raise" and not _FAILED.isdisjoint(statuses):
+                st = states[next(i for i, s in enumerate(statuses) if s in _FAILED)]
+                assert st.exception is not None
+                raise st.exception.with_traceback(st.traceback)
+            if statuses.count("finished") == len(keys):
+                want = keys
+            else:
+                finished = map(operator.eq, statuses, itertools.repeat("finished"))
+                want = list(itertools.compress(keys, finished))
             if want:
                 got, failed = await self._fetch(want)
-                data.update(got)
+                if data:
+                    data.update(got)
+                else:
+                    data = got  # the first round: no copy
                 lost = unreachable.update(failed)
                 if lost and errors == "raise":
                     raise lost[0][1]
-                data.update((k, _SKIPPED) for k, _ in lost)
-            todo = [(k, st) for k, st in todo if k not in data and st.status != "cancelled"]
-            if any(st.status == "error" for _, st in todo) and errors == "raise":
-                continue  # raised at the top
-            todo = [(k, st) for k, st in todo if st.status != "error"]
-            if todo:
+                if lost:
+                    skipped = True
+                    data.update((k, _SKIPPED) for k, _ in lost)
+                if len(got) == len(keys):
+                    break  # all there: the common case, no second pass over the keys
+            # Left: keys not fetched that may still come (pending, lost, or asked for
+            # again); erred ones only with errors="raise" (raised at the top).
+            again = [
+                i
+                for i, (k, s) in enumerate(zip(keys, statuses, strict=True))
+                if k not in data and s != "cancelled" and (s != "error" or errors == "raise")
+            ]
+            keys, states = [keys[i] for i in again], [states[i] for i in again]
+            if keys and not any(s == "error" for s in map(_STATUS, states)):
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 1.0)
-        return {k: v for k, v in data.items() if v is not _SKIPPED}
+        return {k: v for k, v in data.items() if v is not _SKIPPED} if skipped else data
 
     async def holders(self, keys: list[Key]) -> WhoHas:
         """Asks the scheduler which workers hold ``keys``."""
+        addresses, packed = await self._who_has(keys)
+        return WhoHas(keys, holders_of(addresses, packed, len(keys)))
+
+    async def _who_has(self, keys: list[Key]) -> tuple[list[str], bytes]:
         reply, payload = await self.connection.request(
             m.WhoHas(), m.WhoHasReply, encode_keys(keys)
         )
-        return WhoHas(keys, holders_of(reply.addresses, bytes(payload), len(keys)))
+        return reply.addresses, bytes(payload)
 
     async def _fetch(self, keys: list[Key]) -> tuple[dict[Key, Any], dict[Key, comm.CommError]]:
         """One round: ask who has the keys and get them; missing keys are left out,
         and those whose holder failed are returned with its error."""
-        answer = await self.holders(keys)
-        by_worker: dict[str, list[Key]] = {}
-        for k, holders in zip(answer.keys, answer.holders, strict=False):
-            if holders:
-                by_worker.setdefault(random.choice(holders), []).append(k)
+        by_worker = pick_holders(*await self._who_has(keys), keys)
         data: dict[Key, Any] = {}
         failed: dict[Key, comm.CommError] = {}
         results = await asyncio.gather(
@@ -142,15 +170,19 @@ class DataMovement:
                     raise r
                 logger.warning("could not get data from %s: %s", w, r)
                 failed.update((k, r) for k in ks)
-            else:
+            elif data:
                 data.update(r)
+            else:
+                data = r  # the first (often the only) worker's: no copy
         return data, failed
 
     async def _get_data(self, address: str, keys: list[Key]) -> dict[Key, Any]:
         """The values ``address`` holds of ``keys``; a value it cannot pickle errs its
         future with the worker's error (no retrying what can never arrive)."""
-        data: dict[Key, Any] = {}
         reply = await self.connection.peers.get_data(address, keys)
+        if reply.whole:
+            return dict(zip(keys, reply.loaded(), strict=True))
+        data: dict[Key, Any] = {}
         for k, blob in zip(keys, reply.values(), strict=True):
             if isinstance(blob, Pickled):
                 data[k] = blob.load()
@@ -270,8 +302,38 @@ def holders_of(addresses: list[str], packed: bytes, n: int) -> list[list[str]]:
     return out
 
 
+def pick_holders(addresses: list[str], packed: bytes, keys: list[Key]) -> dict[str, list[Key]]:
+    """A ``who-has`` reply (:func:`holders_of`) as the keys to ask each worker for, one
+    holder per key, chosen at random among its holders (keys no one holds are left
+    out). When each key has one holder (the usual case) the keys are grouped in C
+    loops, not key by key."""
+    table = array("H", packed)
+    n = len(keys)
+    if len(table) == 2 * n and table[0::2].count(1) == n:
+        at = table[1::2]
+        if any(i >= len(addresses) for i in set(at)):
+            raise comm.ProtocolError("who-has reply names an unknown worker")
+        if len(set(at)) == 1:
+            return {addresses[at[0]]: keys} if n else {}
+        return {
+            addresses[i]: list(itertools.compress(keys, map(operator.eq, at, itertools.repeat(i))))
+            for i in sorted(set(at))
+        }
+    by_worker: dict[str, list[Key]] = {}
+    for k, holders in zip(keys, holders_of(addresses, packed, n), strict=True):
+        if holders:
+            by_worker.setdefault(random.choice(holders), []).append(k)
+    return by_worker
+
+
 #: A key left out of a gather (``errors="skip"``) after its holders stayed unreachable.
 _SKIPPED = object()
+
+
+_DONE = frozenset({"finished", "error", "cancelled"})  # FutureState.done()
+_STATUS = operator.attrgetter("status")
+_KEY, _STATE, _CLIENT = map(operator.attrgetter, ("key", "_state", "client"))
+_FAILED = frozenset({"error", "cancelled"})
 
 
 class Unreachable:

@@ -659,10 +659,17 @@ class GetData(Request, tag="get-data", kw_only=True):
 
 @on(W2P)
 class Data(Reply, tag="data", kw_only=True):
-    PAYLOAD = "per value in order, its pickle then its out-of-band buffers"
+    PAYLOAD = (
+        "per value in order, its pickle then its out-of-band buffers; if `whole`, one "
+        "pickle of the list of all the values, in key order"
+    )
     sizes: Annotated[
-        list[int], note("per key, of its pickle; -1: not held here; -2: cannot be pickled")
+        list[int],
+        note("per key, of its pickle; -1: not held here; -2: cannot be pickled; empty if `whole`"),
     ]
+    whole: Annotated[
+        bool, note("every key held, each value of a plain type, all pickled together")
+    ] = False
     buffers: Annotated[
         dict[int, list[int]], note("{index: sizes of its out-of-band buffers}")
     ] = {}

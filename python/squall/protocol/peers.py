@@ -42,19 +42,45 @@ class Pickled:
         return pickle.loads(self.head, buffers=self.buffers)
 
 
+class Loaded:
+    """One value of a ``whole`` reply, unpickled with the others: a :class:`Pickled`
+    already loaded (its size: its share of the payload)."""
+
+    __slots__ = ("nbytes", "value")
+
+    def __init__(self, value: Any, nbytes: int) -> None:
+        self.value = value
+        self.nbytes = nbytes
+
+    def load(self) -> Any:
+        return self.value
+
+
 class DataReply(NamedTuple):
     """A ``get-data`` answer: sizes per key, the payload, the sizes of each value's
     out-of-band buffers, and per index of an unpicklable value its error as
-    ``(repr, pickled exception)``."""
+    ``(repr, pickled exception)``; or, if ``whole``, one pickle of all the values."""
 
     sizes: list[int]
     payload: memoryview
     buffers: dict[int, list[int]]
     failed: dict[int, tuple[str, bytes]]
+    whole: bool = False
+    n: int = 0  # keys asked for
 
-    def values(self) -> list[Pickled | tuple[str, bytes] | None]:
-        """Per key: its pickle, its error, or None (the holder lacks it)."""
-        out: list[Pickled | tuple[str, bytes] | None] = []
+    def loaded(self) -> list[Any]:
+        """A ``whole`` reply's values, in key order."""
+        values = pickle.loads(self.payload)
+        if type(values) is not list or len(values) != self.n:
+            raise comm.ProtocolError(f"a whole get-data reply does not hold {self.n} values")
+        return values
+
+    def values(self) -> list[Pickled | Loaded | tuple[str, bytes] | None]:
+        """Per key: its pickle (or value), its error, or None (the holder lacks it)."""
+        if self.whole:
+            share = len(self.payload) // max(self.n, 1)
+            return [Loaded(v, share) for v in self.loaded()]
+        out: list[Pickled | Loaded | tuple[str, bytes] | None] = []
         pos = 0
         for i, size in enumerate(self.sizes):
             if size == UNPICKLABLE:
@@ -73,6 +99,8 @@ class DataReply(NamedTuple):
 
     def consistent(self) -> bool:
         """Whether the sizes add up to the payload, and buffers belong to values."""
+        if self.whole:
+            return not (self.sizes or self.buffers or self.failed)
         sizes, n = self.sizes, len(self.sizes)
         if any(not 0 <= i < n or sizes[i] < 0 for i in self.buffers):
             return False
@@ -158,8 +186,8 @@ class Peers:
         h, payload = await self.request(
             address, m.GetData(n=len(keys)), encode_keys(keys), reply=m.Data, again=True
         )
-        reply = DataReply(h.sizes, payload, h.buffers, h.failed)
-        if len(h.sizes) != len(keys) or not reply.consistent():
+        reply = DataReply(h.sizes, payload, h.buffers, h.failed, h.whole, len(keys))
+        if (len(h.sizes) != len(keys) and not h.whole) or not reply.consistent():
             await self.drop(address)
             raise comm.ProtocolError(f"{address}: get-data reply sizes do not match")
         return reply

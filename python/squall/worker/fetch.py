@@ -29,7 +29,7 @@ from squall import config
 from squall._core import encode_keys
 from squall.protocol import comm
 from squall.protocol import messages as m
-from squall.protocol.peers import Peers, Pickled
+from squall.protocol.peers import Loaded, Peers, Pickled
 from squall.protocol.remote_errors import pack_error
 from squall.worker.memory import sizeof_value
 
@@ -87,7 +87,7 @@ class Fetcher:
 
     async def get_data(
         self, holder: str, keys: list[Key]
-    ) -> list[Pickled | tuple[str, bytes] | None]:
+    ) -> list[Pickled | Loaded | tuple[str, bytes] | None]:
         """``get-data`` from ``holder``, measuring the bandwidth: each key's pickle, its
         error where its value cannot be pickled, or None where the holder lacks it or
         the request failed (logged, and the connection dropped)."""
@@ -146,7 +146,7 @@ class Fetcher:
         got = []
         blobs = await self.get_data(holder, keys)
         for tid, key, blob in zip(tasks, keys, blobs, strict=True):
-            if not isinstance(blob, Pickled):  # not there, or cannot be pickled
+            if not isinstance(blob, Pickled | Loaded):  # not there, or cannot be pickled
                 continue
             try:
                 value = blob.load()

@@ -27,6 +27,7 @@ from squall.protocol import messages as m
 from squall.protocol.peers import MISSING, UNPICKLABLE
 from squall.protocol.remote_errors import error_fields, pack_error
 from squall.protocol.run_calls import run_function
+from squall.protocol.specs import PLAIN_TYPES
 from squall.worker.load import Transfers
 from squall.worker.memory import sizeof_value
 from squall.worker.spill import Spilled, dumps
@@ -160,7 +161,9 @@ class PeerService:
         for text, _ in got.failed.values():
             logger.warning("worker %s: a result cannot be pickled: %s", w.address, text)
         # The pieces go out as they are, never joined (docs/runtime.md#memory).
-        reply = m.Data(id=msg.id, sizes=got.sizes, buffers=got.buffers, failed=got.failed)
+        reply = m.Data(
+            id=msg.id, sizes=got.sizes, buffers=got.buffers, failed=got.failed, whole=got.whole
+        )
         return reply, got.pieces
 
     async def _update_data(self, msg: m.UpdateData, payload: memoryview) -> Answer:
@@ -197,6 +200,7 @@ class _Pickled:
     buffers: dict[int, list[int]] = field(default_factory=dict)
     failed: dict[int, tuple[str, bytes]] = field(default_factory=dict)
     pieces: list[comm.Blob] = field(default_factory=list)
+    whole: bool = False
 
 
 async def pickle_values(values: list[Any]) -> _Pickled:
@@ -213,6 +217,10 @@ async def pickle_values(values: list[Any]) -> _Pickled:
 
 
 def _pickle_now(values: list[Any]) -> _Pickled:
+    if all(map(PLAIN_TYPES.__contains__, map(type, values))):
+        # All held, all plain (the small results of a large map): one pickle of the
+        # list, in one C call, rather than one per value (docs/protocol.md#get-data).
+        return _Pickled(whole=True, pieces=[pickle.dumps(values, protocol=5)])
     out = _Pickled()
     for i, value in enumerate(values):
         if value is ABSENT:
