@@ -186,7 +186,7 @@ class DataMovement:
         for k, blob in zip(keys, reply.values(), strict=True):
             if isinstance(blob, Pickled):
                 data[k] = blob.load()
-            elif blob is not None:
+            elif isinstance(blob, tuple):
                 self._unpicklable(k, address, *blob)
         return data
 
