@@ -1,7 +1,7 @@
 """Type stubs for squall._core, the Rust scheduling core's Python face."""
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, final
+from typing import Any, ClassVar, Literal, Protocol, final
 
 __version__: str
 COMMAND_OPS: tuple[str, ...]
@@ -33,6 +33,7 @@ __all__ = [
     "decode_compute",
     "decode_keys",
     "encode_keys",
+    "encode_map_chunk",
     "encode_update_graph",
     "function_cache_size",
     "load_function",
@@ -99,6 +100,13 @@ def encode_update_graph(
     specs: Sequence[bytes | None],
     deps: Sequence[Sequence[_Key]] | None = None,
 ) -> tuple[int, int, bytes]: ...
+class _Hash(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+def encode_map_chunk(
+    prefix: bytes, columns: list[list[Any]], name: str, start: int, token: str | _Hash
+) -> tuple[list[_Key], int, int, bytes] | None: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
 def watch_stdin(grace: float) -> None: ...
 def call_prefix(function: bytes) -> bytes: ...

@@ -434,8 +434,8 @@ class ClientConnection:
                         fresh.append(i)
                     else:
                         st.refs += 1
-            for f, k, st in zip(futures, keys, states, strict=True):
-                f._bind(k, client, st)
+            for f, k, st in zip(futures, keys, states, strict=True):  # ``Future._bind``, inlined
+                f.key, f._client, f._state, f._cleared = k, client, st, False  # type: ignore[assignment]
         return futures, fresh
 
     def release_soon(self, state: FutureState) -> None:

@@ -37,39 +37,83 @@ Status = Literal["pending", "finished", "error", "cancelled", "lost"]
 _KEY = operator.attrgetter("key")
 
 
+class _Rare:
+    """What few of a map's futures ever need: an event to await one alone, and an
+    error. Kept apart so that each state of a large map is smaller by their slots."""
+
+    __slots__ = ("event", "exception", "traceback", "type")
+
+    def __init__(self) -> None:
+        self.event: asyncio.Event | None = None
+        self.exception: BaseException | None = None
+        self.traceback: types.TracebackType | None = None
+        self.type: type | None = None
+
+
 class FutureState:
     """State shared by all futures of one key in one client; mutated on the loop.
 
     ``refs`` counts those futures (under the client's refcount lock); ``generation`` is
     the client's restart count when the state was made: a restart forgets every key, so
-    futures from before it release nothing after."""
+    futures from before it release nothing after. The event, the error and the type
+    live in a :class:`_Rare` made when first set."""
 
-    __slots__ = ("_event", "exception", "generation", "key", "refs", "status", "traceback", "type")
+    __slots__ = ("_rare", "generation", "key", "refs", "status")
 
     def __init__(self, key: Key, generation: int) -> None:
         self.key = key
         self.generation = generation
         self.refs = 1
         self.status: Status = "pending"
-        self.exception: BaseException | None = None
-        self.traceback: types.TracebackType | None = None
-        self.type: type | None = None
-        self._event: asyncio.Event | None = None
+        self._rare: _Rare | None = None
+
+    def _more(self) -> _Rare:
+        if self._rare is None:
+            self._rare = _Rare()
+        return self._rare
+
+    @property
+    def exception(self) -> BaseException | None:
+        return None if self._rare is None else self._rare.exception
+
+    @exception.setter
+    def exception(self, value: BaseException | None) -> None:
+        if value is not None or self._rare is not None:
+            self._more().exception = value
+
+    @property
+    def traceback(self) -> types.TracebackType | None:
+        return None if self._rare is None else self._rare.traceback
+
+    @traceback.setter
+    def traceback(self, value: types.TracebackType | None) -> None:
+        if value is not None or self._rare is not None:
+            self._more().traceback = value
+
+    @property
+    def type(self) -> type | None:
+        return None if self._rare is None else self._rare.type
+
+    @type.setter
+    def type(self, value: type | None) -> None:
+        if value is not None or self._rare is not None:
+            self._more().type = value
 
     def _get_event(self) -> asyncio.Event:
         # Made on first wait: most futures of a large map are never awaited one by one.
-        if self._event is None:
-            self._event = asyncio.Event()
+        rare = self._more()
+        if rare.event is None:
+            rare.event = asyncio.Event()
             if self.done():
-                self._event.set()
-        return self._event
+                rare.event.set()
+        return rare.event
 
     def _signal(self) -> None:
-        if self._event is not None:
+        if self._rare is not None and self._rare.event is not None:
             if self.done():
-                self._event.set()
+                self._rare.event.set()
             else:
-                self._event.clear()
+                self._rare.event.clear()
 
     def finish(self) -> None:
         self.status = "finished"
@@ -80,8 +124,8 @@ class FutureState:
         """``finish()`` each of many states (a ``key-in-memory`` notice) in one loop."""
         for st in states:
             st.status = "finished"
-            if st._event is not None:
-                st._event.set()
+            if st._rare is not None and st._rare.event is not None:
+                st._rare.event.set()
 
     def lose(self) -> None:
         self.status = "lost"

@@ -35,7 +35,7 @@ from dask.base import is_dask_collection, tokenize
 from dask.delayed import delayed
 from dask.utils import funcname
 
-from squall._core import encode_keys
+from squall._core import encode_keys, encode_map_chunk
 from squall.client import task_metadata
 from squall.client.actor import actor_spec
 from squall.client.connection import ClientConnection
@@ -152,20 +152,47 @@ class Submission:
     ) -> None:
         """Queue one ``update-graph`` (``send_soon``: releases of the futures it
         defines or depends on follow it, however soon they are dropped)."""
-        fields = options.header()
-        if task_metadata.active:  # get_task_metadata blocks are open
-            task_metadata.record(self.connection, keys if wanted is None else wanted)
         n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps)
+        self._send_encoded(
+            keys,
+            (n, keys_bytes, payload),
+            options,
+            order=order,
+            wanted_keys=wanted,
+            # Indices of the keys the client holds futures for (default: all).
+            wanted=None if wanted is None else [index[k] for k in wanted if k in index],
+            task_options=task_options,
+            data_producers=data_producers,
+            keep=keep,
+        )
+
+    def _send_encoded(
+        self,
+        keys: list[Key],
+        encoded: tuple[int, int, bytes],
+        options: CallOptions,
+        *,
+        order: str = "sequential",
+        wanted_keys: list[Key] | None = None,
+        wanted: list[int] | None = None,
+        task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
+        data_producers: list[int] | None = None,
+        keep: object = None,
+    ) -> None:
+        """``_send_graph`` of a graph already encoded as ``(n, keys_bytes, payload)``;
+        ``wanted`` as indices into ``keys`` (of ``wanted_keys``)."""
+        if task_metadata.active:  # get_task_metadata blocks are open
+            task_metadata.record(self.connection, keys if wanted_keys is None else wanted_keys)
+        n, keys_bytes, payload = encoded
         msg = m.UpdateGraph(
             id=self.connection.track_graph(keys),
             n=n,
             keys_bytes=keys_bytes,
             order=order,
-            # Indices of the keys the client holds futures for (default: all).
-            wanted=None if wanted is None else [index[k] for k in wanted if k in index],
+            wanted=wanted,
             task_options=task_options or None,
             data_producers=data_producers or None,
-            **fields,
+            **options.header(),
         )
         self.connection.send_soon(msg, payload, keep)
 
@@ -243,6 +270,12 @@ class Submission:
         prefix_spec = call_prefix(blob)
         prefix = key if isinstance(key, str) else funcname(func)
         out: list[Future] = []
+
+        def chunk_options(start: int) -> CallOptions:
+            # Chunks of one map run in order: each after the previous one (a new FIFO
+            # generation), as the tasks of a single graph would.
+            return options if batch_size or not start else options._replace(fifo_timeout=0)
+
         with gc_paused():
             while sources:
                 columns = [list(itertools.islice(it, size)) for it in sources]
@@ -253,10 +286,20 @@ class Submission:
                 if not n:
                     break
                 start = len(out)
-                specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
-                if keys_given is not None:
+                # Plain arguments (the usual map): specs, keys and payload in one call.
+                fast = None
+                if not kwargs and keys_given is None and not actor:
+                    token = hashlib.sha1(blob, usedforsecurity=False) if pure else uuid.uuid4().hex
+                    fast = encode_map_chunk(prefix_spec, columns, prefix, start, token)
+                specs: list[bytes] | None = None
+                deps: list[list[Key]] | None = None
+                if fast is not None:
+                    keys = fast[0]
+                elif keys_given is not None:
+                    specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
                     keys = keys_given[start : start + n]
                 else:
+                    specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
                     if pure:
                         # The digest of the function then every spec, in one update.
                         h = hashlib.sha1(blob, usedforsecurity=False)
@@ -268,6 +311,11 @@ class Submission:
                     keys = list(map(head.__add__, map(str, range(start, start + n))))
                 futures, fresh = self.connection.acquire_many(keys, self.client)
                 out += futures
+                if fast is not None and fresh is None:
+                    self._send_encoded(keys, (fast[1], fast[2], fast[3]), chunk_options(start))
+                    continue
+                if specs is None:  # encoded, but some keys are held: the others again
+                    specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
                 if fresh is not None:
                     keys = [keys[i] for i in fresh]
                     specs = [specs[i] for i in fresh]
@@ -282,9 +330,7 @@ class Submission:
                         keys,
                         specs,
                         deps,
-                        # Chunks of one map run in order: each after the previous one
-                        # (a new FIFO generation), as the tasks of a single graph would.
-                        options if batch_size or not start else options._replace(fifo_timeout=0),
+                        chunk_options(start),
                         task_options=[(ACTOR, list(range(len(keys))))] if actor else None,
                     )
         return out

@@ -10,6 +10,7 @@ mod convert;
 mod coordination;
 mod errors;
 mod lifeline;
+mod map_chunk;
 mod order;
 mod scheduler;
 mod sim;
@@ -37,6 +38,8 @@ mod _core {
     };
     #[pymodule_export]
     use super::lifeline::watch_stdin;
+    #[pymodule_export]
+    use super::map_chunk::encode_map_chunk;
     #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]

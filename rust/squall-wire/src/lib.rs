@@ -22,6 +22,7 @@ pub mod notices;
 #[cfg(feature = "scheduler")]
 pub mod ops;
 pub mod packed;
+pub mod plain_pickle;
 #[cfg(feature = "scheduler")]
 mod reader;
 pub mod spec;

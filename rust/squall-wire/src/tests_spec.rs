@@ -43,3 +43,62 @@ proptest! {
         let _ = split_call(&b);
     }
 }
+
+// The expected bytes are what CPython's `pickle.dumps((args, {}), protocol=5)` writes
+// (tests/test_map_specs.py checks the binding against the pickler itself).
+mod plain_pickle {
+    use crate::plain_pickle::{write_call, Plain};
+
+    fn call(args: &[Plain<'_>], same: &[Option<usize>]) -> Vec<u8> {
+        let mut out = b"prefix".to_vec();
+        assert!(write_call(&mut out, args, same));
+        out.split_off(6)
+    }
+
+    #[test]
+    fn small_calls_match_the_pickler() {
+        assert_eq!(
+            call(&[Plain::Int(1)], &[None]),
+            b"\x80\x05\x95\t\x00\x00\x00\x00\x00\x00\x00K\x01\x85\x94}\x94\x86\x94."
+        );
+        let args = [
+            Plain::Int(300),
+            Plain::Str("ab"),
+            Plain::Bytes(b"x"),
+            Plain::None,
+            Plain::Bool(true),
+            Plain::Float(1.5),
+        ];
+        assert_eq!(
+            call(&args, &[None; 6]),
+            b"\x80\x05\x95\x1f\x00\x00\x00\x00\x00\x00\x00(M,\x01\x8c\x02ab\x94C\x01x\x94N\x88G?\xf8\x00\x00\x00\x00\x00\x00t\x94}\x94\x86\x94."
+        );
+    }
+
+    #[test]
+    fn integers_take_the_pickler_s_shortest_form() {
+        let args = [-5, 1 << 40, -(1 << 40), -129, -128, 1 << 31, -(1 << 31) - 1].map(Plain::Int);
+        assert_eq!(
+            call(&args, &[None; 7]),
+            b"\x80\x05\x955\x00\x00\x00\x00\x00\x00\x00(J\xfb\xff\xff\xff\x8a\x06\x00\x00\x00\x00\x00\x01\x8a\x06\x00\x00\x00\x00\x00\xffJ\x7f\xff\xff\xffJ\x80\xff\xff\xff\x8a\x05\x00\x00\x00\x80\x00\x8a\x05\xff\xff\xff\x7f\xfft\x94}\x94\x86\x94."
+        );
+        let min = call(&[Plain::Int(i64::MIN)], &[None]);
+        assert_eq!(&min[11..21], b"\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80");
+    }
+
+    #[test]
+    fn the_same_string_twice_is_a_reference_back() {
+        assert_eq!(
+            call(&[Plain::Str("x"), Plain::Str("x")], &[None, Some(0)]),
+            b"\x80\x05\x95\r\x00\x00\x00\x00\x00\x00\x00\x8c\x01x\x94h\x00\x86\x94}\x94\x86\x94."
+        );
+    }
+
+    #[test]
+    fn a_call_past_one_frame_is_left_to_the_pickler() {
+        let big = vec![b'a'; 70_000];
+        let mut out = b"keep".to_vec();
+        assert!(!write_call(&mut out, &[Plain::Bytes(&big)], &[None]));
+        assert_eq!(out, b"keep");
+    }
+}
