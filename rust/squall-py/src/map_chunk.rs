@@ -29,6 +29,9 @@ fn plain<'a>(ob: &'a Bound<'_, PyAny>) -> Option<Plain<'a>> {
     }
 }
 
+/// A chunk's keys, then `update-graph`'s `n`, `keys_bytes` and payload.
+type EncodedChunk<'py> = (Bound<'py, PyList>, usize, usize, Bound<'py, PyBytes>);
+
 /// The `update-graph` of one `map` chunk whose arguments are all plain, as
 /// `(keys, n, keys_bytes, payload)`; None if one is not (the caller then pickles the
 /// chunk itself). Item `i` (of `columns[*][i]`) runs `prefix` (a call prefix) on its
@@ -43,7 +46,7 @@ pub fn encode_map_chunk<'py>(
     name: &str,
     start: usize,
     token: Bound<'py, PyAny>,
-) -> PyResult<Option<(Bound<'py, PyList>, usize, usize, Bound<'py, PyBytes>)>> {
+) -> PyResult<Option<EncodedChunk<'py>>> {
     let n = columns.iter().map(|c| c.len()).min().unwrap_or(0);
     let mut arena = Vec::with_capacity(n * (prefix.len() + 16 + 12 * columns.len()));
     let mut ends = Vec::with_capacity(n);
