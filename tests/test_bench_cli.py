@@ -76,3 +76,17 @@ def test_bench_e2e_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
     for workload in ("map", "submit", "delayed-tree", "array-x+xT-sum", "hold-waiting"):
         assert {(workload, "squall"), (workload, "dask")} <= got
     assert all(r["tasks"] > 0 and r["seconds"] > 0 for r in rows)
+
+
+def test_bench_e2e_scale_reports_each_phase_and_each_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--scale`` runs a held map end to end on a real cluster and reports every phase
+    and, per process, CPU per task and a peak RSS (the kernel's high-water mark)."""
+    assert main(["bench", "e2e", "--scale", "3000", "--json"]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["tasks"] == 3000
+    assert all(row[k] > 0 for k in ("map_s", "wait_s", "gather_s", "release_s"))
+    for field in ("cpu_us", "release_cpu_us", "peak_rss_mb"):
+        assert set(row[field]) == {"client", "scheduler", "worker"}
+    assert all(v > 10 for v in row["peak_rss_mb"].values())  # MB: whole Python processes

@@ -1,7 +1,7 @@
 """Type stubs for squall._core, the Rust scheduling core's Python face."""
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol, final
+from typing import Any, ClassVar, Literal, final
 
 __version__: str
 COMMAND_OPS: tuple[str, ...]
@@ -100,12 +100,12 @@ def encode_update_graph(
     specs: Sequence[bytes | None],
     deps: Sequence[Sequence[_Key]] | None = None,
 ) -> tuple[int, int, bytes]: ...
-class _Hash(Protocol):
-    def update(self, data: bytes, /) -> None: ...
-    def hexdigest(self) -> str: ...
-
 def encode_map_chunk(
-    prefix: bytes, columns: list[list[Any]], name: str, start: int, token: str | _Hash
+    prefix: bytes,
+    columns: list[list[Any]],
+    name: str,
+    start: int,
+    token: str | Callable[[bytes], str],
 ) -> tuple[list[_Key], int, int, bytes] | None: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
 def watch_stdin(grace: float) -> None: ...

@@ -24,6 +24,7 @@ Protocol choices (see the message table in docs/runtime.md):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import uuid
@@ -101,6 +102,14 @@ class CallOptions(NamedTuple):
 
 #: The per-task option of an actor task (docs/actors.md): only actor tasks carry it.
 ACTOR: dict[str, Any] = {"actor": True}
+
+
+def pure_token(function: bytes, specs: bytes) -> str:
+    """A pure ``map`` chunk's key token: a digest of the pickled function, then of the
+    chunk's specs (concatenated), 32 hex digits long as a uuid's."""
+    h = hashlib.sha1(function, usedforsecurity=False)
+    h.update(specs)
+    return h.hexdigest()[:32]
 
 
 def mark_actors(g: Graph, actors: Iterable[Key]) -> None:
@@ -288,8 +297,9 @@ class Submission:
                 start = len(out)
                 # Plain arguments (the usual map): specs, keys and payload in one call.
                 fast = None
+                token_of = functools.partial(pure_token, blob) if pure else None
                 if not kwargs and keys_given is None and not actor:
-                    token = hashlib.sha1(blob, usedforsecurity=False) if pure else uuid.uuid4().hex
+                    token = token_of or uuid.uuid4().hex
                     fast = encode_map_chunk(prefix_spec, columns, prefix, start, token)
                 specs: list[bytes] | None = None
                 deps: list[list[Key]] | None = None
@@ -300,13 +310,7 @@ class Submission:
                     keys = keys_given[start : start + n]
                 else:
                     specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
-                    if pure:
-                        # The digest of the function then every spec, in one update.
-                        h = hashlib.sha1(blob, usedforsecurity=False)
-                        h.update(b"".join(specs))
-                        token = h.hexdigest()
-                    else:
-                        token = uuid.uuid4().hex
+                    token = token_of(b"".join(specs)) if token_of else uuid.uuid4().hex
                     head = f"{prefix}-{token}-"
                     keys = list(map(head.__add__, map(str, range(start, start + n))))
                 futures, fresh = self.connection.acquire_many(keys, self.client)

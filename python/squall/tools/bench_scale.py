@@ -30,7 +30,9 @@ class ScaleReport:
     map_s: float  # the map() call alone
     wait_s: float  # from map() returning until every task finished
     gather_s: float
-    cpu_us: dict[str, float]  # per task, whole run, per process
+    release_s: float  # from dropping the results and futures until the scheduler forgot them
+    cpu_us: dict[str, float]  # per task, map() to gathered, per process
+    release_cpu_us: dict[str, float]  # per task, the release, per process
     peak_rss_mb: dict[str, float]  # high-water mark over the whole run, per process
     peak_rss_b_per_task: dict[str, float]  # peak minus the idle cluster's, per task
 
@@ -90,13 +92,20 @@ def run(n: int) -> ScaleReport:
             assert len(results) == n and results[-1] == n - 1, len(results)
             cpu = {k: (_cpu(p) - cpu0[k]) / n * 1e6 for k, p in procs.items()}
             peak = {k: _hwm(p.pid) for k, p in procs.items()}
+            cpu0 = {k: _cpu(p) for k, p in procs.items()}
             del results, futures
+            while client.scheduler_info()["n_tasks"]:  # until the cluster forgot them all
+                time.sleep(0.05)
+            t4 = time.perf_counter()
+            release_cpu = {k: (_cpu(p) - cpu0[k]) / n * 1e6 for k, p in procs.items()}
     return ScaleReport(
         tasks=n,
         map_s=t1 - t0,
         wait_s=t2 - t1,
         gather_s=t3 - t2,
+        release_s=t4 - t3,
         cpu_us=cpu,
+        release_cpu_us=release_cpu,
         peak_rss_mb={k: v / 2**20 for k, v in peak.items()},
         peak_rss_b_per_task={k: (v - base[k]) / n for k, v in peak.items()},
     )
@@ -116,9 +125,11 @@ def main(n: int, as_json: bool = False) -> ScaleReport:
         f"  map+wait+gather   {r.map_s + r.wait_s + r.gather_s:8.2f} s   "
         f"{r.end_to_end_per_s:10,.0f} tasks/s"
     )
+    print(f"  release           {r.release_s:8.2f} s   (futures dropped until all forgotten)")
     for k in r.cpu_us:
         print(
-            f"  {k:10} CPU {r.cpu_us[k]:6.2f} us/task   peak RSS {r.peak_rss_mb[k]:8,.0f} MB"
+            f"  {k:10} CPU {r.cpu_us[k]:6.2f} us/task (+{r.release_cpu_us[k]:.2f} release)"
+            f"   peak RSS {r.peak_rss_mb[k]:8,.0f} MB"
             f"   {r.peak_rss_b_per_task[k]:7,.0f} B/task over idle"
         )
     print(f"  peak RSS, all three: {total:,.0f} MB ({total * 2**20 / n:,.0f} B/task)")

@@ -36,8 +36,7 @@ type EncodedChunk<'py> = (Bound<'py, PyList>, usize, usize, Bound<'py, PyBytes>)
 /// `(keys, n, keys_bytes, payload)`; None if one is not (the caller then pickles the
 /// chunk itself). Item `i` (of `columns[*][i]`) runs `prefix` (a call prefix) on its
 /// arguments; its key is `f"{name}-{token}-{start + i}"`. `token` is a str, or a
-/// hashlib object fed the function's bytes: a pure map's token is then that hash over
-/// every spec of the chunk, in order (`hexdigest()`).
+/// function of every spec of the chunk, concatenated in order (a pure map's token).
 #[pyfunction]
 pub fn encode_map_chunk<'py>(
     py: Python<'py>,
@@ -73,10 +72,7 @@ pub fn encode_map_chunk<'py>(
     }
     let token: String = match token.cast::<PyString>() {
         Ok(s) => s.to_str()?.to_owned(),
-        Err(_) => {
-            token.call_method1("update", (PyBytes::new(py, &arena),))?;
-            token.call_method0("hexdigest")?.extract()?
-        }
+        Err(_) => token.call1((PyBytes::new(py, &arena),))?.extract()?,
     };
     let head = format!("{name}-{token}-");
     let mut key = String::with_capacity(head.len() + 20);
