@@ -14,7 +14,7 @@ import logging
 import operator
 import types
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
 from dask._task_spec import TaskRef
 from dask.base import is_dask_collection
@@ -35,6 +35,7 @@ Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
 
 _KEY = operator.attrgetter("key")
+T = TypeVar("T")
 
 
 class _Rare:
@@ -48,6 +49,26 @@ class _Rare:
         self.exception: BaseException | None = None
         self.traceback: types.TracebackType | None = None
         self.type: type | None = None
+
+
+class _RareField(Generic[T]):
+    """An attribute of a state kept in its :class:`_Rare` (None until first set)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, st: None, owner: type) -> _RareField[T]: ...
+    @overload
+    def __get__(self, st: FutureState, owner: type) -> T | None: ...
+    def __get__(self, st: FutureState | None, owner: type) -> T | _RareField[T] | None:
+        if st is None:
+            return self
+        return None if st._rare is None else getattr(st._rare, self.name)
+
+    def __set__(self, st: FutureState, value: T | None) -> None:
+        if value is not None or st._rare is not None:
+            setattr(st._more(), self.name, value)
 
 
 class FutureState:
@@ -72,32 +93,9 @@ class FutureState:
             self._rare = _Rare()
         return self._rare
 
-    @property
-    def exception(self) -> BaseException | None:
-        return None if self._rare is None else self._rare.exception
-
-    @exception.setter
-    def exception(self, value: BaseException | None) -> None:
-        if value is not None or self._rare is not None:
-            self._more().exception = value
-
-    @property
-    def traceback(self) -> types.TracebackType | None:
-        return None if self._rare is None else self._rare.traceback
-
-    @traceback.setter
-    def traceback(self, value: types.TracebackType | None) -> None:
-        if value is not None or self._rare is not None:
-            self._more().traceback = value
-
-    @property
-    def type(self) -> type | None:
-        return None if self._rare is None else self._rare.type
-
-    @type.setter
-    def type(self, value: type | None) -> None:
-        if value is not None or self._rare is not None:
-            self._more().type = value
+    exception: _RareField[BaseException] = _RareField()
+    traceback: _RareField[types.TracebackType] = _RareField()
+    type: _RareField[type] = _RareField()
 
     def _get_event(self) -> asyncio.Event:
         # Made on first wait: most futures of a large map are never awaited one by one.
