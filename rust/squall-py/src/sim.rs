@@ -99,9 +99,11 @@ fn report_to_py<'py>(
 
 /// Simulates `workers` × `threads` running a workload (a built-in name, or the graph
 /// given by `keys`/`deps`/`durations`/`nbytes`). `deaths` = [(worker index, time)].
+/// With `timing`, the report also has `seconds`: the run's and the core's share of it
+/// (not deterministic, hence optional).
 #[pyfunction]
 #[pyo3(signature = (*, workload_name=None, n=1000, keys=None, deps=None, durations=None, nbytes=None,
-    workers=4, threads=2, config=None, deaths=None, bandwidth=100e6, latency=0.001))]
+    workers=4, threads=2, config=None, deaths=None, bandwidth=100e6, latency=0.001, timing=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn simulate<'py>(
     py: Python<'py>,
@@ -117,6 +119,7 @@ pub fn simulate<'py>(
     deaths: Option<Vec<(usize, f64)>>,
     bandwidth: f64,
     latency: f64,
+    timing: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let graph = match (workload_name, keys) {
         (Some(w), None) => workload(w, n)?,
@@ -153,8 +156,15 @@ pub fn simulate<'py>(
     let report = py.detach(move || {
         let mut sim = Simulation::new(config, ws).with_options(options);
         sim.submit(SimSubmission::compute(graph, 0.0))
-            .map(|()| sim.run())
+            .map(|()| (sim.run(), sim.run_seconds(), sim.core_seconds()))
     });
-    let report = report.map_err(PyValueError::new_err)?;
-    report_to_py(py, &report, &names)
+    let (report, run_s, core_s) = report.map_err(PyValueError::new_err)?;
+    let d = report_to_py(py, &report, &names)?;
+    if timing {
+        let seconds = PyDict::new(py);
+        seconds.set_item("run", run_s)?;
+        seconds.set_item("scheduler", core_s)?;
+        d.set_item("seconds", seconds)?;
+    }
+    Ok(d)
 }
