@@ -79,6 +79,7 @@ def simulate(
     deaths: list[tuple[int, float]] | None = None,
     bandwidth: float = 100000000.0,
     latency: float = 0.001,
+    timing: bool = False,
 ) -> dict[str, Any]: ...
 def decode_compute(
     payload: bytes, addresses: list[str]

@@ -38,11 +38,22 @@ impl Scheduler {
     }
 
     /// Queuing on: the least busy worker with a free slot, else None (docs/scheduling.md#queuing).
+    /// With `validate` on, the index's answer is checked against the scan it replaces.
     pub(crate) fn decide_worker_rootish_queuing_enabled(&self) -> Option<WorkerId> {
+        let chosen = self.idle_task_count.least_loaded();
+        if self.config.validate {
+            let scanned = self.least_loaded_by_scan();
+            assert_eq!(chosen, scanned, "queuing choice: index and scan disagree");
+        }
+        chosen
+    }
+
+    /// The queuing choice by its definition: the first worker in address order among
+    /// those with the fewest processing tasks per thread.
+    pub(crate) fn least_loaded_by_scan(&self) -> Option<WorkerId> {
         let mut best: Option<(f64, WorkerId)> = None;
         for w in self.idle_task_count.iter() {
-            let ws = self.worker(w);
-            let load = ws.processing.len() as f64 / f64::from(ws.nthreads.max(1));
+            let load = self.queuing_load(w);
             if best.is_none_or(|(b, _)| load < b) {
                 best = Some((load, w));
             }

@@ -24,6 +24,7 @@ mod queue;
 mod recs;
 mod replicas;
 mod retire;
+mod slotset;
 mod state;
 mod stealing;
 mod stimuli;

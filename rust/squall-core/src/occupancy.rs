@@ -87,6 +87,12 @@ impl Scheduler {
         ws.slot_cap - ws.busy() as i64
     }
 
+    /// What the queuing choice compares: processing tasks (seceded ones included) per thread.
+    pub(crate) fn queuing_load(&self, w: WorkerId) -> f64 {
+        let ws = self.worker(w);
+        ws.processing.len() as f64 / f64::from(ws.nthreads.max(1))
+    }
+
     /// How many tasks worker `w` may hold: Dask's `ceil(worker-saturation × nthreads)`,
     /// raised for tiny tasks so that one round trip to the worker carries about
     /// `worker_saturation_duration` seconds of work per thread. The estimate is the
@@ -152,7 +158,8 @@ impl Scheduler {
             }
         }
         if running && self.task_slots_available(w) > 0 {
-            self.idle_task_count.insert(rank, w);
+            let load = self.queuing_load(w);
+            self.idle_task_count.insert(rank, w, load);
         } else {
             self.idle_task_count.remove(rank, w);
         }

@@ -59,6 +59,9 @@ impl WorkerSet {
     }
 }
 
+/// Space between consecutive worker ranks after a renumbering (see `rank_joined`).
+const RANK_GAP: u64 = 1 << 16;
+
 pub struct Client {
     pub id: String,
     /// Tasks this client wants; each task's `who_wants` link records its index here.
@@ -100,11 +103,13 @@ pub struct Scheduler {
     pub(crate) workers: Vec<Option<Worker>>,
     /// address → id, in address order.
     pub(crate) worker_index: BTreeMap<String, WorkerId>,
-    /// Rank of each worker slot in address order (valid for live workers).
+    /// Rank of each worker slot: live workers' ranks increase in address order, with
+    /// gaps, so a worker joining takes a free number between its neighbours' and the
+    /// others keep theirs (valid for live workers).
     pub(crate) worker_rank: Vec<u32>,
     pub(crate) running: WorkerSet,
     pub(crate) idle: WorkerSet,
-    pub(crate) idle_task_count: WorkerSet,
+    pub(crate) idle_task_count: crate::slotset::SlotSet,
     pub(crate) saturated: WorkerSet,
     pub(crate) total_nthreads: u64,
     pub(crate) total_memory: u64,
@@ -192,7 +197,7 @@ impl Scheduler {
             worker_rank: Vec::new(),
             running: WorkerSet::default(),
             idle: WorkerSet::default(),
-            idle_task_count: WorkerSet::default(),
+            idle_task_count: Default::default(),
             saturated: WorkerSet::default(),
             total_nthreads: 0,
             total_memory: 0,
@@ -531,21 +536,53 @@ impl Scheduler {
         self.worker_rank[w.idx()]
     }
 
-    /// Recomputes address ranks after the worker set changed.
-    pub(crate) fn rerank_workers(&mut self) {
+    /// Ranks a worker just added to `worker_index`: halfway between its neighbours'
+    /// ranks, or [`RANK_GAP`] past the last (or before the first). Renumbering every
+    /// worker, O(workers), happens only when there is no free number there; ranking
+    /// each joining worker by renumbering made a cluster's start quadratic in its size.
+    pub(crate) fn rank_joined(&mut self, w: WorkerId) {
+        use std::ops::Bound::{Excluded, Unbounded};
         self.worker_rank.resize(self.workers.len(), u32::MAX);
+        let address = self.worker(w).address.as_str();
+        let neighbour = |x: Option<(&String, &WorkerId)>| x.map(|(_, &n)| u64::from(self.rank(n)));
+        let prev = neighbour(
+            self.worker_index
+                .range::<str, _>((Unbounded, Excluded(address)))
+                .next_back(),
+        );
+        let next = neighbour(
+            self.worker_index
+                .range::<str, _>((Excluded(address), Unbounded))
+                .next(),
+        );
+        // Free numbers are lo..hi; u32::MAX stays unused.
+        let lo = prev.map_or(0, |p| p + 1);
+        let hi = next.unwrap_or(u64::from(u32::MAX));
+        let rank = match (prev, next) {
+            (Some(p), None) => p + RANK_GAP,
+            (None, Some(n)) if n >= RANK_GAP => n - RANK_GAP,
+            _ => lo + (hi - lo) / 2,
+        };
+        if lo <= rank && rank < hi {
+            self.worker_rank[w.idx()] = rank as u32;
+        } else {
+            self.renumber_workers();
+        }
+    }
+
+    /// Renumbers the live workers in address order, [`RANK_GAP`] apart (closer when
+    /// that many would not fit), and re-files the worker sets under the new numbers.
+    pub(crate) fn renumber_workers(&mut self) {
+        self.worker_rank.resize(self.workers.len(), u32::MAX);
+        let gap = (u64::from(u32::MAX) / (self.worker_index.len() as u64 + 1)).min(RANK_GAP);
         for (i, &w) in self.worker_index.values().enumerate() {
-            self.worker_rank[w.idx()] = i as u32;
+            self.worker_rank[w.idx()] = (i as u64 * gap) as u32;
         }
         let rank = &self.worker_rank;
-        for set in [
-            &mut self.running,
-            &mut self.idle,
-            &mut self.idle_task_count,
-            &mut self.saturated,
-        ] {
+        for set in [&mut self.running, &mut self.idle, &mut self.saturated] {
             set.rerank(rank);
         }
+        self.idle_task_count.rerank(rank);
     }
 
     /// The id of a client, registering it on first sight.

@@ -187,7 +187,7 @@ impl Scheduler {
             s.worker_index.insert(spec.address.clone(), w);
             s.workers
                 .push(Some(Worker::new(spec, now, s.config.bandwidth)));
-            s.rerank_workers();
+            s.rank_joined(w);
             (w, s.worker_became_running(w, st))
         }))
     }
@@ -246,14 +246,10 @@ impl Scheduler {
     /// Takes `w` out of the sets of workers that may be given tasks.
     pub(crate) fn leave_worker_sets(&mut self, w: WorkerId) {
         let rank = self.rank(w);
-        for set in [
-            &mut self.running,
-            &mut self.idle,
-            &mut self.idle_task_count,
-            &mut self.saturated,
-        ] {
+        for set in [&mut self.running, &mut self.idle, &mut self.saturated] {
             set.remove(rank, w);
         }
+        self.idle_task_count.remove(rank, w);
     }
 
     /// `remove_worker` (docs/scheduling.md#lost-workers). `expected` (retirement) spares tasks a suspicious mark.
@@ -303,8 +299,8 @@ impl Scheduler {
         self.worker_index.remove(&address);
         self.total_nthreads -= u64::from(nthreads);
         self.total_memory -= memory;
+        // The others keep their ranks: still increasing in address order.
         self.wm(w).status = WorkerStatus::Closed;
-        self.rerank_workers();
         self.counters.workers_removed += 1;
 
         let recs = &mut st.recs;

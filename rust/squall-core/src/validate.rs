@@ -77,6 +77,11 @@ impl Scheduler {
             self.replicated_tasks,
             replicated
         );
+        let ranks: Vec<u32> = self.worker_ids().map(|w| self.rank(w)).collect();
+        ensure!(
+            ranks.windows(2).all(|r| r[0] < r[1]),
+            "worker ranks do not increase in address order: {ranks:?}"
+        );
         for (&t, asked) in &self.copies {
             ensure!(
                 self.get_task(t).is_some() && !asked.is_empty(),
@@ -432,6 +437,14 @@ impl Scheduler {
         ensure!(
             self.idle_task_count.contains(rank, w) == (running && self.task_slots_available(w) > 0),
             "{a}: idle_task_count disagrees with free slots"
+        );
+        ensure!(
+            self.idle_task_count.load_of(w)
+                == self
+                    .idle_task_count
+                    .contains(rank, w)
+                    .then(|| self.queuing_load(w)),
+            "{a}: filed in idle_task_count with a stale load"
         );
         Ok(())
     }

@@ -639,3 +639,36 @@ fn actors_are_never_queued_nor_stolen_and_spread_by_actor_count() {
     assert_eq!(h.s.worker(a).actors.len(), 12);
     assert_eq!(h.s.worker(b).actors.len(), 4);
 }
+
+/// Each worker here joins between "tcp://a" and the worker that joined before it, using
+/// up the free ranks there until the scheduler renumbers everybody; address order (the
+/// tie-break of every worker choice) holds throughout (`validate` checks the ranks at
+/// every stimulus), and queued roots go to the emptiest worker, the first in address
+/// order among equals.
+#[test]
+fn workers_joining_between_others_keep_address_order() {
+    let mut h = H::new();
+    let mut addrs = vec!["tcp://a".to_string(), "tcp://b".to_string()];
+    h.worker("tcp://a", 1);
+    h.worker("tcp://b", 1);
+    for zeros in (1..=40).rev() {
+        let a = format!("tcp://a{}", "0".repeat(zeros));
+        h.worker(&a, 1);
+        addrs.push(a);
+    }
+    addrs.sort();
+    let listed: Vec<String> =
+        h.s.worker_ids()
+            .map(|w| h.s.worker(w).address.clone())
+            .collect();
+    assert_eq!(listed, addrs);
+    let keys = many("root", 200);
+    submit_roots(&mut h, &keys);
+    let first_round: Vec<String> = h.running[..addrs.len()]
+        .iter()
+        .map(|&(w, _, _)| h.s.worker(w).address.clone())
+        .collect();
+    assert_eq!(first_round, addrs);
+    h.run_all();
+    assert!(keys.iter().all(|k| h.state(k) == S::Memory));
+}

@@ -10,6 +10,17 @@ use squall_sim::{
     graphs, Cost, RunOutcome, SimGraph, SimOptions, SimReport, SimSubmission, SimWorker, Simulation,
 };
 
+/// CPU time of the calling thread: the simulation runs on it alone.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// A built-in workload of about `n` tasks.
 fn workload(name: &str, n: usize) -> PyResult<SimGraph> {
     let block = Cost::new(0.1, 10_000_000);
@@ -99,9 +110,11 @@ fn report_to_py<'py>(
 
 /// Simulates `workers` × `threads` running a workload (a built-in name, or the graph
 /// given by `keys`/`deps`/`durations`/`nbytes`). `deaths` = [(worker index, time)].
+/// With `timing`, the report also has `seconds`: the run's wall and CPU time and the
+/// wall time spent in the core (not deterministic, hence optional).
 #[pyfunction]
 #[pyo3(signature = (*, workload_name=None, n=1000, keys=None, deps=None, durations=None, nbytes=None,
-    workers=4, threads=2, config=None, deaths=None, bandwidth=100e6, latency=0.001))]
+    workers=4, threads=2, config=None, deaths=None, bandwidth=100e6, latency=0.001, timing=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn simulate<'py>(
     py: Python<'py>,
@@ -117,6 +130,7 @@ pub fn simulate<'py>(
     deaths: Option<Vec<(usize, f64)>>,
     bandwidth: f64,
     latency: f64,
+    timing: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let graph = match (workload_name, keys) {
         (Some(w), None) => workload(w, n)?,
@@ -152,9 +166,21 @@ pub fn simulate<'py>(
     };
     let report = py.detach(move || {
         let mut sim = Simulation::new(config, ws).with_options(options);
-        sim.submit(SimSubmission::compute(graph, 0.0))
-            .map(|()| sim.run())
+        sim.submit(SimSubmission::compute(graph, 0.0)).map(|()| {
+            let cpu = thread_cpu_seconds();
+            let report = sim.run();
+            let cpu = thread_cpu_seconds() - cpu;
+            (report, sim.run_seconds(), cpu, sim.core_seconds())
+        })
     });
-    let report = report.map_err(PyValueError::new_err)?;
-    report_to_py(py, &report, &names)
+    let (report, run_s, run_cpu_s, core_s) = report.map_err(PyValueError::new_err)?;
+    let d = report_to_py(py, &report, &names)?;
+    if timing {
+        let seconds = PyDict::new(py);
+        seconds.set_item("run", run_s)?;
+        seconds.set_item("run_cpu", run_cpu_s)?;
+        seconds.set_item("scheduler", core_s)?;
+        d.set_item("seconds", seconds)?;
+    }
+    Ok(d)
 }

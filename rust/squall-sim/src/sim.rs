@@ -13,6 +13,7 @@ use squall_core::{
     Submission, TaskState, WorkerSpec,
 };
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 enum Event {
     Submit(usize),
@@ -73,6 +74,10 @@ pub struct Simulation {
     completion: Vec<Option<f64>>,
     failed: FxIndexSet<usize>,
     rejected: Vec<String>,
+    /// Wall time spent inside the core (see [`Simulation::core_seconds`]).
+    core_time: Duration,
+    /// Wall time of [`Simulation::run`].
+    run_time: Duration,
 }
 
 impl Simulation {
@@ -116,6 +121,8 @@ impl Simulation {
             completion: Vec::new(),
             failed: Default::default(),
             rejected: Vec::new(),
+            core_time: Duration::ZERO,
+            run_time: Duration::ZERO,
         }
     }
 
@@ -172,11 +179,33 @@ impl Simulation {
         &self.s
     }
 
+    /// Seconds (monotonic clock) the last run spent inside the scheduler core: its
+    /// stimuli, key lookups and taking its commands, not the simulated workers nor the
+    /// translation of commands into messages. Kept out of the report, which must be
+    /// the same on every run.
+    pub fn core_seconds(&self) -> f64 {
+        self.core_time.as_secs_f64()
+    }
+
+    /// Seconds (monotonic clock) the last run took in all.
+    pub fn run_seconds(&self) -> f64 {
+        self.run_time.as_secs_f64()
+    }
+
+    /// Runs `f` on the core, adding its time to `core_time`.
+    fn core<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let start = Instant::now();
+        let r = f(self);
+        self.core_time += start.elapsed();
+        r
+    }
+
     /// Runs until every wanted key is resolved, nothing more can happen, or
     /// `max_time` passes. A simulation runs once.
     pub fn run(&mut self) -> SimReport {
         assert!(!self.ran, "a simulation runs once");
         self.ran = true;
+        let start = Instant::now();
         for i in 0..self.specs.len() {
             self.push(self.specs[i].arrive, Event::Arrive(i));
             if let Some(t) = self.specs[i].die {
@@ -212,6 +241,7 @@ impl Simulation {
                 break;
             }
         }
+        self.run_time = start.elapsed();
         self.report(completed)
     }
 
@@ -263,13 +293,15 @@ impl Simulation {
             Event::Arrive(i) => self.arrive(i),
             Event::Die(i) => self.die(i),
             Event::Tick => {
-                self.s.tick(self.now);
+                self.core(|sim| sim.s.tick(sim.now));
                 self.push(self.now + self.tick_interval(), Event::Tick);
             }
             Event::Heartbeat(i) => self.heartbeat(i),
             // Messages to or from a dead worker are lost with its connection.
             Event::ToWorker(i, m) if self.workers[i].alive => self.worker_receives(i, m),
-            Event::ToScheduler(i, m) if self.workers[i].alive => self.scheduler_receives(i, m),
+            Event::ToScheduler(i, m) if self.workers[i].alive => {
+                self.core(|sim| sim.scheduler_receives(i, m))
+            }
             Event::ToWorker(..) | Event::ToScheduler(..) => {}
             Event::RunEnded { worker, exec } => self.run_ended(worker, exec),
             Event::GiveBack { worker, waiters } => self.give_back(worker, waiters),
@@ -284,9 +316,14 @@ impl Simulation {
             s,
             tasks,
             sim_worker,
+            core_time,
             ..
         } = self;
-        let out = s.drain(|s, cmds| translate(s, cmds, tasks, sim_worker));
+        let start = Instant::now();
+        let out = s.drain(|s, cmds| {
+            *core_time += start.elapsed();
+            translate(s, cmds, tasks, sim_worker)
+        });
         for o in out {
             match o {
                 Outgoing::Worker(w, m) => self.send_to_worker(w, m),
@@ -347,7 +384,8 @@ impl Simulation {
             submitting_task: None,
             order: sub.order,
         };
-        if let Err(e) = self.s.update_graph(client, core_sub, self.now) {
+        let now = self.now;
+        if let Err(e) = self.core(|sim| sim.s.update_graph(client, core_sub, now)) {
             self.rejected
                 .push(format!("submission {i} at t={}: {e}", sub.time));
             for t in wanted {
@@ -369,9 +407,9 @@ impl Simulation {
             memory_limit: spec.memory_limit,
             resources: spec.resources.clone(),
         };
+        let now = self.now;
         let id = self
-            .s
-            .add_worker(core_spec, self.now)
+            .core(|sim| sim.s.add_worker(core_spec, now))
             .expect("worker names are unique and nthreads > 0");
         if self.sim_worker.len() <= id.idx() {
             self.sim_worker.resize(id.idx() + 1, None);
@@ -406,30 +444,31 @@ impl Simulation {
             self.fetch_failed(t);
         }
         let core = self.workers[i].core.expect("arrived");
-        self.s
-            .remove_worker(core, false, self.now)
+        let now = self.now;
+        self.core(|sim| sim.s.remove_worker(core, false, now))
             .expect("a live worker is registered");
     }
 
     fn heartbeat(&mut self, i: usize) {
-        let w = &self.workers[i];
-        if !w.alive {
+        if !self.workers[i].alive {
             return;
         }
-        let executing: Vec<_> = w
-            .executing
-            .values()
-            .filter(|e| !e.cancelled)
-            .filter_map(|e| {
-                let t = self.s.lookup(&self.tasks.keys[e.task])?;
-                Some((t, self.now - e.start))
-            })
-            .collect();
-        let core = w.core.expect("arrived");
-        let interval = self
-            .s
-            .heartbeat(core, self.now, Some(w.bandwidth), &executing, None, None)
-            .expect("a live worker is registered");
+        let interval = self.core(|sim| {
+            let w = &sim.workers[i];
+            let executing: Vec<_> = w
+                .executing
+                .values()
+                .filter(|e| !e.cancelled)
+                .filter_map(|e| {
+                    let t = sim.s.lookup(&sim.tasks.keys[e.task])?;
+                    Some((t, sim.now - e.start))
+                })
+                .collect();
+            let core = w.core.expect("arrived");
+            sim.s
+                .heartbeat(core, sim.now, Some(w.bandwidth), &executing, None, None)
+                .expect("a live worker is registered")
+        });
         self.push(self.now + interval, Event::Heartbeat(i));
     }
 
