@@ -207,11 +207,66 @@ def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
     """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
     the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
     with gc_paused():
-        dsk = _graph_nodes(expr.__dask_graph__())
-        if cull:
-            dsk = _cull(dsk, set(keys))
-        annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
+        delayed = _delayed_layers(expr)
+        annotations: Mapping[str, Mapping[Key, Any]]
+        if delayed is not None:
+            # dask.delayed's optimizer culls its graph layer by layer, one layer per
+            # delayed call: most of a large delayed graph's client time. The same
+            # culling, on the merged layers, is one pass over the tasks.
+            outputs = {k for op in expr.operands for k in flatten_keys(op.__dask_keys__())}
+            dsk = _cull(_graph_nodes(_merged(delayed)), outputs)
+            annotations = _layer_annotations(delayed)
+        else:
+            dsk = _graph_nodes(expr.__dask_graph__())
+            if cull:
+                dsk = _cull(dsk, set(keys))
+            annotations = expr.__dask_annotations__()
         return pack(dsk, annotations)
+
+
+def _delayed_layers(expr: Any) -> list[Any] | None:
+    """The graph layers of ``expr`` when it is dask.delayed's graphs only, whose
+    optimizer (without linear fusion, off by default) only culls them; else None."""
+    import dask
+    from dask._expr import HLGExpr, _HLGExprGroup, _HLGExprSequence
+    from dask.delayed import optimize
+
+    if type(expr) is not _HLGExprSequence or dask.config.get("optimization.fuse.delayed"):
+        return None
+    ops = expr.operands
+    if not all(
+        type(op) in (HLGExpr, _HLGExprGroup) and op.low_level_optimizer is optimize for op in ops
+    ):
+        return None
+    unique = {id(layer): layer for op in ops for layer in op.hlg.layers.values()}
+    return list(unique.values())
+
+
+def _merged(layers: list[Any]) -> dict[Key, Any]:
+    """The tasks of graph layers, as ``dask.utils.ensure_dict`` merges them."""
+    from dask.highlevelgraph import MaterializedLayer
+
+    out: dict[Key, Any] = {}
+    for layer in layers:
+        # A materialised layer's own dict updates in C; a Layer is a Python Mapping.
+        out.update(layer.mapping if type(layer) is MaterializedLayer else layer)
+    return out
+
+
+def _layer_annotations(layers: list[Any]) -> dict[str, dict[Key, Any]]:
+    """Per-key annotations of graph layers, as ``HLGExpr.__dask_annotations__``
+    reads them (a callable annotation is called with each key; tombstones drop)."""
+    from dask._expr import _AnnotationsTombstone
+
+    out: dict[str, dict[Key, Any]] = {}
+    for layer in layers:
+        for name, value in (layer.annotations or {}).items():
+            per_key = out.setdefault(name, {})
+            for k in layer:
+                v = value(k) if callable(value) else value
+                if not isinstance(v, _AnnotationsTombstone):
+                    per_key[k] = v
+    return {name: values for name, values in out.items() if values}
 
 
 def _graph_nodes(dsk: Mapping[Key, Any]) -> dict[Key, GraphNode]:
