@@ -127,6 +127,24 @@ def test_delayed_graphs_cull_as_dask_optimizes_them() -> None:
     assert _run(g, keys[0]) == -3
 
 
+def test_shared_functions_travel_once_and_the_scheduler_gives_specs_back_whole() -> None:
+    from squall._core import Scheduler
+    from squall.protocol import update_graph
+
+    x = da.ones((40, 40), chunks=4)
+    g, _ = _materialize((x + x.T).sum())
+    assert g.blobs
+    n, kb, payload, index = update_graph.encode(g.keys, g.specs, g.deps, g.blobs)
+    _, _, whole, _ = update_graph.encode(g.keys, g.specs, g.deps)
+    # The array's functions are most of its specs' bytes.
+    assert len(payload) < len(whole) / 2
+    s = Scheduler()
+    s.submit_wire(s.client("c"), payload, n, kb, now=0.0)
+    for key, spec in zip(g.keys, g.specs, strict=True):
+        task = s.lookup(key)
+        assert task is not None and s.task_info(task)["run_spec"] == spec
+
+
 def test_futures_in_a_graph_travel_as_their_keys() -> None:
     class Ref(TaskRef):
         __slots__ = ()

@@ -149,13 +149,14 @@ class Submission:
         task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
         data_producers: list[int] | None = None,
         keep: object = None,
+        blobs: list[bytes] | None = None,
     ) -> None:
         """Queue one ``update-graph`` (``send_soon``: releases of the futures it
         defines or depends on follow it, however soon they are dropped)."""
         fields = options.header()
         if task_metadata.active:  # get_task_metadata blocks are open
             task_metadata.record(self.connection, keys if wanted is None else wanted)
-        n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps)
+        n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps, blobs or ())
         msg = m.UpdateGraph(
             id=self.connection.track_graph(keys),
             n=n,
@@ -331,6 +332,7 @@ class Submission:
                 task_options=g.task_options,
                 data_producers=g.data_producers,
                 keep=holds,
+                blobs=g.blobs,
             )
         return futures
 

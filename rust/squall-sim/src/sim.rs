@@ -346,6 +346,7 @@ impl Simulation {
             fifo_timeout: sub.fifo_timeout,
             submitting_task: None,
             order: sub.order,
+            blobs: Vec::new(),
         };
         if let Err(e) = self.s.update_graph(client, core_sub, self.now) {
             self.rejected
