@@ -134,7 +134,7 @@ def test_shared_functions_travel_once_and_the_scheduler_gives_specs_back_whole()
     x = da.ones((40, 40), chunks=4)
     g, _ = _materialize((x + x.T).sum())
     assert g.blobs
-    n, kb, payload, index = update_graph.encode(g.keys, g.specs, g.deps, g.blobs)
+    n, kb, payload, _ = update_graph.encode(g.keys, g.specs, g.deps, g.blobs)
     _, _, whole, _ = update_graph.encode(g.keys, g.specs, g.deps)
     # The array's functions are most of its specs' bytes.
     assert len(payload) < len(whole) / 2

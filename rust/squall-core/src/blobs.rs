@@ -21,31 +21,45 @@ pub const BLOB_TAG: u8 = 2;
 /// A shared part of many specs, held once per task group.
 pub type Blob = Arc<[u8]>;
 
-/// The `(offset, blob)` entries and the body of a spec with blobs cut out; None for a
-/// spec of another kind; an error naming what is malformed.
-pub fn holes(spec: &[u8]) -> Option<Result<(&[u8], &[u8]), &'static str>> {
+/// A spec with blobs cut out, read: its `(offset, blob)` entries and its body.
+struct Holed<'a> {
+    table: &'a [u8],
+    body: &'a [u8],
+}
+
+/// None for a spec of another kind; an error naming what is malformed.
+fn holes(spec: &[u8]) -> Option<Result<Holed<'_>, &'static str>> {
     let (&BLOB_TAG, rest) = spec.split_first()? else {
         return None;
     };
     Some(split(rest))
 }
 
-fn split(rest: &[u8]) -> Result<(&[u8], &[u8]), &'static str> {
+fn split(rest: &[u8]) -> Result<Holed<'_>, &'static str> {
     let (k, rest) = rest
         .split_first_chunk::<4>()
         .ok_or("blob count truncated")?;
     let k = u32::from_le_bytes(*k) as usize;
-    let table = k
+    let n = k
         .checked_mul(8)
         .filter(|&t| t <= rest.len())
         .ok_or("blob references truncated")?;
-    Ok(rest.split_at(table))
+    let (table, body) = rest.split_at(n);
+    Ok(Holed { table, body })
+}
+
+/// Whether a spec has blobs cut out (well formed or not).
+pub fn is_holed(spec: &[u8]) -> bool {
+    spec.first() == Some(&BLOB_TAG)
 }
 
 fn entries(table: &[u8]) -> impl Iterator<Item = (usize, u32)> + '_ {
     table.chunks_exact(8).map(|e| {
         let offset = u32::from_le_bytes(e[..4].try_into().expect("4 bytes"));
-        (offset as usize, u32::from_le_bytes(e[4..].try_into().expect("4 bytes")))
+        (
+            offset as usize,
+            u32::from_le_bytes(e[4..].try_into().expect("4 bytes")),
+        )
     })
 }
 
@@ -55,7 +69,7 @@ pub fn check(spec: &[u8], n_blobs: usize) -> Result<(), String> {
     let Some(parts) = holes(spec) else {
         return Ok(());
     };
-    let (table, body) = parts.map_err(str::to_owned)?;
+    let Holed { table, body } = parts.map_err(str::to_owned)?;
     let mut last = 0;
     for (offset, blob) in entries(table) {
         if offset < last || offset > body.len() {
@@ -86,9 +100,12 @@ pub fn remap(spec: &mut [u8], mut map: impl FnMut(u32) -> u32) {
 /// The pieces of the original spec, in order (a spec of another kind is its one piece).
 /// `blobs` is the table the spec's indices point into (checked against it).
 pub fn pieces<'a>(spec: &'a [u8], blobs: &'a [Blob]) -> impl Iterator<Item = &'a [u8]> + 'a {
-    let (table, body) = match holes(spec) {
+    let Holed { table, body } = match holes(spec) {
         Some(Ok(parts)) => parts,
-        _ => (&[][..], spec),
+        _ => Holed {
+            table: &[],
+            body: spec,
+        },
     };
     let mut at = 0;
     entries(table)

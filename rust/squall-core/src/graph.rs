@@ -249,7 +249,7 @@ impl Scheduler {
     ) {
         let ts = self.task(t);
         let g = ts.group;
-        let Some(spec) = ts.run_spec.as_ref().filter(|s| blobs::holes(s).is_some()) else {
+        let Some(spec) = ts.run_spec.as_ref().filter(|s| blobs::is_holed(s)) else {
             return;
         };
         // The spec usually came off the wire just now, held only here: rewritten in place.

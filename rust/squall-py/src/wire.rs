@@ -65,8 +65,7 @@ pub fn encode_update_graph<'py>(
         .collect();
     let blobs = blobs.unwrap_or_default();
     let blobs: Vec<&[u8]> = blobs.iter().map(|b| b.as_bytes()).collect();
-    let g =
-        squall_wire::graph::encode_update_graph(&keys, &specs, &deps, &blobs, put_key_from_py)?;
+    let g = squall_wire::graph::encode_update_graph(&keys, &specs, &deps, &blobs, put_key_from_py)?;
     let payload = PyBytes::new_with(py, g.size(), |out| {
         g.write_to(out);
         Ok(())

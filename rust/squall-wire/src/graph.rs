@@ -52,7 +52,11 @@ impl GraphPayload<'_> {
     pub fn size(&self) -> usize {
         let spec_bytes: usize = self.specs.iter().flatten().map(|s| s.len()).sum();
         let blob_bytes: usize = self.blobs.iter().map(|b| 4 + b.len()).sum();
-        let saved: usize = self.cuts.iter().map(|c| self.blobs[c.2 as usize].len() - 8).sum();
+        let saved: usize = self
+            .cuts
+            .iter()
+            .map(|c| self.blobs[c.2 as usize].len() - 8)
+            .sum();
         self.keys_bytes
             + 8 * self.n
             + 4 * (self.offsets.len() + self.indices.len())

@@ -163,7 +163,10 @@ fn spec(b: &[u8]) -> Option<RunSpec> {
 }
 
 /// Every proper prefix of `payload` fails to decode.
-pub(crate) fn assert_prefixes_fail<T>(payload: &[u8], decode: impl Fn(&[u8]) -> Result<T, WireError>) {
+pub(crate) fn assert_prefixes_fail<T>(
+    payload: &[u8],
+    decode: impl Fn(&[u8]) -> Result<T, WireError>,
+) {
     assert!(decode(payload).is_ok());
     for end in 1..payload.len() {
         assert!(

@@ -17,7 +17,16 @@ const G: &[u8] = b"<another function, long enough to be cut>";
 fn graph(n: usize) -> (Vec<Key>, Vec<Vec<u8>>) {
     let keys = (0..n).map(|i| key(&format!("t-{i}"))).collect();
     let specs = (0..n)
-        .map(|i| [&b"\x80head"[..], F, format!("mid{i}").as_bytes(), G, b"tail"].concat())
+        .map(|i| {
+            [
+                &b"\x80head"[..],
+                F,
+                format!("mid{i}").as_bytes(),
+                G,
+                b"tail",
+            ]
+            .concat()
+        })
         .collect();
     (keys, specs)
 }
@@ -92,7 +101,9 @@ fn a_blob_reference_out_of_range_is_refused_and_nothing_is_added() {
     bad[9..13].copy_from_slice(&7u32.to_le_bytes()); // the first reference's blob
     tasks[2].run_spec = Some(bad.into());
     let (mut s, c, _w) = scheduler();
-    let err = s.update_graph(c, submission(tasks, table), 0.0).unwrap_err();
+    let err = s
+        .update_graph(c, submission(tasks, table), 0.0)
+        .unwrap_err();
     assert!(
         matches!(&err, CoreError::Invalid(m) if m.contains("blob reference 7 out of range")),
         "{err}"
@@ -102,12 +113,20 @@ fn a_blob_reference_out_of_range_is_refused_and_nothing_is_added() {
     // Without a table, and with references past the bytes present or out of order.
     let spec = |b: &[u8]| NewTask::new(key("x"), vec![], Some(b.into()));
     for (bad, what) in [
-        (&b"\x02\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00body"[..], "out of range"),
+        (
+            &b"\x02\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00body"[..],
+            "out of range",
+        ),
         (b"\x02\x05\x00\x00\x00", "truncated"),
         (b"\x02\x00", "truncated"),
-        (b"\x02\x01\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00body", "past the body"),
+        (
+            b"\x02\x01\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00body",
+            "past the body",
+        ),
     ] {
-        let err = s.update_graph(c, submission(vec![spec(bad)], vec![]), 0.0).unwrap_err();
+        let err = s
+            .update_graph(c, submission(vec![spec(bad)], vec![]), 0.0)
+            .unwrap_err();
         assert!(err.to_string().contains(what), "{err}");
     }
     assert!(s.lookup(&key("x")).is_none());
@@ -132,7 +151,10 @@ fn a_truncated_or_overlong_blob_table_is_an_error() {
     let mut long = payload;
     long[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
     let err = decode_update_graph(&long, n, kb).unwrap_err();
-    assert!(matches!(err, WireError::Truncated { what: "blob", .. }), "{err}");
+    assert!(
+        matches!(err, WireError::Truncated { what: "blob", .. }),
+        "{err}"
+    );
 }
 
 proptest! {

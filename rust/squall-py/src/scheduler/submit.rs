@@ -7,10 +7,10 @@ use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict};
+use squall_core::blobs::Blob;
 use squall_core::{
     ClientId, DepRef, GraphOrder, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
 };
-use squall_core::blobs::Blob;
 use squall_wire::graph::decode_update_graph;
 use std::sync::Arc;
 
