@@ -104,6 +104,47 @@ def test_functions_are_pickled_once_per_graph(monkeypatch: pytest.MonkeyPatch) -
     assert _run(g, keys[0]) == sum(range(50))
 
 
+def test_delayed_graphs_cull_as_dask_optimizes_them() -> None:
+    # materialize culls dask.delayed graphs itself: the same tasks and annotations as
+    # dask's optimizer, including a callable annotation and an unneeded branch.
+    with dask.annotate(priority=lambda k: len(str(k)), retries=2):
+        a = dask.delayed(operator.add)(1, 2)
+        unused = dask.delayed(operator.mul)(a, 3)
+    with dask.annotate(workers="w1"):
+        b = dask.delayed(operator.neg)(a)
+    total = dask.delayed(sum)([a, b, unused])
+    for wanted in ([b], [total], [b, a]):
+        expr = graph.compute_expr(wanted, True)
+        keys = graph.flatten_keys(expr.__dask_keys__())
+        assert graph._delayed_layers(expr) is not None
+        g = graph.materialize(expr, keys)
+        dsk = graph._graph_nodes(expr.__dask_graph__())
+        assert sorted(map(str, g.keys)) == sorted(map(str, dsk))
+        expected = graph.pack(dsk, expr.__dask_annotations__())
+        got = {g.keys[i]: o for o, ix in g.task_options for i in ix}
+        assert got == {expected.keys[i]: o for o, ix in expected.task_options for i in ix}
+    g, keys = _materialize(b)
+    assert _run(g, keys[0]) == -3
+
+
+def test_shared_functions_travel_once_and_the_scheduler_gives_specs_back_whole() -> None:
+    from squall._core import Scheduler
+    from squall.protocol import update_graph
+
+    x = da.ones((40, 40), chunks=4)
+    g, _ = _materialize((x + x.T).sum())
+    assert g.blobs
+    n, kb, payload, _ = update_graph.encode(g.keys, g.specs, g.deps, g.blobs)
+    _, _, whole, _ = update_graph.encode(g.keys, g.specs, g.deps)
+    # The array's functions are most of its specs' bytes.
+    assert len(payload) < len(whole) / 2
+    s = Scheduler()
+    s.submit_wire(s.client("c"), payload, n, kb, now=0.0)
+    for key, spec in zip(g.keys, g.specs, strict=True):
+        task = s.lookup(key)
+        assert task is not None and s.task_info(task)["run_spec"] == spec
+
+
 def test_futures_in_a_graph_travel_as_their_keys() -> None:
     class Ref(TaskRef):
         __slots__ = ()

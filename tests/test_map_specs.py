@@ -19,7 +19,8 @@ from squall.client.submission import pure_token
 from squall.protocol import update_graph
 from squall.protocol.specs import call_prefix
 
-PREFIX = call_prefix(cloudpickle.dumps(len))
+FUNCTION = cloudpickle.dumps(len)
+PREFIX = call_prefix(FUNCTION)
 
 plain = st.one_of(
     st.none(),
@@ -34,7 +35,8 @@ plain = st.one_of(
 def by_pickler(columns: list[list[Any]], name: str, start: int, token: str) -> Any:
     specs = [PREFIX + pickle.dumps((args, {}), protocol=5) for args in zip(*columns, strict=True)]
     keys = [f"{name}-{token}-{i}" for i in range(start, start + len(specs))]
-    return keys, *update_graph.encode(keys, specs)[:3]
+    # The function's bytes travel once, in the graph's blob table.
+    return keys, *update_graph.encode(keys, specs, None, [FUNCTION])[:3]
 
 
 @settings(max_examples=300, deadline=None)

@@ -100,6 +100,7 @@ def encode_update_graph(
     keys: Sequence[_Key],
     specs: Sequence[bytes | None],
     deps: Sequence[Sequence[_Key]] | None = None,
+    blobs: Sequence[bytes] | None = None,
 ) -> tuple[int, int, bytes]: ...
 def encode_map_chunk(
     prefix: bytes,

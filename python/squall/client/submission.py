@@ -158,10 +158,11 @@ class Submission:
         task_options: list[tuple[dict[str, Any], list[int]]] | None = None,
         data_producers: list[int] | None = None,
         keep: object = None,
+        blobs: list[bytes] | None = None,
     ) -> None:
         """Queue one ``update-graph`` (``send_soon``: releases of the futures it
         defines or depends on follow it, however soon they are dropped)."""
-        n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps)
+        n, keys_bytes, payload, index = update_graph.encode(keys, specs, deps, blobs or ())
         self._send_encoded(
             keys,
             (n, keys_bytes, payload),
@@ -336,6 +337,7 @@ class Submission:
                         deps,
                         chunk_options(start),
                         task_options=[(ACTOR, list(range(len(keys))))] if actor else None,
+                        blobs=[blob],
                     )
         return out
 
@@ -381,6 +383,7 @@ class Submission:
                 task_options=g.task_options,
                 data_producers=g.data_producers,
                 keep=holds,
+                blobs=g.blobs,
             )
         return futures
 

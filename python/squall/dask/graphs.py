@@ -3,9 +3,12 @@
 An expression is materialised the way dask's own schedulers do it
 (``__dask_graph__()`` then ``convert_legacy_graph``) on the client, so the scheduler
 never unpickles anything. Each task node is pickled on its own (workers call it with
-its dependencies' values); functions are pickled once per graph and travel as bytes
-inside each task's pickle, which workers turn back into functions through a per-process
-cache (:func:`squall.protocol.specs.load_function`). Ordering happens in the scheduler's core.
+its dependencies' values); functions are pickled once per graph, as bytes inside each
+task's pickle, which workers turn back into functions through a per-process cache
+(:func:`squall.protocol.specs.load_function`). Those bytes are the graph's blobs:
+``update-graph`` sends each once and cuts it out of the specs, the scheduler holds it
+once per task group and puts specs back together for workers (docs/protocol.md#run-specs).
+Ordering happens in the scheduler's core.
 """
 
 from __future__ import annotations
@@ -93,10 +96,11 @@ class _GraphPickler(pickle.Pickler):
         # object is kept so that its id is not reused while the graph is pickled.
         self._once: dict[int, tuple[Any, Any]] = {}
         self._classes = cloudpickle.Pickler(io.BytesIO(), protocol=5)
+        self.blobs: list[bytes] = []  # the functions' pickles, in the order made
 
     @classmethod
-    def pickle_nodes(cls, nodes: Iterable[GraphNode]) -> list[bytes]:
-        """Each node pickled on its own."""
+    def pickle_nodes(cls, nodes: Iterable[GraphNode]) -> tuple[list[bytes], list[bytes]]:
+        """Each node pickled on its own, and the blobs the pickles hold."""
         buf = io.BytesIO()
         pickler = cls(buf)
         seek, truncate, getvalue = buf.seek, buf.truncate, buf.getvalue
@@ -108,7 +112,7 @@ class _GraphPickler(pickle.Pickler):
             clear_memo()
             dump(node)
             out.append(getvalue())
-        return out
+        return out, pickler.blobs
 
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
@@ -121,7 +125,9 @@ class _GraphPickler(pickle.Pickler):
         if entry is not None:
             return entry[1]
         if t in _SHARED_TYPES:
-            value: Any = (load_function, (cloudpickle.dumps(obj, protocol=5),))
+            blob = cloudpickle.dumps(obj, protocol=5)
+            self.blobs.append(blob)
+            value: Any = (load_function, (blob,))
         elif isinstance(obj, type):
             # NotImplemented (by reference) unless cloudpickle must send it by value.
             value = self._classes.reducer_override(obj)
@@ -143,6 +149,8 @@ class Graph:
     # (options, task indices): tasks sharing one set of annotations.
     task_options: list[tuple[dict[str, Any], list[int]]] = field(default_factory=list)
     data_producers: list[int] = field(default_factory=list)
+    # Bytes the specs share (the pickled functions), sent once per graph.
+    blobs: list[bytes] = field(default_factory=list)
 
     def without(self, drop: list[int]) -> Graph:
         """The graph less the tasks at indices ``drop`` (others may still depend on
@@ -161,6 +169,7 @@ class Graph:
             deps=[self.deps[i] for i in keep],
             task_options=[(o, ix) for o, ix in options if ix],
             data_producers=renumber(self.data_producers),
+            blobs=self.blobs,
         )
 
 
@@ -207,11 +216,66 @@ def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
     """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
     the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
     with gc_paused():
-        dsk = _graph_nodes(expr.__dask_graph__())
-        if cull:
-            dsk = _cull(dsk, set(keys))
-        annotations: Mapping[str, Mapping[Key, Any]] = expr.__dask_annotations__()
+        delayed = _delayed_layers(expr)
+        annotations: Mapping[str, Mapping[Key, Any]]
+        if delayed is not None:
+            # dask.delayed's optimizer culls its graph layer by layer, one layer per
+            # delayed call: most of a large delayed graph's client time. The same
+            # culling, on the merged layers, is one pass over the tasks.
+            outputs = {k for op in expr.operands for k in flatten_keys(op.__dask_keys__())}
+            dsk = _cull(_graph_nodes(_merged(delayed)), outputs)
+            annotations = _layer_annotations(delayed)
+        else:
+            dsk = _graph_nodes(expr.__dask_graph__())
+            if cull:
+                dsk = _cull(dsk, set(keys))
+            annotations = expr.__dask_annotations__()
         return pack(dsk, annotations)
+
+
+def _delayed_layers(expr: Any) -> list[Any] | None:
+    """The graph layers of ``expr`` when it is dask.delayed's graphs only, whose
+    optimizer (without linear fusion, off by default) only culls them; else None."""
+    import dask
+    from dask._expr import HLGExpr, _HLGExprGroup, _HLGExprSequence
+    from dask.delayed import optimize
+
+    if type(expr) is not _HLGExprSequence or dask.config.get("optimization.fuse.delayed"):
+        return None
+    ops = expr.operands
+    if not all(
+        type(op) in (HLGExpr, _HLGExprGroup) and op.low_level_optimizer is optimize for op in ops
+    ):
+        return None
+    unique = {id(layer): layer for op in ops for layer in op.hlg.layers.values()}
+    return list(unique.values())
+
+
+def _merged(layers: list[Any]) -> dict[Key, Any]:
+    """The tasks of graph layers, as ``dask.utils.ensure_dict`` merges them."""
+    from dask.highlevelgraph import MaterializedLayer
+
+    out: dict[Key, Any] = {}
+    for layer in layers:
+        # A materialised layer's own dict updates in C; a Layer is a Python Mapping.
+        out.update(layer.mapping if type(layer) is MaterializedLayer else layer)
+    return out
+
+
+def _layer_annotations(layers: list[Any]) -> dict[str, dict[Key, Any]]:
+    """Per-key annotations of graph layers, as ``HLGExpr.__dask_annotations__``
+    reads them (a callable annotation is called with each key; tombstones drop)."""
+    from dask._expr import _AnnotationsTombstone
+
+    out: dict[str, dict[Key, Any]] = {}
+    for layer in layers:
+        for name, value in (layer.annotations or {}).items():
+            per_key = out.setdefault(name, {})
+            for k in layer:
+                v = value(k) if callable(value) else value
+                if not isinstance(v, _AnnotationsTombstone):
+                    per_key[k] = v
+    return {name: values for name, values in out.items() if values}
 
 
 def _graph_nodes(dsk: Mapping[Key, Any]) -> dict[Key, GraphNode]:
@@ -231,9 +295,11 @@ def _graph_nodes(dsk: Mapping[Key, Any]) -> dict[Key, GraphNode]:
 def pack(dsk: Mapping[Key, GraphNode], annotations: Mapping[str, Mapping[Key, Any]]) -> Graph:
     nodes = list(dsk.values())
     keys = list(dsk)
+    specs, blobs = _GraphPickler.pickle_nodes(nodes)
     return Graph(
         keys=keys,
-        specs=_GraphPickler.pickle_nodes(nodes),
+        specs=specs,
+        blobs=blobs,
         deps=[list(node.dependencies) for node in nodes],
         task_options=_option_classes(keys, annotations),
         data_producers=[i for i, node in enumerate(nodes) if node.data_producer],

@@ -26,11 +26,13 @@ def encode(
     keys: Sequence[Key],
     specs: Sequence[bytes | None],
     deps: Sequence[Sequence[Key]] | None = None,
+    blobs: Sequence[bytes] = (),
 ) -> tuple[int, int, bytes, dict[Key, int]]:
     """``(n, keys_bytes, payload, index of each task key)`` for ``update-graph`` (``n``
     and ``keys_bytes`` go in its header); ``deps=None`` means no task has dependencies.
-    A dependency that is not one of ``keys`` is sent as an external key."""
-    n, keys_bytes, payload = encode_update_graph(keys, specs, deps)
+    A dependency that is not one of ``keys`` is sent as an external key; ``blobs``
+    (bytes the specs share) are sent once and cut out of the specs."""
+    n, keys_bytes, payload = encode_update_graph(keys, specs, deps, list(blobs))
     return n, keys_bytes, payload, dict(zip(keys, range(n), strict=True))
 
 

@@ -1,15 +1,17 @@
 //! Graph submission (`update-graph`, docs/scheduling.md#graph-submission): validate everything first,
 //! then create tasks, order them, assign priorities and recommend them to run.
 
+use crate::blobs::{self, Blob};
 use crate::commands::Command;
 use crate::error::{CoreError, CoreResult};
-use crate::ids::{ClientId, TaskId};
+use crate::ids::{ClientId, GroupId, TaskId};
 use crate::key::Key;
 use crate::recs::Recs;
 use crate::state::Scheduler;
 use crate::stimuli::Slots;
 use crate::task::{Restrictions, RunSpec, TaskState as S, F_DATA_PRODUCER, F_HAS_PRIORITY};
 use hashbrown::HashTable;
+use rustc_hash::FxHashMap;
 use squall_priority::Priority;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -82,6 +84,8 @@ pub struct Submission {
     /// Key of the task submitting this graph from inside a worker, if any.
     pub submitting_task: Option<Key>,
     pub order: GraphOrder,
+    /// The blobs cut out of this graph's specs (`crate::blobs`), by index.
+    pub blobs: Vec<Blob>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -123,6 +127,10 @@ impl Scheduler {
         let mut local: HashTable<u32> = HashTable::with_capacity(n);
         let h = |k: &Key| self.hasher.hash_one(k.as_bytes());
         for (i, t) in sub.tasks.iter().enumerate() {
+            if let Some(spec) = &t.run_spec {
+                blobs::check(spec, sub.blobs.len())
+                    .map_err(|e| CoreError::Invalid(format!("task {:?}: {e}", t.key)))?;
+            }
             let hash = h(&t.key);
             match local.find(hash, |&j| sub.tasks[j as usize].key == t.key) {
                 Some(&j) => {
@@ -231,6 +239,44 @@ impl Scheduler {
         new.iter().any(|k| old.binary_search(k).is_err()) && !ets.has_lost_dependencies()
     }
 
+    /// Points task `t`'s spec (checked against `graph_blobs`) at its group's blob
+    /// table, adding the blobs the group lacks (one copy per distinct blob).
+    fn adopt_blobs(
+        &mut self,
+        t: TaskId,
+        graph_blobs: &[Blob],
+        adopted: &mut FxHashMap<(GroupId, u32), u32>,
+    ) {
+        let ts = self.task(t);
+        let g = ts.group;
+        let Some(spec) = ts.run_spec.as_ref().filter(|s| blobs::is_holed(s)) else {
+            return;
+        };
+        // The spec usually came off the wire just now, held only here: rewritten in place.
+        let mut spec = spec.clone();
+        self.tm(t).run_spec = None;
+        let group = self.groups[g.idx()].as_mut().expect("live group");
+        let mut map = |b: u32| {
+            *adopted.entry((g, b)).or_insert_with(|| {
+                let blob = &graph_blobs[b as usize];
+                let at = group.blobs.iter().position(|x| x[..] == blob[..]);
+                at.unwrap_or_else(|| {
+                    group.blobs.push(blob.clone());
+                    group.blobs.len() - 1
+                }) as u32
+            })
+        };
+        match Arc::get_mut(&mut spec) {
+            Some(bytes) => blobs::remap(bytes, &mut map),
+            None => {
+                let mut bytes = spec.to_vec();
+                blobs::remap(&mut bytes, &mut map);
+                spec = bytes.into();
+            }
+        }
+        self.tm(t).run_spec = Some(spec);
+    }
+
     fn apply_submission(
         &mut self,
         client: ClientId,
@@ -249,6 +295,8 @@ impl Scheduler {
         let n = sub.tasks.len();
         let mut ids: Vec<TaskId> = Vec::with_capacity(n);
         let mut created = vec![false; n];
+        // (group, index in the graph's blob table) -> index in the group's.
+        let mut adopted: FxHashMap<(GroupId, u32), u32> = FxHashMap::default();
         self.reserve_tasks(n);
         for (i, t) in sub.tasks.iter_mut().enumerate() {
             let j = first_of[i] as usize;
@@ -260,6 +308,7 @@ impl Scheduler {
                 Some(e) => {
                     if self.task(e).run_spec.is_none() && t.run_spec.is_some() {
                         self.tm(e).run_spec = t.run_spec.clone();
+                        self.adopt_blobs(e, &sub.blobs, &mut adopted);
                     }
                     ids.push(e);
                 }
@@ -267,7 +316,9 @@ impl Scheduler {
                     // The key and run spec move into the task; later steps read them
                     // from there.
                     let key = std::mem::take(&mut t.key);
-                    ids.push(self.create_task(key, t.run_spec.take()));
+                    let id = self.create_task(key, t.run_spec.take());
+                    self.adopt_blobs(id, &sub.blobs, &mut adopted);
+                    ids.push(id);
                     created[i] = true;
                 }
             }

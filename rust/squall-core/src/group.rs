@@ -38,6 +38,9 @@ pub struct TaskGroup {
     pub nbytes_total: i64,
     pub duration: f64,
     pub typename: Option<String>,
+    /// Each distinct blob its tasks' specs refer to (`crate::blobs`), kept while the
+    /// group has tasks.
+    pub blobs: Vec<crate::blobs::Blob>,
 }
 
 impl TaskGroup {
@@ -54,6 +57,7 @@ impl TaskGroup {
             nbytes_total: 0,
             duration: 0.0,
             typename: None,
+            blobs: Vec::new(),
         }
     }
 

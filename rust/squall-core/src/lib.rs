@@ -4,6 +4,7 @@
 //! input carries the time it happened.
 
 mod adaptive;
+pub mod blobs;
 mod commands;
 mod config;
 mod counters;

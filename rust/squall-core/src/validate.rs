@@ -31,6 +31,10 @@ impl Scheduler {
             queued += usize::from(ts.state == S::Queued);
             unrunnable += usize::from(ts.state == S::NoWorker);
             replicated += usize::from(ts.who_has.len() >= 2);
+            if let Some(spec) = &ts.run_spec {
+                crate::blobs::check(spec, self.group(ts.group).blobs.len())
+                    .map_err(|e| format!("{:?}: {e} (its group's blobs)", ts.key))?;
+            }
             ensure!(
                 self.lookup(&ts.key) == Some(t),
                 "{:?} is not indexed under its key",

@@ -782,6 +782,7 @@ impl World {
             fifo_timeout: 0.1,
             submitting_task: None,
             order: GraphOrder::Compute,
+            blobs: Vec::new(),
         };
         let now = self.tick();
         self.s

@@ -3,9 +3,11 @@
 //! Python call per item (docs/runtime.md#map).
 
 use crate::convert::put_key_from_py;
+use crate::errors::wire_error;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString};
 use squall_wire::plain_pickle::{write_call, Plain};
+use squall_wire::spec::split_call;
 use std::fmt::Write;
 
 /// One item's argument as a plain value, or None where it is not of a plain type
@@ -93,7 +95,19 @@ pub fn encode_map_chunk<'py>(
         })
         .collect();
     let no_deps: [Vec<Bound<'py, PyAny>>; 0] = [];
-    let g = squall_wire::graph::encode_update_graph(&keys, &specs, &no_deps, put_key_from_py)?;
+    // The function's bytes, which every spec repeats, travel once in the graph's blob
+    // table (docs/protocol.md#run-specs): the scheduler holds them once, not per task.
+    let function = split_call(prefix)
+        .map_err(wire_error)?
+        .map_or(&[][..], |c| c.function);
+    let blobs: &[&[u8]] = if function.is_empty() { &[] } else { &[function] };
+    let g = squall_wire::graph::encode_update_graph(
+        &keys,
+        &specs,
+        &no_deps,
+        blobs,
+        put_key_from_py,
+    )?;
     let payload = PyBytes::new_with(py, g.size(), |out| {
         g.write_to(out);
         Ok(())

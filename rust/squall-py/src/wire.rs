@@ -42,14 +42,16 @@ pub fn decode_compute<'py>(
 
 /// Encodes an `update-graph` payload (squall-wire's `graph`): `(n, keys_bytes, payload)`.
 /// `specs[i]` is None for data; `deps` holds each task's dependencies (keys), or is None
-/// when no task has any.
+/// when no task has any; `blobs` are bytes the specs share, sent once and cut out of
+/// the specs.
 #[pyfunction]
-#[pyo3(signature = (keys, specs, deps=None))]
+#[pyo3(signature = (keys, specs, deps=None, blobs=None))]
 pub fn encode_update_graph<'py>(
     py: Python<'py>,
     keys: Vec<Bound<'py, PyAny>>,
     specs: Vec<Option<Bound<'py, PyBytes>>>,
     deps: Option<Vec<Vec<Bound<'py, PyAny>>>>,
+    blobs: Option<Vec<Bound<'py, PyBytes>>>,
 ) -> PyResult<(usize, usize, Bound<'py, PyBytes>)> {
     let deps = deps.unwrap_or_default();
     if specs.len() != keys.len() || !(deps.is_empty() || deps.len() == keys.len()) {
@@ -61,7 +63,9 @@ pub fn encode_update_graph<'py>(
         .iter()
         .map(|s| s.as_ref().map(|b| b.as_bytes()))
         .collect();
-    let g = squall_wire::graph::encode_update_graph(&keys, &specs, &deps, put_key_from_py)?;
+    let blobs = blobs.unwrap_or_default();
+    let blobs: Vec<&[u8]> = blobs.iter().map(|b| b.as_bytes()).collect();
+    let g = squall_wire::graph::encode_update_graph(&keys, &specs, &deps, &blobs, put_key_from_py)?;
     let payload = PyBytes::new_with(py, g.size(), |out| {
         g.write_to(out);
         Ok(())

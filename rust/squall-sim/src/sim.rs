@@ -383,6 +383,7 @@ impl Simulation {
             fifo_timeout: sub.fifo_timeout,
             submitting_task: None,
             order: sub.order,
+            blobs: Vec::new(),
         };
         let now = self.now;
         if let Err(e) = self.core(|sim| sim.s.update_graph(client, core_sub, now)) {

@@ -13,6 +13,7 @@ use crate::addresses::{put_holders, read_holders, AddressTable};
 use crate::error::WireResult;
 use crate::keys::put_bytes;
 use crate::reader::Reader;
+use squall_core::blobs::{self, Blob};
 use squall_core::{Command, Key, Priority, Scheduler, TaskId, WorkerId};
 use std::collections::BTreeMap;
 
@@ -49,7 +50,10 @@ pub struct TaskHead<'s> {
     pub priority: Priority,
     pub actor: bool,
     pub key: &'s [u8],
+    /// The spec as stored, and the blob table its blob references point into
+    /// (squall-core's `blobs`): the worker gets the spec put back together.
     pub spec: &'s [u8],
+    pub blobs: &'s [Blob],
     pub resources: &'s [(String, f64)],
 }
 
@@ -67,7 +71,8 @@ pub fn put_task<'s, H: IntoIterator<Item = u16>>(
     out.extend_from_slice(&t.priority.order.to_le_bytes());
     out.push(if t.actor { FLAG_ACTOR } else { 0 });
     put_bytes(out, t.key);
-    put_bytes(out, t.spec);
+    out.extend_from_slice(&(blobs::len(t.spec, t.blobs) as u32).to_le_bytes());
+    blobs::pieces(t.spec, t.blobs).for_each(|p| out.extend_from_slice(p));
     out.extend_from_slice(&(t.resources.len() as u16).to_le_bytes());
     for (name, amount) in t.resources {
         put_bytes(out, name.as_bytes());
@@ -158,6 +163,7 @@ impl Building {
             actor: ts.is_actor(),
             key: ts.key.as_bytes(),
             spec: ts.run_spec.as_deref().unwrap_or(&[]),
+            blobs: &s.group(ts.group).blobs,
             resources: ts
                 .restrictions()
                 .map(|r| r.resources.as_slice())

@@ -1,17 +1,26 @@
 //! `update-graph`: a client's graph, encoded by the client and decoded straight into the
 //! core's new tasks. This is the one description of its layout:
 //!
-//! `keys | i64 spec sizes[n] | u32 dep offsets[n + 1] | u32 dep indices | specs`, where
-//! `keys` (`keys_bytes` long, key-list form) holds the n task keys then the external
-//! keys they depend on (keys of tasks from earlier graphs, in the order first named);
-//! task i depends on `indices[offsets[i]..offsets[i + 1]]`; an index `>= n` names
-//! external key `index - n`; a spec size of -1 marks data (no spec); the specs follow in
-//! task order. `n` and `keys_bytes` travel in the frame header.
+//! ```text
+//! keys | i64 spec sizes[n] | u32 dep offsets[n + 1] | u32 dep indices
+//!      | u32 n_blobs | u32 blob sizes[n_blobs] | blobs | specs
+//! ```
+//!
+//! where `keys` (`keys_bytes` long, key-list form) holds the n task keys then the
+//! external keys they depend on (keys of tasks from earlier graphs, in the order first
+//! named); task i depends on `indices[offsets[i]..offsets[i + 1]]`; an index `>= n`
+//! names external key `index - n`; the blobs are the graph's shared parts (functions
+//! every spec repeats), each once; a spec size of -1 marks data (no spec); the specs
+//! follow in task order, those that held blobs with them cut out (squall-core's
+//! `blobs`: `0x02 | u32 k | k × (u32 offset, u32 blob) | body`, blob indices into this
+//! table). `n` and `keys_bytes` travel in the frame header.
 
 use crate::error::{WireError, WireResult};
 use crate::keys::{put_key, read_keys};
 use crate::reader::Reader;
+use memchr::memmem::Finder;
 use rustc_hash::FxHashMap;
+use squall_core::blobs::{Blob, BLOB_TAG};
 use squall_core::{DepRef, NewTask, RunSpec};
 use std::sync::Arc;
 
@@ -26,13 +35,69 @@ pub struct GraphPayload<'s> {
     offsets: Vec<u32>,
     indices: Vec<u32>,
     specs: &'s [Option<&'s [u8]>],
+    blobs: &'s [&'s [u8]],
+    /// `(spec, start, blob)`: blob `blob` found in spec `spec` at `start`, to be cut
+    /// out; sorted, not overlapping.
+    cuts: Vec<(u32, u32, u32)>,
+    /// How many specs are sent with a blob header: those with cuts, and those starting
+    /// with its tag (with no references), which would read as one otherwise.
+    headers: usize,
 }
+
+/// Blobs this short are left in place: a reference (8 bytes) would save nothing.
+const MIN_BLOB: usize = 9;
 
 impl GraphPayload<'_> {
     /// The payload's length in bytes.
     pub fn size(&self) -> usize {
         let spec_bytes: usize = self.specs.iter().flatten().map(|s| s.len()).sum();
-        self.keys_bytes + 8 * self.n + 4 * (self.offsets.len() + self.indices.len()) + spec_bytes
+        let blob_bytes: usize = self.blobs.iter().map(|b| 4 + b.len()).sum();
+        let saved: usize = self
+            .cuts
+            .iter()
+            .map(|c| self.blobs[c.2 as usize].len() - 8)
+            .sum();
+        self.keys_bytes
+            + 8 * self.n
+            + 4 * (self.offsets.len() + self.indices.len())
+            + 4
+            + blob_bytes
+            + spec_bytes
+            + 5 * self.headers
+            - saved
+    }
+
+    /// Spec `i` as sent, its cuts (`self.cuts[..]` from `*next`) taken.
+    fn put_spec(&self, i: usize, spec: &[u8], next: &mut usize, out: &mut [u8]) -> usize {
+        let start = *next;
+        while *next < self.cuts.len() && self.cuts[*next].0 as usize == i {
+            *next += 1;
+        }
+        let cuts = &self.cuts[start..*next];
+        if cuts.is_empty() && spec.first() != Some(&BLOB_TAG) {
+            out[..spec.len()].copy_from_slice(spec);
+            return spec.len();
+        }
+        out[0] = BLOB_TAG;
+        out[1..5].copy_from_slice(&as_u32(cuts.len()).to_le_bytes());
+        let mut at = 5;
+        let mut removed = 0;
+        for &(_, start, blob) in cuts {
+            // Offsets are into the body, where the blobs before this one are gone.
+            out[at..at + 4].copy_from_slice(&(start - removed).to_le_bytes());
+            out[at + 4..at + 8].copy_from_slice(&blob.to_le_bytes());
+            at += 8;
+            removed += as_u32(self.blobs[blob as usize].len());
+        }
+        let mut from = 0;
+        for &(_, start, blob) in cuts {
+            let piece = &spec[from..start as usize];
+            out[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+            from = start as usize + self.blobs[blob as usize].len();
+        }
+        out[at..at + spec.len() - from].copy_from_slice(&spec[from..]);
+        at + spec.len() - from
     }
 
     /// Writes the payload; `out` is [`size`](Self::size) bytes long.
@@ -40,18 +105,32 @@ impl GraphPayload<'_> {
         let (keys, rest) = out.split_at_mut(self.keys_bytes);
         keys.copy_from_slice(&self.keys);
         let (sizes, rest) = rest.split_at_mut(8 * self.n);
-        for (b, s) in sizes.chunks_exact_mut(8).zip(self.specs) {
-            let size = s.map_or(-1, |s| i64::try_from(s.len()).expect("spec size fits i64"));
-            b.copy_from_slice(&size.to_le_bytes());
-        }
         let (offsets, rest) = rest.split_at_mut(4 * self.offsets.len());
         put_u32s(offsets, &self.offsets);
-        let (indices, mut rest) = rest.split_at_mut(4 * self.indices.len());
+        let (indices, rest) = rest.split_at_mut(4 * self.indices.len());
         put_u32s(indices, &self.indices);
-        for s in self.specs.iter().flatten() {
-            let (spec, tail) = rest.split_at_mut(s.len());
-            spec.copy_from_slice(s);
+        let (count, rest) = rest.split_at_mut(4);
+        count.copy_from_slice(&as_u32(self.blobs.len()).to_le_bytes());
+        let (blob_sizes, mut rest) = rest.split_at_mut(4 * self.blobs.len());
+        for (b, blob) in blob_sizes.chunks_exact_mut(4).zip(self.blobs) {
+            b.copy_from_slice(&as_u32(blob.len()).to_le_bytes());
+        }
+        for blob in self.blobs {
+            let (b, tail) = rest.split_at_mut(blob.len());
+            b.copy_from_slice(blob);
             rest = tail;
+        }
+        let mut next = 0;
+        for ((i, s), b) in self.specs.iter().enumerate().zip(sizes.chunks_exact_mut(8)) {
+            let size = match s {
+                None => -1,
+                Some(s) => {
+                    let len = self.put_spec(i, s, &mut next, rest);
+                    rest = &mut std::mem::take(&mut rest)[len..];
+                    i64::try_from(len).expect("spec size fits i64")
+                }
+            };
+            b.copy_from_slice(&size.to_le_bytes());
         }
         assert!(
             rest.is_empty(),
@@ -74,7 +153,9 @@ fn put_u32s(out: &mut [u8], xs: &[u32]) {
 
 /// Encodes a graph. `specs[i]` is task `keys[i]`'s run spec (None: data); `deps` is
 /// empty (no task has dependencies) or holds each task's dependencies, by key: a key
-/// that is not one of `keys` becomes an external key.
+/// that is not one of `keys` becomes an external key; `blobs` are bytes the specs
+/// share (the functions pickled once per graph), sent once and cut out of each spec
+/// wherever they appear.
 ///
 /// `put` appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
 /// to a buffer, so that the binding writes Python keys straight into it, with no
@@ -88,6 +169,7 @@ pub fn encode_update_graph<'s, K, D: AsRef<[K]>, E>(
     keys: &[K],
     specs: &'s [Option<&'s [u8]>],
     deps: &[D],
+    blobs: &'s [&'s [u8]],
     mut put: impl FnMut(&K, &mut Vec<u8>) -> Result<(), E>,
 ) -> Result<GraphPayload<'s>, E> {
     let n = keys.len();
@@ -100,6 +182,7 @@ pub fn encode_update_graph<'s, K, D: AsRef<[K]>, E>(
     for k in keys {
         put_key_with(&mut out, k, &mut put)?;
     }
+    let cuts = cuts(specs, blobs);
     let (external, indices) = if deps.iter().any(|d| !d.as_ref().is_empty()) {
         dependency_indices(&out, deps, &mut put)?
     } else {
@@ -120,7 +203,51 @@ pub fn encode_update_graph<'s, K, D: AsRef<[K]>, E>(
         offsets,
         indices,
         specs,
+        blobs,
+        headers: headers(specs, &cuts),
+        cuts,
     })
+}
+
+/// How many specs get a blob header (see [`GraphPayload`]).
+fn headers(specs: &[Option<&[u8]>], cuts: &[(u32, u32, u32)]) -> usize {
+    let mut cut: Vec<u32> = cuts.iter().map(|c| c.0).collect();
+    cut.dedup();
+    let tagged = (0..)
+        .zip(specs)
+        .filter(|&(i, s)| {
+            s.is_some_and(|s| s.first() == Some(&BLOB_TAG)) && cut.binary_search(&i).is_err()
+        })
+        .count();
+    cut.len() + tagged
+}
+
+/// Where each blob appears in each spec: `(spec, start, blob)`, sorted, the first of
+/// overlapping finds kept. Reassembly gives the spec's bytes back wherever a find is.
+fn cuts(specs: &[Option<&[u8]>], blobs: &[&[u8]]) -> Vec<(u32, u32, u32)> {
+    let finders: Vec<(u32, Finder<'_>)> = (0..)
+        .zip(blobs)
+        .filter(|(_, b)| b.len() >= MIN_BLOB)
+        .map(|(i, b)| (i, Finder::new(b)))
+        .collect();
+    let mut out = Vec::new();
+    let mut found = Vec::new();
+    for (i, spec) in (0..).zip(specs) {
+        let Some(spec) = spec else { continue };
+        found.clear();
+        for (b, finder) in &finders {
+            found.extend(finder.find_iter(spec).map(|at| (as_u32(at), *b)));
+        }
+        found.sort_unstable();
+        let mut end = 0;
+        for &(start, b) in &found {
+            if start as usize >= end {
+                end = start as usize + blobs[b as usize].len();
+                out.push((i, start, b));
+            }
+        }
+    }
+    out
 }
 
 /// Appends `u32 length | key bytes`, the bytes written by `put`.
@@ -182,12 +309,13 @@ fn as_u32(x: usize) -> u32 {
     u32::try_from(x).expect("update-graph: more than u32::MAX keys or dependencies")
 }
 
-/// Decodes a graph encoded by [`encode_update_graph`] into the core's new tasks.
+/// Decodes a graph encoded by [`encode_update_graph`] into the core's new tasks and
+/// the graph's blobs (their references in the specs are checked by the core).
 pub fn decode_update_graph(
     payload: &[u8],
     n: usize,
     keys_bytes: usize,
-) -> WireResult<Vec<NewTask>> {
+) -> WireResult<(Vec<NewTask>, Vec<Blob>)> {
     let keys = payload.get(..keys_bytes).ok_or(WireError::Truncated {
         what: "update-graph keys",
         needed: keys_bytes,
@@ -233,6 +361,15 @@ pub fn decode_update_graph(
             ),
         });
     }
+    let n_blobs = r.u32("blob count")? as usize;
+    let mut blob_sizes = Vec::with_capacity(r.count(n_blobs, 4, "blobs")?);
+    for _ in 0..n_blobs {
+        blob_sizes.push(r.u32("blob size")? as usize);
+    }
+    let mut blobs = Vec::with_capacity(n_blobs);
+    for size in blob_sizes {
+        blobs.push(Blob::from(r.take(size, "blob")?));
+    }
     let mut tasks = Vec::with_capacity(n);
     for (i, key) in keys.into_iter().enumerate() {
         let spec: Option<RunSpec> = match sizes[i] {
@@ -247,5 +384,5 @@ pub fn decode_update_graph(
         tasks.push(NewTask::new(key, ds, spec));
     }
     r.finish()?;
-    Ok(tasks)
+    Ok((tasks, blobs))
 }

@@ -33,6 +33,8 @@ pub use error::{WireError, WireResult};
 
 #[cfg(all(test, feature = "scheduler"))]
 mod tests;
+#[cfg(all(test, feature = "scheduler"))]
+mod tests_blobs;
 #[cfg(test)]
 mod tests_finished;
 #[cfg(test)]

@@ -101,6 +101,7 @@ impl H {
             fifo_timeout: 0.1,
             submitting_task: None,
             order,
+            blobs: Vec::new(),
         };
         self.submit_raw(sub)
     }

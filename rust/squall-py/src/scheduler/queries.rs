@@ -84,7 +84,8 @@ impl Scheduler {
             d.set_item("error_kind", format!("{:?}", e.kind))?;
         }
         if let Some(spec) = &ts.run_spec {
-            d.set_item("run_spec", PyBytes::new(py, spec))?;
+            let whole = squall_core::blobs::join(spec, &s.group(ts.group).blobs);
+            d.set_item("run_spec", PyBytes::new(py, &whole))?;
         }
         Ok(d)
     }

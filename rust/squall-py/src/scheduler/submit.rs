@@ -7,6 +7,7 @@ use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict};
+use squall_core::blobs::Blob;
 use squall_core::{
     ClientId, DepRef, GraphOrder, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
 };
@@ -128,6 +129,7 @@ fn spec_of(ob: &Bound<'_, PyAny>) -> PyResult<Option<RunSpec>> {
 /// A submission of `tasks`; `wanted` (task indices) defaults to all of them.
 fn submission(
     tasks: Vec<NewTask>,
+    blobs: Vec<Blob>,
     wanted: Option<Vec<u32>>,
     order: GraphOrder,
     defaults: TaskOptions,
@@ -144,6 +146,7 @@ fn submission(
         fifo_timeout,
         submitting_task: None,
         order,
+        blobs,
     }
 }
 
@@ -250,7 +253,7 @@ impl Scheduler {
         );
         let sub = Submission {
             submitting_task: submitting_task.map(key_from_py).transpose()?,
-            ..submission(tasks, wanted, order, opts, fifo_timeout)
+            ..submission(tasks, Vec::new(), wanted, order, opts, fifo_timeout)
         };
         self.submit_graph(py, client, sub, now)
     }
@@ -284,7 +287,7 @@ impl Scheduler {
     ) -> PyResult<Py<PyBytes>> {
         // The payload is an immutable `bytes` the call holds: decoded with the GIL released.
         let decoded = py.detach(|| decode_update_graph(payload, n, keys_bytes));
-        let mut tasks = decoded.map_err(wire_error)?;
+        let (mut tasks, blobs) = decoded.map_err(wire_error)?;
         annotate(&mut tasks, task_options, data_producers)?;
         let opts = defaults(
             priority,
@@ -296,7 +299,8 @@ impl Scheduler {
             false,
             None,
         );
-        let sub = submission(tasks, wanted, graph_order(order, None)?, opts, fifo_timeout);
+        let order = graph_order(order, None)?;
+        let sub = submission(tasks, blobs, wanted, order, opts, fifo_timeout);
         self.submit_graph(py, client, sub, now)
     }
 }

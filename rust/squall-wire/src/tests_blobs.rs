@@ -1,0 +1,197 @@
+//! `update-graph`'s blob table: blobs cut out of the specs travel once, the scheduler
+//! keeps one copy per task group, a worker gets each spec whole; malformed tables and
+//! references are errors that change nothing.
+
+use crate::compute::{decode_compute, encode_compute};
+use crate::graph::decode_update_graph;
+use crate::tests::{assert_prefixes_fail, encode_keyed, key, scheduler};
+use crate::WireError;
+use proptest::prelude::*;
+use squall_core::blobs::{self, BLOB_TAG};
+use squall_core::{CoreError, DepRef, GraphOrder, Key, NewTask, Submission, TaskOptions};
+
+const F: &[u8] = b"<the pickled function, shared by every spec>";
+const G: &[u8] = b"<another function, long enough to be cut>";
+
+/// Specs `prefix | F | middle | G | suffix` for tasks ("t-i").
+fn graph(n: usize) -> (Vec<Key>, Vec<Vec<u8>>) {
+    let keys = (0..n).map(|i| key(&format!("t-{i}"))).collect();
+    let specs = (0..n)
+        .map(|i| {
+            [
+                &b"\x80head"[..],
+                F,
+                format!("mid{i}").as_bytes(),
+                G,
+                b"tail",
+            ]
+            .concat()
+        })
+        .collect();
+    (keys, specs)
+}
+
+fn encode(keys: &[Key], specs: &[Vec<u8>], blobs: &[&[u8]]) -> (usize, usize, Vec<u8>) {
+    let specs: Vec<Option<&[u8]>> = specs.iter().map(|s| Some(&s[..])).collect();
+    encode_keyed(keys, &specs, &[] as &[Vec<Key>], blobs)
+}
+
+fn submission(tasks: Vec<NewTask>, blobs: Vec<blobs::Blob>) -> Submission {
+    let n = tasks.len() as u32;
+    Submission {
+        tasks,
+        wanted: (0..n).map(DepRef::Local).collect(),
+        defaults: TaskOptions::default(),
+        fifo_timeout: 0.0,
+        submitting_task: None,
+        order: GraphOrder::Sequential,
+        blobs,
+    }
+}
+
+#[test]
+fn blobs_travel_once_and_workers_get_whole_specs() {
+    let (keys, specs) = graph(20);
+    let (n, kb, payload) = encode(&keys, &specs, &[F, G, b"short"]);
+    let (plain_n, plain_kb, plain) = encode(&keys, &specs, &[]);
+    assert_eq!((n, kb), (plain_n, plain_kb));
+    // Each blob once instead of 20 times; per spec 5 + 2 × 8 bytes of references.
+    let saved = 19 * (F.len() + G.len()) - 20 * (5 + 16) - (3 * 4 + 5);
+    assert_eq!(payload.len(), plain.len() - saved);
+    let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
+    assert_eq!(table.len(), 3);
+    for (t, spec) in tasks.iter().zip(&specs) {
+        let sent = t.run_spec.as_deref().unwrap();
+        assert_eq!(sent[0], BLOB_TAG);
+        assert_eq!(blobs::join(sent, &table), *spec);
+    }
+    // Held by the scheduler: the short specs, and each blob once in the tasks' group.
+    let (mut s, c, _w) = scheduler();
+    s.update_graph(c, submission(tasks, table), 0.0).unwrap();
+    s.validate().unwrap();
+    let t0 = s.lookup(&keys[0]).unwrap();
+    assert_eq!(s.group(s.task(t0).group).blobs.len(), 2);
+    // A second graph of the same group adds no copy.
+    let (more_keys, more_specs) = graph(25);
+    let (n, kb, payload) = encode(&more_keys[20..], &more_specs[20..], &[G, F]);
+    let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
+    s.update_graph(c, submission(tasks, table), 0.0).unwrap();
+    s.validate().unwrap();
+    assert_eq!(s.group(s.task(t0).group).blobs.len(), 2);
+    // The worker's compute batch carries every spec as the client pickled it.
+    let cmds = s.take_commands();
+    let batches = encode_compute(&s, &cmds);
+    let mut sent = 0;
+    for b in batches.values() {
+        for t in decode_compute(&b.payload, &b.addresses).unwrap() {
+            let i: usize = t.key.as_str().unwrap()[2..].parse().unwrap();
+            assert_eq!(t.spec, &more_specs[i][..]);
+            sent += 1;
+        }
+    }
+    assert!(sent > 0);
+}
+
+#[test]
+fn a_blob_reference_out_of_range_is_refused_and_nothing_is_added() {
+    let (keys, specs) = graph(3);
+    let (n, kb, payload) = encode(&keys, &specs, &[F]);
+    let (mut tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
+    let mut bad = tasks[2].run_spec.as_deref().unwrap().to_vec();
+    bad[9..13].copy_from_slice(&7u32.to_le_bytes()); // the first reference's blob
+    tasks[2].run_spec = Some(bad.into());
+    let (mut s, c, _w) = scheduler();
+    let err = s
+        .update_graph(c, submission(tasks, table), 0.0)
+        .unwrap_err();
+    assert!(
+        matches!(&err, CoreError::Invalid(m) if m.contains("blob reference 7 out of range")),
+        "{err}"
+    );
+    assert!(keys.iter().all(|k| s.lookup(k).is_none()));
+    s.validate().unwrap();
+    // Without a table, and with references past the bytes present or out of order.
+    let spec = |b: &[u8]| NewTask::new(key("x"), vec![], Some(b.into()));
+    for (bad, what) in [
+        (
+            &b"\x02\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00body"[..],
+            "out of range",
+        ),
+        (b"\x02\x05\x00\x00\x00", "truncated"),
+        (b"\x02\x00", "truncated"),
+        (
+            b"\x02\x01\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00body",
+            "past the body",
+        ),
+    ] {
+        let err = s
+            .update_graph(c, submission(vec![spec(bad)], vec![]), 0.0)
+            .unwrap_err();
+        assert!(err.to_string().contains(what), "{err}");
+    }
+    assert!(s.lookup(&key("x")).is_none());
+    s.validate().unwrap();
+}
+
+#[test]
+fn a_truncated_or_overlong_blob_table_is_an_error() {
+    let (keys, specs) = graph(2);
+    let (n, kb, payload) = encode(&keys, &specs, &[F, G]);
+    assert_prefixes_fail(&payload, |p| decode_update_graph(p, n, kb));
+    // The blob count right after the dependency offsets (no dependencies), made huge.
+    let at = kb + 8 * n + 4 * (n + 1);
+    let mut huge = payload.clone();
+    huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = decode_update_graph(&huge, n, kb).unwrap_err();
+    assert!(
+        matches!(err, WireError::CountTooLarge { what: "blobs", .. }),
+        "{err}"
+    );
+    // A blob size past the bytes present.
+    let mut long = payload;
+    long[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = decode_update_graph(&long, n, kb).unwrap_err();
+    assert!(
+        matches!(err, WireError::Truncated { what: "blob", .. }),
+        "{err}"
+    );
+}
+
+proptest! {
+    /// Specs made of arbitrary pieces and blobs (blobs also overlapping, repeated, or
+    /// found by chance) come back whole from the short specs and the table.
+    #[test]
+    fn arbitrary_specs_and_blobs_round_trip(
+        table in prop::collection::vec(prop::collection::vec(0u8..3, 0..14), 0..4),
+        parts in prop::collection::vec(
+            prop::option::of(prop::collection::vec((prop::collection::vec(0u8..3, 0..6), 0usize..6), 0..5)),
+            0..6,
+        ),
+    ) {
+        let specs: Vec<Option<Vec<u8>>> = parts.iter().map(|p| p.as_ref().map(|pieces| {
+            let mut spec = Vec::new();
+            for (bytes, b) in pieces {
+                spec.extend_from_slice(bytes);
+                if let Some(blob) = table.get(*b) {
+                    spec.extend_from_slice(blob);
+                }
+            }
+            spec
+        })).collect();
+        let keys: Vec<Key> = (0..specs.len()).map(|i| key(&format!("t{i}"))).collect();
+        let spec_refs: Vec<Option<&[u8]>> = specs.iter().map(|s| s.as_deref()).collect();
+        let blob_refs: Vec<&[u8]> = table.iter().map(|b| &b[..]).collect();
+        let (n, kb, payload) = encode_keyed(&keys, &spec_refs, &[] as &[Vec<Key>], &blob_refs);
+        let (tasks, decoded) = decode_update_graph(&payload, n, kb).unwrap();
+        for (t, spec) in tasks.iter().zip(&specs) {
+            let sent = t.run_spec.as_deref();
+            if let Some(sent) = sent {
+                prop_assert!(blobs::check(sent, decoded.len()).is_ok());
+            }
+            prop_assert_eq!(sent.map(|s| blobs::join(s, &decoded)), spec.clone());
+        }
+        for end in 0..payload.len() {
+            prop_assert!(decode_update_graph(&payload[..end], n, kb).is_err());
+        }
+    }
+}
