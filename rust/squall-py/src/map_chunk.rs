@@ -100,14 +100,13 @@ pub fn encode_map_chunk<'py>(
     let function = split_call(prefix)
         .map_err(wire_error)?
         .map_or(&[][..], |c| c.function);
-    let blobs: &[&[u8]] = if function.is_empty() { &[] } else { &[function] };
-    let g = squall_wire::graph::encode_update_graph(
-        &keys,
-        &specs,
-        &no_deps,
-        blobs,
-        put_key_from_py,
-    )?;
+    let blobs: &[&[u8]] = if function.is_empty() {
+        &[]
+    } else {
+        &[function]
+    };
+    let g =
+        squall_wire::graph::encode_update_graph(&keys, &specs, &no_deps, blobs, put_key_from_py)?;
     let payload = PyBytes::new_with(py, g.size(), |out| {
         g.write_to(out);
         Ok(())
