@@ -20,6 +20,7 @@ import tblib  # type: ignore[import-untyped]
 import squall.client.submission
 from squall import Client, Future, as_completed, wait
 from squall._core import decode_compute, decode_keys, encode_keys
+from squall.client import data
 from squall.errors import CancelledError, KilledWorker
 from squall.protocol import comm
 from squall.protocol import messages as m
@@ -340,6 +341,17 @@ def test_gather_nested_structures(client: Client) -> None:
     assert got == {"x": [2, (3, 7)], "y": {"z": 4}, "n": None}
     assert client.gather(a) == 2
     assert list(client.gather(iter([a, b]))) == [2, 3]
+
+
+def test_a_gather_larger_than_a_slice_asks_slice_by_slice(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gather asks for its keys in bounded slices; every value arrives, in order, the
+    repeated futures and plain and other values alike."""
+    monkeypatch.setattr(data, "GATHER_SLICE", 7)
+    futures = client.map(inc, range(40))
+    futures += [futures[3], client.submit(list, range(3))]
+    assert client.gather(futures) == [*range(1, 41), 4, [0, 1, 2]]
 
 
 def test_errors_are_reraised_with_the_remote_traceback(client: Client) -> None:

@@ -54,6 +54,10 @@ class WhoHas(NamedTuple):
     holders: list[list[str]]
 
 
+#: Keys per ``who-has`` and ``get-data`` round of a gather.
+GATHER_SLICE = 100_000
+
+
 class DataMovement:
     """The methods of :class:`~squall.client.client.Client` that move data, over its
     connection; the futures they take and make are ``client``'s, and the workers
@@ -157,7 +161,23 @@ class DataMovement:
 
     async def _fetch(self, keys: list[Key]) -> tuple[dict[Key, Any], dict[Key, comm.CommError]]:
         """One round: ask who has the keys and get them; missing keys are left out,
-        and those whose holder failed are returned with its error."""
+        and those whose holder failed are returned with its error. Asked for in slices
+        of ``GATHER_SLICE`` keys, so that what each process holds for the requests
+        (keys decoded, replies, pickles) stays bounded whatever the gather's size."""
+        data: dict[Key, Any] = {}
+        failed: dict[Key, comm.CommError] = {}
+        for i in range(0, len(keys), GATHER_SLICE):
+            got, lost = await self._fetch_slice(keys[i : i + GATHER_SLICE])
+            if data:
+                data.update(got)
+            else:
+                data = got  # the first (often the only) slice's: no copy
+            failed.update(lost)
+        return data, failed
+
+    async def _fetch_slice(
+        self, keys: list[Key]
+    ) -> tuple[dict[Key, Any], dict[Key, comm.CommError]]:
         by_worker = pick_holders(*await self._who_has(keys), keys)
         data: dict[Key, Any] = {}
         failed: dict[Key, comm.CommError] = {}
