@@ -12,6 +12,17 @@ scheduler plugin counting every transition. Two more: scheduler memory per
 task while holding N waiting tasks (no workers), and the time from a 100k-task delayed
 graph leaving the client until the scheduler holds all of it. Sizes differ per system
 (distributed is far slower); throughput, not wall time, is compared.
+
+Dataframe shuffles, on request: ``frame-{set-index,shuffle}-{100,1000}-{p2p,tasks}``
+(all eight: ``--workloads frame-shuffle-100-p2p,frame-shuffle-100-tasks,``
+``frame-set-index-100-p2p,frame-set-index-100-tasks,frame-shuffle-1000-p2p,``
+``frame-shuffle-1000-tasks,frame-set-index-1000-p2p,frame-set-index-1000-tasks``).
+Each ``set_index("k")``s or ``shuffle("k")``s a frame generated in its tasks on the
+workers (``dd.from_map``), in 100 or 1,000 partitions, and checks the result; squall
+shuffles by tasks (it has no P2P service), distributed by the method the name ends
+with, so each row's ratio is squall against that method. Throughput is rows/s: the
+methods' task counts differ (each row's label gives its graph's), the rows moved do
+not; scheduler CPU is per task of that graph.
 """
 
 from __future__ import annotations
@@ -321,8 +332,9 @@ def run_map_transition_plugin(client: Any, n: int) -> int:
 
 #: How squall shuffles a dataframe: by tasks, its only method (it runs no P2P service).
 SQUALL_SHUFFLE = "tasks"
-#: Row ``g``'s key is ``g * SCATTER % (rows // 4)``: coprime with the key count, this puts
-#: every key on exactly four rows spread over the frame, so a shuffle moves most rows.
+#: Row ``g``'s key is ``g * SCATTER % (rows // 4)``: a prime that does not divide the key
+#: count puts every key on exactly four rows spread over the frame, so a shuffle moves
+#: most rows.
 SCATTER = 1_000_003
 
 
@@ -611,15 +623,10 @@ def _show(rows: list[Row], as_json: bool) -> None:
             )
         elif r.workload.startswith("accept"):
             print(f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.seconds:10.3f} s")
-        elif r.workload.startswith("frame"):
-            print(
-                f"{r.workload:38} {r.system:7} {r.tasks:>9,} rows  {r.tasks_per_s:10,.0f} /s"
-                f" {ratio} sched {r.sched_cpu_us_per_task:8.1f} us/task",
-                flush=True,
-            )
         else:
+            unit = "rows " if r.workload.startswith("frame") else "tasks"
             print(
-                f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.tasks_per_s:10,.0f} /s"
+                f"{r.workload:38} {r.system:7} {r.tasks:>9,} {unit} {r.tasks_per_s:10,.0f} /s"
                 f" {ratio} sched {r.sched_cpu_us_per_task:8.1f} us/task",
                 flush=True,
             )
