@@ -18,6 +18,7 @@ import pytest
 
 from squall import Client, wait
 from squall.deploy.local import LocalCluster
+from squall.tools import bench_e2e
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -124,6 +125,25 @@ def test_p2p_shuffle_is_refused_naming_tasks(client: Client) -> None:
         client.persist(frame.merge(_other_frame(), on="k", shuffle_method="p2p"))
     with dask.config.set({"dataframe.shuffle.method": "p2p"}), pytest.raises(ValueError):
         frame.shuffle("w").compute(scheduler=client)
+
+
+def test_the_bench_frame_rows_on_both_systems(client: Client) -> None:
+    """``squall bench e2e``'s frame rows at their warm-up size (10 partitions): squall
+    shuffles by tasks even in a ``-p2p`` row, distributed by P2P, and each run checks
+    its result."""
+    import distributed
+
+    for name in ("frame-shuffle-100-p2p", "frame-set-index-100-tasks"):
+        rows, tasks = bench_e2e.WARM_UPS[name](client)
+        assert rows == 10_000 and tasks > 10
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        for name in ("frame-shuffle-100-p2p", "frame-set-index-100-p2p"):
+            assert bench_e2e.WARM_UPS[name](dask_client)[0] == 10_000
 
 
 def test_every_entry_point(client: Client) -> None:

@@ -409,7 +409,7 @@ FRAME_SHAPES = {
 }
 #: A frame row warms up on 10 partitions: its cost is per task, so a hundredth of its
 #: rows on all its partitions would cost as much as the run.
-WARM_UPS: dict[str, Callable[[Any], object]] = {
+WARM_UPS: dict[str, Callable[[Any], Done]] = {
     name: functools.partial(run_frame, op, 10, method, rows=10_000)
     for name, (op, _, method) in FRAME_SHAPES.items()
 }
