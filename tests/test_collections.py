@@ -18,6 +18,7 @@ import pytest
 
 from squall import Client, wait
 from squall.deploy.local import LocalCluster
+from squall.tools import bench_e2e
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -32,7 +33,7 @@ def _array() -> da.Array:
     return da.random.RandomState(42).random((120, 120), chunks=(30, 40))
 
 
-def _frame() -> dd.DataFrame:
+def _frame(npartitions: int = 5) -> dd.DataFrame:
     rng = np.random.default_rng(0)
     pdf = pd.DataFrame(
         {
@@ -41,7 +42,7 @@ def _frame() -> dd.DataFrame:
             "w": rng.integers(0, 100, 400),
         }
     )
-    return dd.from_pandas(pdf, npartitions=5)
+    return dd.from_pandas(pdf, npartitions=npartitions)
 
 
 def _other_frame() -> dd.DataFrame:
@@ -94,6 +95,55 @@ def _same(a: Any, b: Any) -> None:
 def test_results_equal_dask_sync_scheduler(client: Client, name: str) -> None:
     expected = WORKLOADS[name]().compute(scheduler="sync")
     _same(WORKLOADS[name]().compute(scheduler=client), expected)
+
+
+@pytest.mark.parametrize("method", [None, "tasks"])
+def test_shuffles_equal_dask_sync_scheduler(client: Client, method: str | None) -> None:
+    """``shuffle`` and ``set_index`` by squall's default and by the task-based method,
+    on 40 partitions (more than dask's 32-way split: a shuffle in two stages)."""
+    frame = _frame(40)
+    shuffled = frame.shuffle("w", shuffle_method=method)
+    _same(shuffled.compute(scheduler=client), shuffled.compute(scheduler="sync"))
+    # Each key in one output partition: distinct per partition, distinct overall.
+    keys = shuffled.w.map_partitions(lambda w: w.drop_duplicates()).compute(scheduler=client)
+    assert keys.is_unique and len(keys) == frame.w.nunique().compute(scheduler="sync")
+    indexed = frame.set_index("w", shuffle_method=method)
+    got = indexed.compute(scheduler=client)
+    assert got.index.is_monotonic_increasing
+    _same(got.reset_index(), indexed.compute(scheduler="sync").reset_index())
+
+
+def test_p2p_shuffle_is_refused_naming_tasks(client: Client) -> None:
+    """squall has no P2P service: asked for it, explicitly or by the setting, every entry
+    point says so before sending anything."""
+    frame = _frame(10)
+    with pytest.raises(ValueError, match=r"no P2P shuffle service.*'tasks'"):
+        frame.shuffle("w", shuffle_method="p2p").compute(scheduler=client)
+    with pytest.raises(ValueError, match="no P2P"):
+        client.compute(frame.set_index("w", shuffle_method="p2p"))
+    with pytest.raises(ValueError, match="no P2P"):
+        client.persist(frame.merge(_other_frame(), on="k", shuffle_method="p2p"))
+    with dask.config.set({"dataframe.shuffle.method": "p2p"}), pytest.raises(ValueError):
+        frame.shuffle("w").compute(scheduler=client)
+
+
+def test_the_bench_frame_rows_on_both_systems(client: Client) -> None:
+    """``squall bench e2e``'s frame rows at their warm-up size (10 partitions): squall
+    shuffles by tasks even in a ``-p2p`` row, distributed by P2P, and each run checks
+    its result."""
+    import distributed
+
+    for name in ("frame-shuffle-100-p2p", "frame-set-index-100-tasks"):
+        rows, tasks = bench_e2e.WARM_UPS[name](client)
+        assert rows == 10_000 and tasks > 10
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        for name in ("frame-shuffle-100-p2p", "frame-set-index-100-p2p"):
+            assert bench_e2e.WARM_UPS[name](dask_client)[0] == 10_000
 
 
 def test_every_entry_point(client: Client) -> None:

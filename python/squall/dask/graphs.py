@@ -19,6 +19,7 @@ import functools
 import io
 import operator
 import pickle
+import sys
 import types
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -212,9 +213,27 @@ def flatten_keys(keys: Any) -> list[Key]:
     return out
 
 
+def refuse_p2p(expr: Any) -> None:
+    """Raises if ``expr`` holds distributed's P2P dataframe shuffle or merge: squall runs
+    no P2P service, so its tasks would each fail on the workers with distributed's "not
+    running on a Worker"; the task-based shuffle is squall's (docs/runtime.md)."""
+    if "dask.dataframe.dask_expr" not in sys.modules:
+        return  # no dataframe expression can exist
+    from dask.dataframe.dask_expr._merge import HashJoinP2P
+    from dask.dataframe.dask_expr._shuffle import P2PShuffle
+
+    if next(expr.find_operations((P2PShuffle, HashJoinP2P)), None) is not None:
+        raise ValueError(
+            "squall runs no P2P shuffle service: shuffle_method='p2p' (or the "
+            "'dataframe.shuffle.method' setting 'p2p') is not available; use 'tasks', "
+            "squall's default"
+        )
+
+
 def materialize(expr: Any, keys: Iterable[Key], cull: bool = False) -> Graph:
     """Tasks of ``expr`` (a dask expression) as a :class:`Graph`; ``cull`` drops tasks
     the ``keys`` do not need (dask's expressions cull themselves; raw dicts do not)."""
+    refuse_p2p(expr)
     with gc_paused():
         delayed = _delayed_layers(expr)
         annotations: Mapping[str, Mapping[Key, Any]]

@@ -12,10 +12,22 @@ scheduler plugin counting every transition. Two more: scheduler memory per
 task while holding N waiting tasks (no workers), and the time from a 100k-task delayed
 graph leaving the client until the scheduler holds all of it. Sizes differ per system
 (distributed is far slower); throughput, not wall time, is compared.
+
+Dataframe shuffles, on request: ``frame-{set-index,shuffle}-{100,1000}-{p2p,tasks}``
+(all eight: ``--workloads frame-shuffle-100-p2p,frame-shuffle-100-tasks,``
+``frame-set-index-100-p2p,frame-set-index-100-tasks,frame-shuffle-1000-p2p,``
+``frame-shuffle-1000-tasks,frame-set-index-1000-p2p,frame-set-index-1000-tasks``).
+Each ``set_index("k")``s or ``shuffle("k")``s a frame generated in its tasks on the
+workers (``dd.from_map``), in 100 or 1,000 partitions, and checks the result; squall
+shuffles by tasks (it has no P2P service), distributed by the method the name ends
+with, so each row's ratio is squall against that method. Throughput is rows/s: the
+methods' task counts differ (each row's label gives its graph's), the rows moved do
+not; scheduler CPU is per task of that graph.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import socket
@@ -54,16 +66,22 @@ class Sizes:
     hold: int
     accept_leaves: int
     primitive_pairs: int
+    frame_rows: int
 
 
 SIZES = {
-    "squall": Sizes(200_000, 20_000, 20_000, 100, 1_000_000, 50_000, 10_000),
-    "dask": Sizes(3_000, 2_000, 1_000, 20, 100_000, 50_000, 10_000),
+    "squall": Sizes(200_000, 20_000, 20_000, 100, 1_000_000, 50_000, 10_000, 1_000_000),
+    "dask": Sizes(3_000, 2_000, 1_000, 20, 100_000, 50_000, 10_000, 1_000_000),
 }
 QUICK = {
-    "squall": Sizes(2_000, 500, 500, 10, 20_000, 2_000, 200),
-    "dask": Sizes(300, 200, 100, 6, 5_000, 2_000, 200),
+    "squall": Sizes(2_000, 500, 500, 10, 20_000, 2_000, 200, 100_000),
+    "dask": Sizes(300, 200, 100, 6, 5_000, 2_000, 200, 100_000),
 }
+
+
+#: What a workload did: a count of work done (tasks, pairs), or (rows, tasks) for a
+#: frame row, whose throughput counts rows (the task counts of shuffle methods differ).
+Done = int | tuple[int, int]
 
 
 @dataclass
@@ -310,7 +328,94 @@ def run_map_transition_plugin(client: Any, n: int) -> int:
     return n
 
 
-WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
+# ----- dataframe shuffles -----------------------------------------------------------
+
+#: How squall shuffles a dataframe: by tasks, its only method (it runs no P2P service).
+SQUALL_SHUFFLE = "tasks"
+#: Row ``g``'s key is ``g * SCATTER % (rows // 4)``: a prime that does not divide the key
+#: count puts every key on exactly four rows spread over the frame, so a shuffle moves
+#: most rows.
+SCATTER = 1_000_003
+
+
+def frame_part(i: int, rows: int, keys: int) -> Any:
+    """Partition ``i`` of the frame (``rows`` rows each), made in its task."""
+    import numpy as np
+    import pandas as pd  # type: ignore[import-untyped]
+
+    g = np.arange(i * rows, (i + 1) * rows, dtype=np.int64)
+    return pd.DataFrame({"k": g * SCATTER % keys, "x": g.astype(np.float64)})
+
+
+def frame_summary(part: Any, by_index: bool) -> Any:
+    """One row per partition: its rows, distinct keys, lowest and highest key, and
+    whether its keys are sorted (the shuffled column, or the index after set_index)."""
+    import pandas as pd
+
+    k = part.index if by_index else part["k"]
+    low, high = (float(k.min()), float(k.max())) if len(k) else (0.0, 0.0)
+    return pd.DataFrame(
+        {
+            "rows": [len(k)],
+            "keys": [k.nunique()],
+            "low": [low],
+            "high": [high],
+            "sorted": [bool(k.is_monotonic_increasing)],
+        }
+    )
+
+
+def run_frame(op: str, partitions: int, dask_method: str, client: Any, rows: int) -> Done:
+    """``set_index("k")`` or ``shuffle("k")`` of a frame of about ``rows`` rows in
+    ``partitions`` partitions, generated on the workers, with ``dask_method`` on
+    distributed and :data:`SQUALL_SHUFFLE` on squall; forced by a summary per output
+    partition, checked: no row lost or repeated, each key in one partition (and for
+    set_index, partitions sorted and in order). Returns (rows, tasks of the graph that
+    shuffles: set_index's pass computing divisions is timed but not counted)."""
+    import dask.dataframe as dd
+    import pandas as pd
+    from dask.base import collections_to_expr
+
+    per = max(rows // partitions // 4 * 4, 4)
+    total, keys = per * partitions, per * partitions // 4
+    assert keys % SCATTER, keys
+    method = dask_method if _system(client) == "dask" else SQUALL_SHUFFLE
+    meta = pd.DataFrame({"k": pd.Series(dtype="int64"), "x": pd.Series(dtype="float64")})
+    frame = dd.from_map(frame_part, range(partitions), rows=per, keys=keys, meta=meta)  # type: ignore[no-untyped-call]
+    by_index = op == "set-index"
+    if by_index:
+        out = frame.set_index("k", shuffle_method=method)
+    else:
+        out = frame.shuffle("k", shuffle_method=method)
+    summary = out.map_partitions(frame_summary, by_index, meta=frame_summary(meta, False))
+    tasks = len(collections_to_expr([summary]).optimize().__dask_graph__())  # type: ignore[no-untyped-call]
+    got = client.compute(summary).result()
+    assert int(got["rows"].sum()) == total, (int(got["rows"].sum()), total)
+    assert int(got["keys"].sum()) == keys, (int(got["keys"].sum()), keys)
+    if by_index:
+        filled = got[got["rows"] > 0]
+        assert filled["sorted"].all(), filled
+        assert (filled["high"].to_numpy()[:-1] < filled["low"].to_numpy()[1:]).all(), filled
+    return total, tasks
+
+
+#: ``set_index`` and ``shuffle`` at 100 and 1,000 partitions, against distributed's P2P
+#: shuffle and against its task-based one (squall shuffles by tasks in both).
+FRAME_SHAPES = {
+    f"frame-{op}-{partitions}-{method}": (op, partitions, method)
+    for op in ("set-index", "shuffle")
+    for partitions in (100, 1_000)
+    for method in ("p2p", "tasks")
+}
+#: A frame row warms up on 10 partitions: its cost is per task, so a hundredth of its
+#: rows on all its partitions would cost as much as the run.
+WARM_UPS: dict[str, Callable[[Any], Done]] = {
+    name: functools.partial(run_frame, op, 10, method, rows=10_000)
+    for name, (op, _, method) in FRAME_SHAPES.items()
+}
+
+
+WORKLOADS: dict[str, tuple[Callable[[Any, int], Done], str]] = {
     "map": (run_map, "map"),
     "map-transition-plugin": (run_map_transition_plugin, "map"),
     "submit": (run_submit, "submit"),
@@ -318,12 +423,16 @@ WORKLOADS: dict[str, tuple[Callable[[Any, int], int], str]] = {
     "array-x+xT-sum": (run_array, "array_side"),
     "lock-acquire-release": (run_lock_pairs, "primitive_pairs"),
     "queue-put-get": (run_queue_pairs, "primitive_pairs"),
+    **{
+        name: (functools.partial(run_frame, *shape), "frame_rows")
+        for name, shape in FRAME_SHAPES.items()
+    },
 }
 #: What runs unless ``--workloads`` says otherwise: the task-throughput rows.
 DEFAULT_WORKLOADS = ("map", "submit", "delayed-tree", "array-x+xT-sum")
 
 
-Run = tuple[float, float, float, int]  # tasks/s, seconds, scheduler CPU µs/task, tasks
+Run = tuple[float, float, float, int, int]  # units/s, seconds, sched CPU µs/task, units, tasks
 
 
 #: Before each timed run the machine must have been this idle (busy CPU seconds per
@@ -346,23 +455,26 @@ def _settle() -> None:
             return
 
 
-def _timed(fn: Callable[[Any, int], int], client: Any, size: int, sched: psutil.Process) -> Run:
+def _timed(fn: Callable[[Any, int], Done], client: Any, size: int, sched: psutil.Process) -> Run:
     _settle()
     cpu0, t0 = _cpu(sched), time.perf_counter()
-    n = fn(client, size)
+    done = fn(client, size)
     dt, cpu = time.perf_counter() - t0, _cpu(sched) - cpu0
-    return n / dt, dt, cpu / n * 1e6, n
+    n, tasks = (done, done) if isinstance(done, int) else done
+    return n / dt, dt, cpu / tasks * 1e6, n, tasks
 
 
 def _median_row(name: str, system: str, runs: list[Run]) -> Row:
-    rate, dt, cpu_us, n = sorted(runs)[len(runs) // 2]
-    return Row(name, system, n, dt, rate, cpu_us)
+    rate, dt, cpu_us, n, tasks = sorted(runs)[len(runs) // 2]
+    label = name if tasks == n else f"{name} ({tasks:,} tasks)"
+    return Row(label, system, n, dt, rate, cpu_us)
 
 
 def throughput(system: str, name: str, size: int, repeat: int, shape: Shape) -> Row:
     fn = WORKLOADS[name][0]
     with cluster(system, shape) as (client, sched):
-        fn(client, max(size // 100, 10))  # warm up: imports, connections, durations
+        warm_up = WARM_UPS.get(name, lambda c: fn(c, max(size // 100, 10)))
+        warm_up(client)  # imports, connections, durations
         runs = [_timed(fn, client, size, sched) for _ in range(repeat)]
     return _median_row(name, system, runs)
 
@@ -512,8 +624,9 @@ def _show(rows: list[Row], as_json: bool) -> None:
         elif r.workload.startswith("accept"):
             print(f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.seconds:10.3f} s")
         else:
+            unit = "rows " if r.workload.startswith("frame") else "tasks"
             print(
-                f"{r.workload:38} {r.system:7} {r.tasks:>9,} tasks {r.tasks_per_s:10,.0f} /s"
+                f"{r.workload:38} {r.system:7} {r.tasks:>9,} {unit} {r.tasks_per_s:10,.0f} /s"
                 f" {ratio} sched {r.sched_cpu_us_per_task:8.1f} us/task",
                 flush=True,
             )
