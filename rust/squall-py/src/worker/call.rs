@@ -8,7 +8,8 @@ use crate::errors::wire_error;
 use crate::specs::load_function;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::intern;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyTuple};
 use squall_core::Key;
 use squall_wire::spec::{split_call, CallSpec};
 use squall_worker::Job;
@@ -25,8 +26,11 @@ impl WorkerCore {
         // the task's exception is fetched) is the task's failure, not the worker's.
         let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let value = self.call_spec(py, &job.spec, deps)?;
-            let n = self.hooks.sizeof.call1(py, (value.bind(py),))?;
-            Ok((value, n.extract::<i64>(py)?))
+            let n = match scalar_size(value.bind(py)) {
+                Some(n) => n,
+                None => self.hooks.sizeof.call1(py, (value.bind(py),))?.extract(py)?,
+            };
+            Ok((value, n))
         }));
         let failed: PyErr = match called {
             Ok(Ok(done)) => return Ok(done),
@@ -138,4 +142,19 @@ impl WorkerCore {
         );
         Ok(self.pack_error(py, PyKeyError::new_err(msg)))
     }
+}
+
+/// The size of a result of an exact scalar type (int, float, bool, None), as
+/// `squall.worker.memory.sizeof_value` gives it (`sys.getsizeof`, which for these
+/// non-collected objects is `__sizeof__`), without a call into Python code of its own:
+/// the results of a large map of small tasks are mostly these. None for anything else.
+fn scalar_size(value: &Bound<'_, PyAny>) -> Option<i64> {
+    let scalar = value.is_none()
+        || value.is_exact_instance_of::<PyInt>()
+        || value.is_exact_instance_of::<PyFloat>()
+        || value.is_exact_instance_of::<PyBool>();
+    if !scalar {
+        return None;
+    }
+    value.call_method0(intern!(value.py(), "__sizeof__")).ok()?.extract().ok()
 }
