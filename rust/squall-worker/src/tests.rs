@@ -324,9 +324,9 @@ fn fetch_plan_groups_per_holder_and_prefers_cached_peers() {
     assert_eq!(m.missing(10), Some(3));
     // Key 3 was queued by task 10 already: task 11's holders for it are not used.
     let slot3 = m.keys.get(kid(&m, 3));
-    assert_eq!(slot3.holders, vec!["p2".to_string(), "p3".to_string()]);
+    assert_eq!(slot3.holders(), vec!["p2".to_string(), "p3".to_string()]);
     assert_eq!(slot3.fetch, Fetch::Queued);
-    assert!(m.keys.get(kid(&m, 1)).holders.iter().all(|h| h != ME));
+    assert!(m.keys.get(kid(&m, 1)).holders().iter().all(|h| h != ME));
     let (p, missing) = plan(&mut m, &|h| h == "p3");
     assert_eq!(
         p,
@@ -391,7 +391,7 @@ fn peer_lacking_the_key_requeues_it_for_another_holder() {
     let k = kid(&m, 1);
     assert_eq!(m.fetched("p1", k, Ok(None)), vec![]);
     assert_eq!(m.keys.get(k).fetch, Fetch::Queued);
-    assert_eq!(m.keys.get(k).holders, vec!["p2".to_string()]);
+    assert_eq!(m.keys.get(k).holders(), vec!["p2".to_string()]);
     ok(&m);
     // p1 is still "cached" but no longer a holder.
     let (p, missing) = plan(&mut m, &|h| h == "p1");

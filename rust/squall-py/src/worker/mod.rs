@@ -256,6 +256,7 @@ impl WorkerCore {
         let tasks = compute_inputs(payload, &addresses)?;
         let n = tasks.len();
         let mut g = self.lock(py);
+        g.m.reserve(n);
         for t in tasks {
             g.m.compute(t);
         }

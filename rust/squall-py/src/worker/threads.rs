@@ -103,7 +103,7 @@ impl WorkerCore {
                 let slot = g.m.keys.get(d);
                 match &slot.value {
                     Some(v) => {
-                        if slot.spilled.is_some() {
+                        if slot.spilled().is_some() {
                             spilled.push(deps.len());
                         }
                         deps.push((key, v.clone_ref(py)));
