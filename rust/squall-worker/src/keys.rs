@@ -98,6 +98,12 @@ impl<V> Slot<V> {
         out
     }
 
+    /// Whether any rare field is set (then the slot has a record of them).
+    #[cfg(test)]
+    pub(crate) fn has_rare(&self) -> bool {
+        self.rare.is_some()
+    }
+
     pub fn waiters(&self) -> &[(u32, u64)] {
         &self.rare().waiters
     }

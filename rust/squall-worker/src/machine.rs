@@ -72,8 +72,8 @@ pub struct TaskIn {
     pub deps: Vec<DepIn>,
 }
 
+/// A task's record, kept by task id.
 pub struct Task {
-    pub id: u32,
     pub key: KeyId,
     pub state: State,
     /// Distinguishes this record from earlier ones of the same task id.
@@ -105,6 +105,12 @@ impl Task {
 
     fn start(&self) -> f64 {
         self.todo.as_ref().map_or(0.0, |t| t.start)
+    }
+
+    /// Whether the record still holds what a task not yet done needs.
+    #[cfg(test)]
+    pub(crate) fn has_todo(&self) -> bool {
+        self.todo.is_some()
     }
 
     /// The record of a task not yet run (queued or running tasks keep theirs).
@@ -267,8 +273,9 @@ impl<V> Machine<V> {
         self.tasks.get(&id)
     }
 
-    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
-        self.tasks.values()
+    /// The tasks known, with their ids.
+    pub fn tasks(&self) -> impl Iterator<Item = (u32, &Task)> {
+        self.tasks.iter().map(|(&id, t)| (id, t))
     }
 
     pub fn value(&self, key: &[u8]) -> Option<&V> {
@@ -343,12 +350,12 @@ impl<V> Machine<V> {
         }
         for t in self.cancelled.values().chain(self.orphans.values()) {
             if self.keys.try_get(t.key).is_none() {
-                return Err(format!("freed running task {}: key forgotten", t.id));
+                return Err(format!("freed running call {}: key forgotten", t.instance));
             }
         }
-        for t in self.tasks.values() {
+        for (&id, t) in &self.tasks {
             if self.keys.try_get(t.key).is_none() {
-                return Err(format!("task {}: key {:?} forgotten", t.id, t.key));
+                return Err(format!("task {}: key {:?} forgotten", id, t.key));
             }
             let lacking = t
                 .deps()
@@ -359,32 +366,29 @@ impl<V> Machine<V> {
                 State::Waiting if t.missing() != lacking || lacking == 0 => {
                     return Err(format!(
                         "task {}: waiting, missing {} but {lacking} lacking",
-                        t.id,
+                        id,
                         t.missing()
                     ));
                 }
                 State::Ready | State::Constrained | State::Executing if lacking > 0 => {
-                    return Err(format!(
-                        "task {}: {:?} lacking {lacking} deps",
-                        t.id, t.state
-                    ));
+                    return Err(format!("task {}: {:?} lacking {lacking} deps", id, t.state));
                 }
                 State::Memory if self.keys.get(t.key).value.is_none() => {
-                    return Err(format!("task {}: in memory without a value", t.id));
+                    return Err(format!("task {}: in memory without a value", id));
                 }
                 State::Ready | State::Constrained
                     if !self
                         .ready
                         .iter()
-                        .any(|e| e.id == t.id && e.instance == t.instance) =>
+                        .any(|e| e.id == id && e.instance == t.instance) =>
                 {
-                    return Err(format!("task {}: ready but not queued", t.id));
+                    return Err(format!("task {}: ready but not queued", id));
                 }
-                State::Cancelled => return Err(format!("task {}: tracked cancelled", t.id)),
+                State::Cancelled => return Err(format!("task {}: tracked cancelled", id)),
                 _ => {}
             }
-            if (t.state == State::Executing) != self.executing.contains(&t.id) {
-                return Err(format!("task {}: executing set disagrees", t.id));
+            if (t.state == State::Executing) != self.executing.contains(&id) {
+                return Err(format!("task {}: executing set disagrees", id));
             }
         }
         let running = self.executing.len() + self.cancelled.len() + self.orphans.len();
@@ -443,7 +447,7 @@ impl<V> Machine<V> {
                 old.run_id = t.run_id;
                 old.state = State::Executing;
                 self.keys.get_mut(key).with_rare(|r| r.running -= 1);
-                self.track(old);
+                self.track(t.id, old);
                 self.note(key, "cancelled", "executing");
                 return;
             }
@@ -452,7 +456,6 @@ impl<V> Machine<V> {
         self.instances += 1;
         let instance = self.instances;
         let mut ts = Task {
-            id: t.id,
             key,
             state: State::Waiting,
             instance,
@@ -462,7 +465,7 @@ impl<V> Machine<V> {
         self.note(key, "released", "waiting");
         if self.keys.get(key).value.is_some() {
             // Already held here (a private replica): it is this task's result.
-            self.track(ts);
+            self.track(t.id, ts);
             let nbytes = self.keys.get(key).nbytes;
             self.set_memory(t.id, nbytes, 0.0);
             return;
@@ -489,7 +492,7 @@ impl<V> Machine<V> {
         }
         let ready = todo.missing == 0;
         ts.todo = Some(Box::new(todo));
-        self.track(ts);
+        self.track(t.id, ts);
         if ready {
             self.make_ready(t.id);
         }
@@ -590,7 +593,6 @@ impl<V> Machine<V> {
         }
         self.instances += 1;
         let ts = Task {
-            id,
             key: k,
             state: State::Memory,
             instance: self.instances,
@@ -598,7 +600,7 @@ impl<V> Machine<V> {
             todo: None,
         };
         self.note(k, "released", "memory");
-        self.track(ts);
+        self.track(id, ts);
     }
 
     // ----- execution --------------------------------------------------------------
@@ -639,9 +641,9 @@ impl<V> Machine<V> {
             from = ts.state;
             ts.state = State::Executing;
             self.n_executing += 1;
-            self.executing.insert(ts.id);
+            self.executing.insert(e.id);
             job = Some(Job {
-                id: ts.id,
+                id: e.id,
                 instance: ts.instance,
                 key: ts.key,
                 spec: std::mem::take(&mut todo.spec),
@@ -942,12 +944,12 @@ impl<V> Machine<V> {
 
     // ----- bookkeeping ------------------------------------------------------------
 
-    fn track(&mut self, ts: Task) {
+    fn track(&mut self, id: u32, ts: Task) {
         if ts.state == State::Executing {
-            self.executing.insert(ts.id);
+            self.executing.insert(id);
         }
-        self.keys.get_mut(ts.key).task = Some(ts.id);
-        self.tasks.insert(ts.id, ts);
+        self.keys.get_mut(ts.key).task = Some(id);
+        self.tasks.insert(id, ts);
     }
 
     fn untrack(&mut self, id: u32) -> Option<Task> {

@@ -1111,3 +1111,26 @@ fn transitions_are_recorded_only_while_fed() {
     assert!(m.take_transitions().is_empty());
     ok(&m);
 }
+
+/// A held result costs its slot and its task's record (in a hash table, by id), beyond
+/// the key's bytes and the value: pinned, since every held result pays any growth
+/// (docs/runtime.md#memory). `Box<u8>` stands for the binding's pointer-sized values.
+#[test]
+fn a_held_results_records_stay_small() {
+    use std::mem::size_of;
+    assert_eq!(size_of::<Option<Slot<Box<u8>>>>(), 64);
+    assert_eq!(size_of::<(u32, Task)>(), 40);
+}
+
+/// A held result keeps neither its task's todo nor the key's rare record.
+#[test]
+fn a_held_result_drops_what_only_running_needs() {
+    let mut m = machine(1);
+    m.compute(task(1));
+    let job = m.take_ready(0.0).expect("ready");
+    assert_eq!(m.complete(job, Some((7, 8)), 0.0), Outcome::Finished);
+    let t = m.task(1).expect("held");
+    assert!(t.deps().is_empty() && !t.has_todo());
+    assert!(!m.keys.get(kid(&m, 1)).has_rare());
+    m.validate().unwrap();
+}

@@ -473,7 +473,7 @@ impl WorkerCore {
             let g = self.lock(py);
             let tasks = g.m.tasks();
             tasks
-                .map(|t| (t.id, key_of(&g.m, t.key), t.state.name()))
+                .map(|(id, t)| (id, key_of(&g.m, t.key), t.state.name()))
                 .collect()
         };
         let d = PyDict::new(py);

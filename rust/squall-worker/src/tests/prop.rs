@@ -328,7 +328,7 @@ impl World {
             let mut ts: Vec<_> = self
                 .m
                 .tasks()
-                .map(|t| (t.id, t.state, t.instance))
+                .map(|(id, t)| (id, t.state, t.instance))
                 .collect();
             ts.sort_by_key(|t| t.0);
             eprintln!("{ev:?} -> {ts:?}");
@@ -432,9 +432,9 @@ impl World {
             assert!(!self.erred.contains(&(id, run_id)));
             assert_eq!(self.m.task(id).map(|t| t.state), Some(State::Memory));
         }
-        for t in self.m.tasks() {
+        for (id, t) in self.m.tasks() {
             if t.state == State::Waiting {
-                assert!(self.m.missing(t.id).unwrap() > 0);
+                assert!(self.m.missing(id).unwrap() > 0);
             }
         }
     }
