@@ -187,13 +187,16 @@ impl<V> Keys<V> {
         self.slots.reserve(n.saturating_sub(self.free.len()));
     }
 
-    pub fn intern(&mut self, bytes: &[u8]) -> KeyId {
+    /// The key's id, its slot made if new: from the bytes given (moved in if they
+    /// are a `Vec`, rather than copied).
+    pub fn intern<B: AsRef<[u8]> + Into<Box<[u8]>>>(&mut self, key: B) -> KeyId {
+        let bytes = key.as_ref();
         let h = hash(bytes);
         let slots = &self.slots;
         if let Some(&k) = self.index.find(h, |&k| bytes_of(slots, k) == bytes) {
             return k;
         }
-        let slot = Slot::new(bytes.into());
+        let slot = Slot::new(key.into());
         let k = match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(slot);

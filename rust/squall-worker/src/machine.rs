@@ -413,16 +413,16 @@ impl<V> Machine<V> {
     }
 
     pub fn compute(&mut self, t: TaskIn) {
-        let key = self.keys.intern(&t.key);
+        let known = self.keys.find(&t.key);
         if let Some(ts) = self.tasks.get_mut(&t.id) {
-            if ts.key == key && ts.state != State::Error {
+            if Some(ts.key) == known && ts.state != State::Error {
                 // Re-sent (after a failed steal or a give-back, say): keep its state,
                 // but look again for dependencies nobody is fetching, at the holders
                 // the scheduler names now.
                 ts.run_id = t.run_id;
                 match ts.state {
                     State::Memory => {
-                        let nbytes = self.keys.get(key).nbytes;
+                        let nbytes = self.keys.get(ts.key).nbytes;
                         self.report(t.id, t.run_id, nbytes, 0.0);
                     }
                     State::Waiting => {
@@ -439,8 +439,9 @@ impl<V> Machine<V> {
             // Retried after an error, or the id now names another key.
             self.free(t.id);
         }
-        // The free may have forgotten the key (its slot may even be reused): intern again.
-        let key = self.keys.intern(&t.key);
+        // Interned only now: the free may have forgotten the key (its slot may even
+        // be reused).
+        let key = self.keys.intern(t.key);
         if let Some(mut old) = self.cancelled.remove(&t.id) {
             if old.key == key {
                 // Freed while executing and wanted again: the running call counts.
@@ -479,7 +480,7 @@ impl<V> Machine<V> {
             start: 0.0,
         };
         for dep in t.deps {
-            let d = self.keys.intern(&dep.key);
+            let d = self.keys.intern(dep.key);
             todo.deps.push(d);
             let slot = self.keys.get_mut(d);
             slot.users += 1;

@@ -838,7 +838,7 @@ fn keys_are_forgotten_after_a_full_run() {
     round(&mut m);
     round(&mut m);
     // The interner's slots are reused: six keys never need more than six slots.
-    let ids: Vec<u32> = (1..=6).map(|i| m.keys.intern(&key(i)).0).collect();
+    let ids: Vec<u32> = (1..=6).map(|i| m.keys.intern(key(i)).0).collect();
     assert!(ids.iter().all(|&i| i < 6), "{ids:?}");
 }
 
