@@ -238,7 +238,7 @@ impl WorkerCore {
         py.detach(|| {
             let mut g = self.lock_detached();
             while !g.closing && !g.m.poll_rejoin(instance) {
-                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+                g = self.sleep(g);
             }
         });
     }
