@@ -12,6 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 mod counts;
 mod memory;
+mod tasks;
 pub use counts::Counts;
 pub use memory::Memory;
 
@@ -161,7 +162,7 @@ pub struct Machine<V> {
     address: String,
     nthreads: usize,
     pub keys: Keys<V>,
-    tasks: FxHashMap<u32, Task>,
+    tasks: tasks::Tasks,
     /// Freed while executing, by task id (revived if sent again).
     cancelled: FxHashMap<u32, Task>,
     /// Freed while executing and replaced since, by instance: released when done.
@@ -209,7 +210,7 @@ impl<V> Machine<V> {
             address: address.to_owned(),
             nthreads,
             keys: Keys::default(),
-            tasks: FxHashMap::default(),
+            tasks: tasks::Tasks::default(),
             cancelled: FxHashMap::default(),
             orphans: FxHashMap::default(),
             ready: BinaryHeap::new(),
@@ -275,7 +276,7 @@ impl<V> Machine<V> {
 
     /// The tasks known, with their ids.
     pub fn tasks(&self) -> impl Iterator<Item = (u32, &Task)> {
-        self.tasks.iter().map(|(&id, t)| (id, t))
+        self.tasks.iter()
     }
 
     pub fn value(&self, key: &[u8]) -> Option<&V> {
@@ -353,7 +354,7 @@ impl<V> Machine<V> {
                 return Err(format!("freed running call {}: key forgotten", t.instance));
             }
         }
-        for (&id, t) in &self.tasks {
+        for (id, t) in self.tasks.iter() {
             if self.keys.try_get(t.key).is_none() {
                 return Err(format!("task {}: key {:?} forgotten", id, t.key));
             }
@@ -939,7 +940,7 @@ impl<V> Machine<V> {
         });
         slot.waiters()
             .iter()
-            .map(|(id, _)| (*id, tasks[id].run_id))
+            .map(|(id, _)| (*id, tasks.get(id).expect("live waiter").run_id))
             .collect()
     }
 

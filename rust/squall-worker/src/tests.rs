@@ -1112,14 +1112,15 @@ fn transitions_are_recorded_only_while_fed() {
     ok(&m);
 }
 
-/// A held result costs its slot and its task's record (in a hash table, by id), beyond
-/// the key's bytes and the value: pinned, since every held result pays any growth
-/// (docs/runtime.md#memory). `Box<u8>` stands for the binding's pointer-sized values.
+/// A held result costs its key's slot and its task's record (in slabs), beyond the
+/// key's bytes, the value and the index entries: pinned, since every held result pays
+/// any growth (docs/runtime.md#memory). `Box<u8>` stands for the binding's
+/// pointer-sized values.
 #[test]
 fn a_held_results_records_stay_small() {
     use std::mem::size_of;
     assert_eq!(size_of::<Option<Slot<Box<u8>>>>(), 64);
-    assert_eq!(size_of::<(u32, Task)>(), 40);
+    assert_eq!(size_of::<Option<Task>>(), 32);
 }
 
 /// A held result keeps neither its task's todo nor the key's rare record.
