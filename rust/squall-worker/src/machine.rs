@@ -12,6 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 mod counts;
 mod memory;
+mod tasks;
 pub use counts::Counts;
 pub use memory::Memory;
 
@@ -72,19 +73,53 @@ pub struct TaskIn {
     pub deps: Vec<DepIn>,
 }
 
+/// A task's record, kept by task id.
 pub struct Task {
-    pub id: u32,
+    pub key: KeyId,
+    pub state: State,
     /// Distinguishes this record from earlier ones of the same task id.
     pub instance: u64,
     pub run_id: u64,
-    pub key: KeyId,
-    pub state: State,
+    /// What the task needs until its result is held, then dropped: a held result's
+    /// record stays small (None also for scattered data).
+    todo: Option<Box<Todo>>,
+}
+
+/// The part of a task's record that only a task not yet in memory needs.
+struct Todo {
     priority: Priority,
     spec: Vec<u8>,
     resources: Vec<(String, f64)>,
-    pub deps: Vec<KeyId>,
+    deps: Vec<KeyId>,
     missing: u32,
     start: f64,
+}
+
+impl Task {
+    pub fn deps(&self) -> &[KeyId] {
+        self.todo.as_ref().map_or(&[], |t| &t.deps)
+    }
+
+    fn missing(&self) -> u32 {
+        self.todo.as_ref().map_or(0, |t| t.missing)
+    }
+
+    fn start(&self) -> f64 {
+        self.todo.as_ref().map_or(0.0, |t| t.start)
+    }
+
+    /// Whether the record still holds what a task not yet done needs.
+    #[cfg(test)]
+    pub(crate) fn has_todo(&self) -> bool {
+        self.todo.is_some()
+    }
+
+    /// The record of a task not yet run (queued or running tasks keep theirs).
+    fn todo(&mut self) -> &mut Todo {
+        self.todo
+            .as_deref_mut()
+            .expect("a task not yet done has its todo")
+    }
 }
 
 /// A task taken to run: its spec and the keys whose values it is called with.
@@ -127,7 +162,7 @@ pub struct Machine<V> {
     address: String,
     nthreads: usize,
     pub keys: Keys<V>,
-    tasks: FxHashMap<u32, Task>,
+    tasks: tasks::Tasks,
     /// Freed while executing, by task id (revived if sent again).
     cancelled: FxHashMap<u32, Task>,
     /// Freed while executing and replaced since, by instance: released when done.
@@ -175,7 +210,7 @@ impl<V> Machine<V> {
             address: address.to_owned(),
             nthreads,
             keys: Keys::default(),
-            tasks: FxHashMap::default(),
+            tasks: tasks::Tasks::default(),
             cancelled: FxHashMap::default(),
             orphans: FxHashMap::default(),
             ready: BinaryHeap::new(),
@@ -239,8 +274,9 @@ impl<V> Machine<V> {
         self.tasks.get(&id)
     }
 
-    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
-        self.tasks.values()
+    /// The tasks known, with their ids.
+    pub fn tasks(&self) -> impl Iterator<Item = (u32, &Task)> {
+        self.tasks.iter()
     }
 
     pub fn value(&self, key: &[u8]) -> Option<&V> {
@@ -265,7 +301,7 @@ impl<V> Machine<V> {
 
     /// How many dependencies a waiting task still lacks (None if not tracked).
     pub fn missing(&self, id: u32) -> Option<u32> {
-        self.tasks.get(&id).map(|t| t.missing)
+        self.tasks.get(&id).map(Task::missing)
     }
 
     /// Checks the bookkeeping's invariants (tests and debugging): dependency counts,
@@ -280,7 +316,7 @@ impl<V> Machine<V> {
             .chain(self.orphans.values());
         let queued = self.tasks.values().filter(|t| t.state.queued());
         for t in running.chain(queued) {
-            for &d in &t.deps {
+            for &d in t.deps() {
                 *users.entry(d).or_default() += 1;
             }
         }
@@ -303,8 +339,11 @@ impl<V> Machine<V> {
             }
             let freed = self.cancelled.values().chain(self.orphans.values());
             let running = freed.filter(|t| t.key == k).count() as u32;
-            if slot.running != running {
-                return Err(format!("key {k:?}: running {} != {running}", slot.running));
+            if slot.running() != running {
+                return Err(format!(
+                    "key {k:?}: running {} != {running}",
+                    slot.running()
+                ));
             }
             if slot.unused() {
                 return Err(format!("key {k:?}: live but unused"));
@@ -312,47 +351,45 @@ impl<V> Machine<V> {
         }
         for t in self.cancelled.values().chain(self.orphans.values()) {
             if self.keys.try_get(t.key).is_none() {
-                return Err(format!("freed running task {}: key forgotten", t.id));
+                return Err(format!("freed running call {}: key forgotten", t.instance));
             }
         }
-        for t in self.tasks.values() {
+        for (id, t) in self.tasks.iter() {
             if self.keys.try_get(t.key).is_none() {
-                return Err(format!("task {}: key {:?} forgotten", t.id, t.key));
+                return Err(format!("task {}: key {:?} forgotten", id, t.key));
             }
             let lacking = t
-                .deps
+                .deps()
                 .iter()
                 .filter(|&&d| self.keys.try_get(d).is_none_or(|s| s.value.is_none()))
                 .count() as u32;
             match t.state {
-                State::Waiting if t.missing != lacking || lacking == 0 => {
+                State::Waiting if t.missing() != lacking || lacking == 0 => {
                     return Err(format!(
                         "task {}: waiting, missing {} but {lacking} lacking",
-                        t.id, t.missing
+                        id,
+                        t.missing()
                     ));
                 }
                 State::Ready | State::Constrained | State::Executing if lacking > 0 => {
-                    return Err(format!(
-                        "task {}: {:?} lacking {lacking} deps",
-                        t.id, t.state
-                    ));
+                    return Err(format!("task {}: {:?} lacking {lacking} deps", id, t.state));
                 }
                 State::Memory if self.keys.get(t.key).value.is_none() => {
-                    return Err(format!("task {}: in memory without a value", t.id));
+                    return Err(format!("task {}: in memory without a value", id));
                 }
                 State::Ready | State::Constrained
                     if !self
                         .ready
                         .iter()
-                        .any(|e| e.id == t.id && e.instance == t.instance) =>
+                        .any(|e| e.id == id && e.instance == t.instance) =>
                 {
-                    return Err(format!("task {}: ready but not queued", t.id));
+                    return Err(format!("task {}: ready but not queued", id));
                 }
-                State::Cancelled => return Err(format!("task {}: tracked cancelled", t.id)),
+                State::Cancelled => return Err(format!("task {}: tracked cancelled", id)),
                 _ => {}
             }
-            if (t.state == State::Executing) != self.executing.contains(&t.id) {
-                return Err(format!("task {}: executing set disagrees", t.id));
+            if (t.state == State::Executing) != self.executing.contains(&id) {
+                return Err(format!("task {}: executing set disagrees", id));
             }
         }
         let running = self.executing.len() + self.cancelled.len() + self.orphans.len();
@@ -369,17 +406,24 @@ impl<V> Machine<V> {
 
     // ----- scheduler messages -----------------------------------------------------
 
+    /// Room for a batch of `n` more tasks and keys, made at once rather than by
+    /// repeated growth (each growth copies the tables).
+    pub fn reserve(&mut self, n: usize) {
+        self.tasks.reserve(n);
+        self.keys.reserve(n);
+    }
+
     pub fn compute(&mut self, t: TaskIn) {
-        let key = self.keys.intern(&t.key);
+        let known = self.keys.find(&t.key);
         if let Some(ts) = self.tasks.get_mut(&t.id) {
-            if ts.key == key && ts.state != State::Error {
+            if Some(ts.key) == known && ts.state != State::Error {
                 // Re-sent (after a failed steal or a give-back, say): keep its state,
                 // but look again for dependencies nobody is fetching, at the holders
                 // the scheduler names now.
                 ts.run_id = t.run_id;
                 match ts.state {
                     State::Memory => {
-                        let nbytes = self.keys.get(key).nbytes;
+                        let nbytes = self.keys.get(ts.key).nbytes;
                         self.report(t.id, t.run_id, nbytes, 0.0);
                     }
                     State::Waiting => {
@@ -396,27 +440,39 @@ impl<V> Machine<V> {
             // Retried after an error, or the id now names another key.
             self.free(t.id);
         }
-        // The free may have forgotten the key (its slot may even be reused): intern again.
-        let key = self.keys.intern(&t.key);
+        // Interned only now: the free may have forgotten the key (its slot may even
+        // be reused).
+        let key = self.keys.intern(t.key);
         if let Some(mut old) = self.cancelled.remove(&t.id) {
             if old.key == key {
                 // Freed while executing and wanted again: the running call counts.
                 old.run_id = t.run_id;
                 old.state = State::Executing;
-                self.keys.get_mut(key).running -= 1;
-                self.track(old);
+                self.keys.get_mut(key).with_rare(|r| r.running -= 1);
+                self.track(t.id, old);
                 self.note(key, "cancelled", "executing");
                 return;
             }
             self.orphans.insert(old.instance, old);
         }
         self.instances += 1;
+        let instance = self.instances;
         let mut ts = Task {
-            id: t.id,
-            instance: self.instances,
-            run_id: t.run_id,
             key,
             state: State::Waiting,
+            instance,
+            run_id: t.run_id,
+            todo: None,
+        };
+        self.note(key, "released", "waiting");
+        if self.keys.get(key).value.is_some() {
+            // Already held here (a private replica): it is this task's result.
+            self.track(t.id, ts);
+            let nbytes = self.keys.get(key).nbytes;
+            self.set_memory(t.id, nbytes, 0.0);
+            return;
+        }
+        let mut todo = Todo {
             priority: t.priority,
             spec: t.spec,
             resources: t.resources,
@@ -424,28 +480,21 @@ impl<V> Machine<V> {
             missing: 0,
             start: 0.0,
         };
-        self.note(key, "released", "waiting");
-        if self.keys.get(key).value.is_some() {
-            // Already held here (a private replica): it is this task's result.
-            self.track(ts);
-            let nbytes = self.keys.get(key).nbytes;
-            self.set_memory(t.id, nbytes, 0.0);
-            return;
-        }
         for dep in t.deps {
-            let d = self.keys.intern(&dep.key);
-            ts.deps.push(d);
+            let d = self.keys.intern(dep.key);
+            todo.deps.push(d);
             let slot = self.keys.get_mut(d);
             slot.users += 1;
             if slot.value.is_some() {
                 continue;
             }
-            ts.missing += 1;
-            slot.waiters.push((t.id, ts.instance));
+            todo.missing += 1;
+            slot.with_rare(|r| r.waiters.push((t.id, instance)));
             self.fetch_if_needed(d, dep.holders);
         }
-        let ready = ts.missing == 0;
-        self.track(ts);
+        let ready = todo.missing == 0;
+        ts.todo = Some(Box::new(todo));
+        self.track(t.id, ts);
         if ready {
             self.make_ready(t.id);
         }
@@ -469,7 +518,8 @@ impl<V> Machine<V> {
         if slot.value.is_some() || slot.fetch != Fetch::No || local_pending {
             return;
         }
-        slot.holders = holders.into_iter().filter(|h| *h != self.address).collect();
+        let holders = holders.into_iter().filter(|h| *h != self.address).collect();
+        slot.with_rare(|r| r.holders = holders);
         slot.fetch = Fetch::Queued;
         self.to_fetch.push(d);
     }
@@ -486,12 +536,12 @@ impl<V> Machine<V> {
             State::Executing => {
                 self.note(ts.key, "executing", "cancelled");
                 ts.state = State::Cancelled;
-                self.keys.get_mut(ts.key).running += 1;
+                self.keys.get_mut(ts.key).with_rare(|r| r.running += 1);
                 self.executing.remove(&id);
                 self.cancelled.insert(id, ts);
                 return;
             }
-            s if s.queued() => self.release_deps(&ts.deps),
+            s if s.queued() => self.release_deps(ts.deps()),
             _ => {}
         }
         self.note_forgotten(ts.key, ts.state);
@@ -517,7 +567,7 @@ impl<V> Machine<V> {
         if state.queued() {
             let ts = self.untrack(id).expect("tracked");
             self.note_forgotten(ts.key, state);
-            self.release_deps(&ts.deps);
+            self.release_deps(ts.deps());
             self.keys.collect(ts.key);
         }
         Some(state)
@@ -538,27 +588,21 @@ impl<V> Machine<V> {
         let slot = self.keys.get_mut(k);
         slot.announced = false; // a registered result now
                                 // Local tasks waiting for this key have it now.
-        let waiters = std::mem::take(&mut slot.waiters);
+        let waiters = slot.take_waiters();
         self.deps_arrived(&waiters);
         if same == Some(true) {
             return;
         }
         self.instances += 1;
         let ts = Task {
-            id,
-            instance: self.instances,
-            run_id: 0,
             key: k,
             state: State::Memory,
-            priority: Priority::default(),
-            spec: Vec::new(),
-            resources: Vec::new(),
-            deps: Vec::new(),
-            missing: 0,
-            start: 0.0,
+            instance: self.instances,
+            run_id: 0,
+            todo: None,
         };
         self.note(k, "released", "memory");
-        self.track(ts);
+        self.track(id, ts);
     }
 
     // ----- execution --------------------------------------------------------------
@@ -579,33 +623,34 @@ impl<V> Machine<V> {
             if ts.instance != e.instance || !matches!(ts.state, State::Ready | State::Constrained) {
                 continue; // stale: stolen, freed or superseded
             }
-            if !ts.resources.is_empty() {
+            let todo = ts.todo.as_deref_mut().expect("a queued task has its todo");
+            if !todo.resources.is_empty() {
                 let free = &mut self.free_resources;
-                let fits = ts.resources.iter().all(|(name, amount)| {
+                let fits = todo.resources.iter().all(|(name, amount)| {
                     free.iter().any(|(n, have)| n == name && *have >= *amount)
                 });
                 if !fits {
                     skipped.push(e);
                     continue;
                 }
-                for (name, amount) in &ts.resources {
+                for (name, amount) in &todo.resources {
                     if let Some((_, have)) = free.iter_mut().find(|(n, _)| n == name) {
                         *have -= amount;
                     }
                 }
             }
+            todo.start = now;
             from = ts.state;
             ts.state = State::Executing;
-            ts.start = now;
             self.n_executing += 1;
-            self.executing.insert(ts.id);
+            self.executing.insert(e.id);
             job = Some(Job {
-                id: ts.id,
+                id: e.id,
                 instance: ts.instance,
                 key: ts.key,
-                spec: std::mem::take(&mut ts.spec),
-                deps: ts.deps.clone(),
-                resources: ts.resources.clone(),
+                spec: std::mem::take(&mut todo.spec),
+                deps: todo.deps.clone(),
+                resources: todo.resources.clone(),
             });
             break;
         }
@@ -679,7 +724,7 @@ impl<V> Machine<V> {
     pub fn executing(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
         self.executing
             .iter()
-            .filter_map(|id| self.tasks.get(id).map(|t| (*id, t.start)))
+            .filter_map(|id| self.tasks.get(id).map(|t| (*id, t.start())))
     }
 
     /// The start time of a running task (or one freed while running).
@@ -687,7 +732,7 @@ impl<V> Machine<V> {
         self.tasks
             .get(&id)
             .or_else(|| self.cancelled.get(&id))
-            .map(|t| t.start)
+            .map(Task::start)
     }
 
     /// `secede()` from call `instance` of task `id` (its job's): the call stops
@@ -769,18 +814,18 @@ impl<V> Machine<V> {
                 self.keys.collect(k);
                 continue;
             }
-            if slot.holders.is_empty() {
+            if slot.holders().is_empty() {
                 let waiters = self.live_waiters(k);
                 self.keys.get_mut(k).fetch = Fetch::No;
                 missing.push(Missing { key: k, waiters });
                 continue;
             }
-            let holder = match slot.holders.iter().find(|h| prefer(h)) {
+            let holder = match slot.holders().iter().find(|h| prefer(h)) {
                 Some(h) => h.clone(),
                 None => {
-                    let n = slot.holders.len() as u64;
+                    let n = slot.holders().len() as u64;
                     let i = self.next_random() % n;
-                    self.keys.get(k).holders[i as usize].clone()
+                    self.keys.get(k).holders()[i as usize].clone()
                 }
             };
             self.keys.get_mut(k).fetch = Fetch::InFlight;
@@ -825,15 +870,15 @@ impl<V> Machine<V> {
         let mut erred = Vec::new();
         match got {
             Ok(None) => {
-                slot.holders.retain(|h| h != holder);
+                slot.with_rare(|r| r.holders.retain(|h| h != holder));
                 if slot.fetch == Fetch::No {
                     slot.fetch = Fetch::Queued;
                     self.to_fetch.push(k);
                 }
             }
             Ok(Some((value, nbytes))) => {
-                slot.holders.clear();
-                let waiters = std::mem::take(&mut slot.waiters);
+                slot.with_rare(|r| r.holders.clear());
+                let waiters = slot.take_waiters();
                 if slot.value.is_none() && slot.users > 0 {
                     slot.announced = true;
                     self.replicas_added.push(slot.bytes.clone());
@@ -844,12 +889,12 @@ impl<V> Machine<V> {
                 }
             }
             Err(()) => {
-                slot.holders.clear();
+                slot.with_rare(|r| r.holders.clear());
                 for (id, _) in self.live_waiters(k) {
                     let ts = self.tasks.get_mut(&id).expect("live");
                     ts.state = State::Error;
                     let (run_id, key) = (ts.run_id, ts.key);
-                    let deps = std::mem::take(&mut ts.deps);
+                    let deps = std::mem::take(&mut ts.todo().deps);
                     self.release_deps(&deps);
                     self.note(key, "waiting", "error");
                     erred.push((id, run_id));
@@ -874,7 +919,7 @@ impl<V> Machine<V> {
             if back {
                 let ts = self.untrack(id).expect("tracked");
                 self.note_forgotten(ts.key, State::Waiting);
-                self.release_deps(&ts.deps);
+                self.release_deps(ts.deps());
                 self.keys.collect(ts.key);
                 out.push(id);
             }
@@ -886,25 +931,27 @@ impl<V> Machine<V> {
     fn live_waiters(&mut self, k: KeyId) -> Vec<(u32, u64)> {
         let tasks = &self.tasks;
         let slot = self.keys.get_mut(k);
-        slot.waiters.retain(|(id, inst)| {
-            tasks
-                .get(id)
-                .is_some_and(|t| t.instance == *inst && t.state == State::Waiting)
+        slot.with_rare(|r| {
+            r.waiters.retain(|(id, inst)| {
+                tasks
+                    .get(id)
+                    .is_some_and(|t| t.instance == *inst && t.state == State::Waiting)
+            });
         });
-        slot.waiters
+        slot.waiters()
             .iter()
-            .map(|(id, _)| (*id, tasks[id].run_id))
+            .map(|(id, _)| (*id, tasks.get(id).expect("live waiter").run_id))
             .collect()
     }
 
     // ----- bookkeeping ------------------------------------------------------------
 
-    fn track(&mut self, ts: Task) {
+    fn track(&mut self, id: u32, ts: Task) {
         if ts.state == State::Executing {
-            self.executing.insert(ts.id);
+            self.executing.insert(id);
         }
-        self.keys.get_mut(ts.key).task = Some(ts.id);
-        self.tasks.insert(ts.id, ts);
+        self.keys.get_mut(ts.key).task = Some(id);
+        self.tasks.insert(id, ts);
     }
 
     fn untrack(&mut self, id: u32) -> Option<Task> {
@@ -918,22 +965,24 @@ impl<V> Machine<V> {
 
     /// A record freed while running has finished (or was replaced): let go of it.
     fn orphan(&mut self, ts: Task) {
-        self.keys.get_mut(ts.key).running -= 1;
-        self.release_deps(&ts.deps);
+        self.keys.get_mut(ts.key).with_rare(|r| r.running -= 1);
+        self.release_deps(ts.deps());
         self.keys.collect(ts.key);
     }
 
     fn make_ready(&mut self, id: u32) {
         self.waiting_for_resources = false;
         let ts = self.tasks.get_mut(&id).expect("tracked");
-        ts.state = if ts.resources.is_empty() {
+        let todo = ts.todo.as_deref().expect("a queued task has its todo");
+        let priority = todo.priority;
+        ts.state = if todo.resources.is_empty() {
             State::Ready
         } else {
             State::Constrained
         };
         let (key, state) = (ts.key, ts.state);
         self.ready.push(Entry {
-            priority: Reverse(ts.priority),
+            priority: Reverse(priority),
             instance: ts.instance,
             id,
         });
@@ -944,12 +993,12 @@ impl<V> Machine<V> {
         let ts = self.tasks.get_mut(&id).expect("tracked");
         let from = ts.state;
         ts.state = State::Memory;
-        ts.spec = Vec::new();
+        ts.todo = None;
         let (run_id, key) = (ts.run_id, ts.key);
         self.note(key, from.name(), "memory");
         self.keys.get_mut(key).announced = false; // the scheduler's result now
         self.report(id, run_id, nbytes, seconds);
-        let waiters = std::mem::take(&mut self.keys.get_mut(key).waiters);
+        let waiters = self.keys.get_mut(key).take_waiters();
         self.deps_arrived(&waiters);
     }
 
@@ -963,8 +1012,9 @@ impl<V> Machine<V> {
                 continue;
             };
             if ts.instance == instance && ts.state == State::Waiting {
-                ts.missing -= 1;
-                if ts.missing == 0 {
+                let todo = ts.todo();
+                todo.missing -= 1;
+                if todo.missing == 0 {
                     self.make_ready(id);
                 }
             }
@@ -977,7 +1027,7 @@ impl<V> Machine<V> {
             let slot = self.keys.get_mut(d);
             slot.users -= 1;
             if slot.users == 0 {
-                slot.waiters.clear();
+                slot.take_waiters();
                 self.maybe_drop(d);
             }
         }

@@ -324,9 +324,9 @@ fn fetch_plan_groups_per_holder_and_prefers_cached_peers() {
     assert_eq!(m.missing(10), Some(3));
     // Key 3 was queued by task 10 already: task 11's holders for it are not used.
     let slot3 = m.keys.get(kid(&m, 3));
-    assert_eq!(slot3.holders, vec!["p2".to_string(), "p3".to_string()]);
+    assert_eq!(slot3.holders(), vec!["p2".to_string(), "p3".to_string()]);
     assert_eq!(slot3.fetch, Fetch::Queued);
-    assert!(m.keys.get(kid(&m, 1)).holders.iter().all(|h| h != ME));
+    assert!(m.keys.get(kid(&m, 1)).holders().iter().all(|h| h != ME));
     let (p, missing) = plan(&mut m, &|h| h == "p3");
     assert_eq!(
         p,
@@ -391,7 +391,7 @@ fn peer_lacking_the_key_requeues_it_for_another_holder() {
     let k = kid(&m, 1);
     assert_eq!(m.fetched("p1", k, Ok(None)), vec![]);
     assert_eq!(m.keys.get(k).fetch, Fetch::Queued);
-    assert_eq!(m.keys.get(k).holders, vec!["p2".to_string()]);
+    assert_eq!(m.keys.get(k).holders(), vec!["p2".to_string()]);
     ok(&m);
     // p1 is still "cached" but no longer a holder.
     let (p, missing) = plan(&mut m, &|h| h == "p1");
@@ -838,7 +838,7 @@ fn keys_are_forgotten_after_a_full_run() {
     round(&mut m);
     round(&mut m);
     // The interner's slots are reused: six keys never need more than six slots.
-    let ids: Vec<u32> = (1..=6).map(|i| m.keys.intern(&key(i)).0).collect();
+    let ids: Vec<u32> = (1..=6).map(|i| m.keys.intern(key(i)).0).collect();
     assert!(ids.iter().all(|&i| i < 6), "{ids:?}");
 }
 
@@ -1110,4 +1110,28 @@ fn transitions_are_recorded_only_while_fed() {
     m.compute(task(5));
     assert!(m.take_transitions().is_empty());
     ok(&m);
+}
+
+/// A held result costs its key's slot and its task's record (in slabs), beyond the
+/// key's bytes, the value and the index entries: pinned, since every held result pays
+/// any growth (docs/runtime.md#memory). `Box<u8>` stands for the binding's
+/// pointer-sized values.
+#[test]
+fn a_held_results_records_stay_small() {
+    use std::mem::size_of;
+    assert_eq!(size_of::<Option<Slot<Box<u8>>>>(), 64);
+    assert_eq!(size_of::<Option<Task>>(), 32);
+}
+
+/// A held result keeps neither its task's todo nor the key's rare record.
+#[test]
+fn a_held_result_drops_what_only_running_needs() {
+    let mut m = machine(1);
+    m.compute(task(1));
+    let job = m.take_ready(0.0).expect("ready");
+    assert_eq!(m.complete(job, Some((7, 8)), 0.0), Outcome::Finished);
+    let t = m.task(1).expect("held");
+    assert!(t.deps().is_empty() && !t.has_todo());
+    assert!(!m.keys.get(kid(&m, 1)).has_rare());
+    m.validate().unwrap();
 }

@@ -10,7 +10,7 @@ impl WorkerCore {
     /// Tasks known here by state name (states with none are left out).
     fn task_counts(&self, py: Python<'_>) -> BTreeMap<&'static str, usize> {
         let mut counts = BTreeMap::new();
-        for t in self.lock(py).m.tasks() {
+        for (_, t) in self.lock(py).m.tasks() {
             *counts.entry(t.state.name()).or_insert(0) += 1;
         }
         counts

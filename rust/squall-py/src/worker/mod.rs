@@ -37,6 +37,9 @@ struct Inner {
     m: Machine<Py<PyAny>>,
     closing: bool,
     threads: usize,
+    /// Threads waiting on `work` now: with none, nobody is woken (a notification is
+    /// a system call, and the task thread would make one per task).
+    sleeping: usize,
     wake_pending: bool,
     /// When the oldest result not yet taken by the event loop was recorded.
     reports_since: Option<Instant>,
@@ -141,9 +144,17 @@ impl WorkerCore {
     }
 
     fn wake_threads(&self, g: &Inner) {
-        if g.m.runnable() || g.closing {
+        if g.sleeping > 0 && (g.m.runnable() || g.closing) {
             self.work.notify_all();
         }
+    }
+
+    /// Waits (lock released) to be woken by `wake_threads` or `close`.
+    fn sleep<'a>(&self, mut g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        g.sleeping += 1;
+        let mut g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+        g.sleeping -= 1;
+        g
     }
 
     /// Blocks (GIL released) until a task or rejoin may be runnable, or closing.
@@ -151,7 +162,7 @@ impl WorkerCore {
         py.detach(|| {
             let mut g = self.lock_detached();
             while !g.closing && !g.m.runnable() && !self.surplus(&g) {
-                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+                g = self.sleep(g);
             }
         });
     }
@@ -218,6 +229,7 @@ impl WorkerCore {
                 m: Machine::new(address, nthreads, resources),
                 closing: false,
                 threads: 0,
+                sleeping: 0,
                 wake_pending: false,
                 reports_since: None,
                 erred: Vec::new(),
@@ -256,6 +268,7 @@ impl WorkerCore {
         let tasks = compute_inputs(payload, &addresses)?;
         let n = tasks.len();
         let mut g = self.lock(py);
+        g.m.reserve(n);
         for t in tasks {
             g.m.compute(t);
         }
@@ -472,7 +485,7 @@ impl WorkerCore {
             let g = self.lock(py);
             let tasks = g.m.tasks();
             tasks
-                .map(|t| (t.id, key_of(&g.m, t.key), t.state.name()))
+                .map(|(id, t)| (id, key_of(&g.m, t.key), t.state.name()))
                 .collect()
         };
         let d = PyDict::new(py);

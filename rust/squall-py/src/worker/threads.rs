@@ -103,7 +103,7 @@ impl WorkerCore {
                 let slot = g.m.keys.get(d);
                 match &slot.value {
                     Some(v) => {
-                        if slot.spilled.is_some() {
+                        if slot.spilled().is_some() {
                             spilled.push(deps.len());
                         }
                         deps.push((key, v.clone_ref(py)));
@@ -238,7 +238,7 @@ impl WorkerCore {
         py.detach(|| {
             let mut g = self.lock_detached();
             while !g.closing && !g.m.poll_rejoin(instance) {
-                g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+                g = self.sleep(g);
             }
         });
     }

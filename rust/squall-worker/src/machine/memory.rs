@@ -51,7 +51,7 @@ impl<V> Machine<V> {
     pub(super) fn unstore(&mut self, k: KeyId) -> Option<V> {
         let slot = self.keys.get_mut(k);
         let old = slot.value.take()?;
-        let (nbytes, spilled) = (slot.nbytes, slot.spilled.take());
+        let (nbytes, spilled) = (slot.nbytes, slot.take_spilled());
         slot.nbytes = 0;
         self.memory.count(nbytes, spilled, -1);
         Some(old)
@@ -69,7 +69,7 @@ impl<V> Machine<V> {
         self.keys.get(k).value.as_ref()?;
         self.touch(k);
         let slot = self.keys.get(k);
-        Some((slot.value.as_ref()?, slot.spilled.is_some()))
+        Some((slot.value.as_ref()?, slot.spilled().is_some()))
     }
 
     pub fn memory(&self) -> Memory {
@@ -82,7 +82,7 @@ impl<V> Machine<V> {
         let mut held: Vec<(u64, KeyId, i64)> = self
             .keys
             .iter()
-            .filter(|(_, s)| s.value.is_some() && s.spilled.is_none())
+            .filter(|(_, s)| s.value.is_some() && s.spilled().is_none())
             .map(|(k, s)| (s.used, k, s.nbytes))
             .collect();
         held.sort_unstable_by_key(|&(used, _, _)| used);
@@ -110,14 +110,14 @@ impl<V> Machine<V> {
         disk: i64,
     ) -> Result<(), V> {
         let current = self.keys.try_get(k).is_some_and(|s| {
-            &s.bytes[..] == key && s.spilled.is_none() && s.value.as_ref().is_some_and(same)
+            &s.bytes[..] == key && s.spilled().is_none() && s.value.as_ref().is_some_and(same)
         });
         if !current {
             return Err(handle);
         }
         let slot = self.keys.get_mut(k);
         let old = slot.value.replace(handle);
-        slot.spilled = Some(disk);
+        slot.with_rare(|r| r.spilled = Some(disk));
         let nbytes = slot.nbytes;
         self.memory.count(nbytes, None, -1);
         self.memory.count(nbytes, Some(disk), 1);
@@ -150,8 +150,8 @@ impl<V> Machine<V> {
         let mut want = Memory::default();
         for (k, s) in self.keys.iter() {
             if s.value.is_some() {
-                want.count(s.nbytes, s.spilled, 1);
-            } else if s.spilled.is_some() || s.nbytes != 0 {
+                want.count(s.nbytes, s.spilled(), 1);
+            } else if s.spilled().is_some() || s.nbytes != 0 {
                 return Err(format!("key {k:?}: no value, yet sized or spilled"));
             }
         }

@@ -203,7 +203,11 @@ impl World {
                     for &d in &job.deps {
                         let slot = self.m.keys.get(d);
                         let want = value_of(&slot.bytes);
-                        let want = if slot.spilled.is_some() { -want } else { want };
+                        let want = if slot.spilled().is_some() {
+                            -want
+                        } else {
+                            want
+                        };
                         assert_eq!(slot.value, Some(want), "dep of {}", job.id);
                     }
                     self.jobs.push(Held {
@@ -245,7 +249,7 @@ impl World {
                     for k in ks {
                         let slot = self.m.keys.get(k);
                         assert_eq!(slot.fetch, Fetch::InFlight);
-                        assert!(slot.holders.contains(&h));
+                        assert!(slot.holders().contains(&h));
                         assert!(
                             self.in_flight.iter().all(|(_, f)| *f != k),
                             "twice in flight"
@@ -258,7 +262,7 @@ impl World {
                         let ts = self.m.task(id).expect("a live waiter");
                         assert_eq!(ts.state, State::Waiting);
                         assert_eq!(ts.run_id, run_id);
-                        assert!(ts.deps.contains(&mi.key));
+                        assert!(ts.deps().contains(&mi.key));
                     }
                     self.missing.push(mi.waiters);
                 }
@@ -324,7 +328,7 @@ impl World {
             let mut ts: Vec<_> = self
                 .m
                 .tasks()
-                .map(|t| (t.id, t.state, t.instance))
+                .map(|(id, t)| (id, t.state, t.instance))
                 .collect();
             ts.sort_by_key(|t| t.0);
             eprintln!("{ev:?} -> {ts:?}");
@@ -367,7 +371,7 @@ impl World {
         for k in keys {
             let slot = self.m.keys.get(k);
             let (bytes, value, nbytes) = (slot.bytes.to_vec(), slot.value.unwrap(), slot.nbytes);
-            assert!(slot.spilled.is_none() && value == value_of(&bytes));
+            assert!(slot.spilled().is_none() && value == value_of(&bytes));
             assert!(self
                 .m
                 .spilled(k, b"other", |v| *v == value, -value, 7)
@@ -428,9 +432,9 @@ impl World {
             assert!(!self.erred.contains(&(id, run_id)));
             assert_eq!(self.m.task(id).map(|t| t.state), Some(State::Memory));
         }
-        for t in self.m.tasks() {
+        for (id, t) in self.m.tasks() {
             if t.state == State::Waiting {
-                assert!(self.m.missing(t.id).unwrap() > 0);
+                assert!(self.m.missing(id).unwrap() > 0);
             }
         }
     }

@@ -1,0 +1,70 @@
+//! The task records by scheduler task id: the records in a slab, and a hash table
+//! from id to slab index. The table's entries stay small (8 bytes): growing it copies
+//! every entry while the old and new tables both live, and its slack is paid per
+//! entry; the slab grows in place (docs/runtime.md#memory).
+
+use super::Task;
+use rustc_hash::FxHashMap;
+
+#[derive(Default)]
+pub(super) struct Tasks {
+    index: FxHashMap<u32, u32>,
+    records: Vec<Option<Task>>,
+    /// Slab entries to reuse.
+    free: Vec<u32>,
+}
+
+impl Tasks {
+    pub(super) fn get(&self, id: &u32) -> Option<&Task> {
+        let &i = self.index.get(id)?;
+        self.records[i as usize].as_ref()
+    }
+
+    pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut Task> {
+        let &i = self.index.get(id)?;
+        self.records[i as usize].as_mut()
+    }
+
+    /// Tracks `ts` as task `id`'s record (replacing any).
+    pub(super) fn insert(&mut self, id: u32, ts: Task) {
+        if let Some(&i) = self.index.get(&id) {
+            self.records[i as usize] = Some(ts);
+            return;
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.records[i as usize] = Some(ts);
+                i
+            }
+            None => {
+                self.records.push(Some(ts));
+                self.records.len() as u32 - 1
+            }
+        };
+        self.index.insert(id, i);
+    }
+
+    pub(super) fn remove(&mut self, id: &u32) -> Option<Task> {
+        let i = self.index.remove(id)?;
+        self.free.push(i);
+        self.records[i as usize].take()
+    }
+
+    /// Room for `n` more records without growing.
+    pub(super) fn reserve(&mut self, n: usize) {
+        self.index.reserve(n);
+        self.records.reserve(n.saturating_sub(self.free.len()));
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &Task> {
+        self.records.iter().filter_map(Option::as_ref)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, &Task)> {
+        let records = &self.records;
+        self.index.iter().map(move |(&id, &i)| {
+            let ts = records[i as usize].as_ref();
+            (id, ts.expect("indexed records are live"))
+        })
+    }
+}
