@@ -7,8 +7,8 @@ use crate::convert::key_to_py;
 use crate::errors::wire_error;
 use crate::specs::load_function;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyTuple};
 use squall_core::Key;
 use squall_wire::spec::{split_call, CallSpec};
@@ -28,7 +28,11 @@ impl WorkerCore {
             let value = self.call_spec(py, &job.spec, deps)?;
             let n = match scalar_size(value.bind(py)) {
                 Some(n) => n,
-                None => self.hooks.sizeof.call1(py, (value.bind(py),))?.extract(py)?,
+                None => self
+                    .hooks
+                    .sizeof
+                    .call1(py, (value.bind(py),))?
+                    .extract(py)?,
             };
             Ok((value, n))
         }));
@@ -156,5 +160,9 @@ fn scalar_size(value: &Bound<'_, PyAny>) -> Option<i64> {
     if !scalar {
         return None;
     }
-    value.call_method0(intern!(value.py(), "__sizeof__")).ok()?.extract().ok()
+    value
+        .call_method0(intern!(value.py(), "__sizeof__"))
+        .ok()?
+        .extract()
+        .ok()
 }
