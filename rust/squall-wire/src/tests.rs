@@ -145,17 +145,22 @@ fn x_in_memory(nbytes: i64) -> (Scheduler, ClientId, WorkerId, TaskId) {
 }
 
 pub(crate) fn submit(s: &mut Scheduler, c: ClientId, tasks: Vec<NewTask>, now: f64) {
+    s.update_graph(c, submission(tasks, Vec::new()), now)
+        .unwrap();
+}
+
+/// A graph of `tasks`, all wanted, with the blob table `blobs`.
+pub(crate) fn submission(tasks: Vec<NewTask>, blobs: Vec<squall_core::blobs::Blob>) -> Submission {
     let n = tasks.len() as u32;
-    let sub = Submission {
+    Submission {
         tasks,
         wanted: (0..n).map(DepRef::Local).collect(),
         defaults: TaskOptions::default(),
         fifo_timeout: 0.0,
         submitting_task: None,
         order: GraphOrder::Sequential,
-        blobs: Vec::new(),
-    };
-    s.update_graph(c, sub, now).unwrap();
+        blobs,
+    }
 }
 
 fn spec(b: &[u8]) -> Option<RunSpec> {

@@ -4,11 +4,11 @@
 
 use crate::compute::{decode_compute, encode_compute};
 use crate::graph::decode_update_graph;
-use crate::tests::{assert_prefixes_fail, encode_keyed, key, scheduler};
+use crate::tests::{assert_prefixes_fail, encode_keyed, key, scheduler, submission};
 use crate::WireError;
 use proptest::prelude::*;
 use squall_core::blobs::{self, BLOB_TAG};
-use squall_core::{CoreError, DepRef, GraphOrder, Key, NewTask, Submission, TaskOptions};
+use squall_core::{CoreError, Key, NewTask};
 
 const F: &[u8] = b"<the pickled function, shared by every spec>";
 const G: &[u8] = b"<another function, long enough to be cut>";
@@ -34,19 +34,6 @@ fn graph(n: usize) -> (Vec<Key>, Vec<Vec<u8>>) {
 fn encode(keys: &[Key], specs: &[Vec<u8>], blobs: &[&[u8]]) -> (usize, usize, Vec<u8>) {
     let specs: Vec<Option<&[u8]>> = specs.iter().map(|s| Some(&s[..])).collect();
     encode_keyed(keys, &specs, &[] as &[Vec<Key>], blobs)
-}
-
-fn submission(tasks: Vec<NewTask>, blobs: Vec<blobs::Blob>) -> Submission {
-    let n = tasks.len() as u32;
-    Submission {
-        tasks,
-        wanted: (0..n).map(DepRef::Local).collect(),
-        defaults: TaskOptions::default(),
-        fifo_timeout: 0.0,
-        submitting_task: None,
-        order: GraphOrder::Sequential,
-        blobs,
-    }
 }
 
 #[test]
