@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,9 +11,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import dask.config
+import psutil
 import pytest
 
 import squall
+from squall.deploy.lifeline import lifeline
 from squall.protocol import update_graph
 
 
@@ -21,6 +24,14 @@ def pytest_configure(config: pytest.Config) -> None:
     a free port (processes started by tests inherit this), not all on 8787."""
     os.environ["DASK_SQUALL__SCHEDULER__DASHBOARD__ADDRESS"] = ":0"
     dask.config.set({"squall.scheduler.dashboard.address": ":0"})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Processes a test started and did not stop (a test that failed before its cleanup)
+    must not outlive the run: they would hold ports and CPU under the next runs."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 @pytest.fixture
@@ -58,7 +69,9 @@ def client(cluster: squall.LocalCluster) -> Iterator[squall.Client]:
 
 def start_scheduler(*flags: str, **popen: Any) -> tuple[subprocess.Popen[str], str]:
     """``squall scheduler --port 0 FLAGS`` in a subprocess (``popen``: more
-    ``subprocess.Popen`` arguments, e.g. ``stderr=``, ``env=``) and the address it prints."""
+    ``subprocess.Popen`` arguments, e.g. ``stderr=``, ``env=``) and the address it prints.
+    It ends with the test run, however that ends (``--watch-stdin`` on the run's
+    lifeline), so a failed or killed test cannot leave it running."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -69,8 +82,10 @@ def start_scheduler(*flags: str, **popen: Any) -> tuple[subprocess.Popen[str], s
             "127.0.0.1",
             "--port",
             "0",
+            "--watch-stdin",
             *flags,
         ],
+        stdin=lifeline(),
         stdout=subprocess.PIPE,
         text=True,
         **popen,
@@ -80,9 +95,12 @@ def start_scheduler(*flags: str, **popen: Any) -> tuple[subprocess.Popen[str], s
 
 
 def start_worker(address: str, *flags: str, **popen: Any) -> subprocess.Popen[bytes]:
-    """``squall worker ADDRESS FLAGS`` in a subprocess."""
+    """``squall worker ADDRESS FLAGS`` in a subprocess, ending with the test run as
+    :func:`start_scheduler`'s scheduler does."""
     return subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "worker", address, *flags], **popen
+        [sys.executable, "-m", "squall.cli", "worker", address, "--watch-stdin", *flags],
+        stdin=lifeline(),
+        **popen,
     )
 
 

@@ -56,12 +56,7 @@ def start_scheduler(
 def start_worker(
     address: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "squall.cli", "worker", address, *args],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    return conftest.start_worker(address, *args, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def n_workers(address: str) -> int:
