@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from squall import config
-from squall._core import decode_keys, encode_keys
+from squall._core import decode_keys, encode_keys, hold_keys
 from squall.client.events import DEFAULT_HANDLERS, Handler
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
@@ -419,24 +419,10 @@ class ClientConnection:
         self, keys: list[Key], client: Client
     ) -> tuple[list[Future], list[int] | None]:
         """Futures of ``client`` for ``keys`` (a bulk ``Future(key, client)``, one lock
-        acquisition) and the indices of the keys it did not hold before (None: all)."""
-        futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
+        acquisition and one compiled loop) and the indices of the keys it did not hold
+        before (None: all). A held key (or one earlier in ``keys``) keeps its state."""
         with self.refcount_lock:
-            made = list(map(FutureState, keys, itertools.repeat(self.generation)))
-            # One C loop and one lookup per key: a held key (or one earlier in ``keys``)
-            # keeps its state and the state made for it is dropped.
-            states = list(map(self.futures.setdefault, keys, made))
-            fresh: list[int] | None = None
-            if not all(map(operator.is_, states, made)):
-                fresh = []
-                for i, (st, new) in enumerate(zip(states, made, strict=True)):
-                    if st is new:
-                        fresh.append(i)
-                    else:
-                        st.refs += 1
-            for f, k, st in zip(futures, keys, states, strict=True):  # ``Future._bind``, inlined
-                f.key, f._client, f._state, f._cleared = k, client, st, False  # type: ignore[assignment]
-        return futures, fresh
+            return hold_keys(self.futures, keys, Future, FutureState, client, self.generation)
 
     def release_soon(self, state: FutureState) -> None:
         """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's

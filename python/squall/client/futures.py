@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, over
 from dask._task_spec import TaskRef
 from dask.base import is_dask_collection
 
-from squall._core import encode_keys
+from squall._core import encode_keys, gc_track
 from squall.client.default import default_client
 from squall.errors import FutureCancelledError
 from squall.protocol import messages as m
@@ -90,6 +90,10 @@ class FutureState:
 
     def _more(self) -> _Rare:
         if self._rare is None:
+            # A map's state is left untracked by the cyclic collector while it holds
+            # only atoms (``hold_keys``); its rare part may close a cycle (an exception
+            # whose traceback holds a future), so from now it is tracked.
+            gc_track(self)
             self._rare = _Rare()
         return self._rare
 
