@@ -2,8 +2,9 @@
 //! share, bound and entered in the client's table of states in one C loop
 //! (docs/runtime.md#futures-in-the-client).
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyType};
+use pyo3::types::{PyBool, PyDict, PyList, PyType};
 use pyo3::{ffi, intern};
 
 /// A new instance of `ty` with its slots unset, as `object.__new__(ty)`: the type's
@@ -19,16 +20,71 @@ fn alloc<'py>(ty: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
+/// Where a class keeps the writable object slot `name` (one of its `__slots__`): its
+/// offset in an instance. A TypeError if `name` is no such slot.
+fn slot_offset(ty: &Bound<'_, PyType>, name: &str) -> PyResult<isize> {
+    let descr = ty.getattr(name)?;
+    let p = descr.as_ptr();
+    // SAFETY: `p` is live; it is read as a member descriptor only once its type is
+    // checked to be that, whose `d_member` points to its static definition.
+    unsafe {
+        if ffi::Py_TYPE(p) == std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type) {
+            let member =
+                (*p.cast::<ffi::PyMemberDescrObject>()).d_member as *const ffi::PyMemberDef;
+            if (*member).type_code == ffi::Py_T_OBJECT_EX && (*member).flags & ffi::Py_READONLY == 0
+            {
+                return Ok((*member).offset);
+            }
+        }
+    }
+    Err(PyTypeError::new_err(format!(
+        "{} has no object slot {name}",
+        ty.name()?
+    )))
+}
+
+/// The offsets of some slots of a class, in the order named.
+fn slot_offsets<const N: usize>(ty: &Bound<'_, PyType>, names: [&str; N]) -> PyResult<[isize; N]> {
+    let mut out = [0; N];
+    for (o, name) in out.iter_mut().zip(names) {
+        *o = slot_offset(ty, name)?;
+    }
+    Ok(out)
+}
+
+/// Sets the slots at `offsets` of `obj`, a new instance from [`alloc`] of the class they
+/// were read from (all unset), to `values`: what `setattr` does, without looking each
+/// name up.
+fn fill<const N: usize>(
+    obj: &Bound<'_, PyAny>,
+    offsets: &[isize; N],
+    values: [&Bound<'_, PyAny>; N],
+) {
+    for (&offset, value) in offsets.iter().zip(values) {
+        // SAFETY: `offset` is that of an object slot of `obj`'s class (`slot_offset`),
+        // which is unset (NULL) in a new instance; the slot takes a new reference.
+        unsafe {
+            let slot = obj
+                .as_ptr()
+                .cast::<u8>()
+                .offset(offset)
+                .cast::<*mut ffi::PyObject>();
+            debug_assert!((*slot).is_null());
+            *slot = value.clone().into_ptr();
+        }
+    }
+}
+
 /// `ClientConnection.acquire_many` under its lock: a future of `future_type` for each
 /// of `keys`, bound to `client` and to the key's state in `table` (a new one of
 /// `state_type`, of `generation`, for a key it lacks; a held one counts one more
 /// reference). Returns the futures and the indices of the keys that got a new state
-/// (None: all did).
+/// (None: all did). The slots are written as `ClientConnection.hold` and `Future._bind`
+/// would, with no `__init__` (docs/runtime.md#map).
 ///
 /// A new state holds only atoms (its key, two ints, its status) until its rare part is
 /// made: it is left untracked by the cyclic collector, as CPython leaves a dict of
-/// atoms, so collections after a large map walk half the objects
-/// (`FutureState._more` tracks it again).
+/// atoms (`FutureState._more` tracks it again).
 #[pyfunction]
 pub fn hold_keys<'py>(
     table: &Bound<'py, PyDict>,
@@ -39,20 +95,21 @@ pub fn hold_keys<'py>(
     generation: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyList>, Option<Vec<usize>>)> {
     let py = table.py();
-    let (key_name, refs_name) = (intern!(py, "key"), intern!(py, "refs"));
-    let pending = intern!(py, "pending");
-    let one = 1i64.into_pyobject(py)?;
+    let future_slots = slot_offsets(future_type, ["key", "_client", "_state", "_cleared"])?;
+    let state_slots = slot_offsets(state_type, ["key", "generation", "refs", "status", "_rare"])?;
+    let refs_name = intern!(py, "refs");
+    let pending = intern!(py, "pending").as_any();
+    let one = 1i64.into_pyobject(py)?.into_any();
+    let (none, cleared) = (
+        py.None().into_bound(py),
+        PyBool::new(py, false).to_owned().into_any(),
+    );
     let keys: Vec<Bound<'py, PyAny>> = keys.iter().collect();
     let mut futures = Vec::with_capacity(keys.len());
     let mut fresh: Option<Vec<usize>> = None;
     for (i, key) in keys.iter().enumerate() {
         let made = alloc(state_type)?;
-        made.setattr(key_name, key)?;
-        made.setattr(intern!(py, "generation"), generation)?;
-        made.setattr(refs_name, &one)?;
-        made.setattr(intern!(py, "status"), pending)?;
-        made.setattr(intern!(py, "_rare"), py.None())?;
-        // One lookup: the key's state, `made` if it had none.
+        fill(&made, &state_slots, [key, generation, &one, pending, &none]);
         // SAFETY: live dict, key and value; the result is borrowed from the dict (or
         // NULL with an error set, an unhashable key), owned here before anything else runs.
         let state = unsafe {
@@ -74,10 +131,7 @@ pub fn hold_keys<'py>(
             fresh.get_or_insert_with(|| (0..i).collect());
         }
         let future = alloc(future_type)?;
-        future.setattr(key_name, key)?;
-        future.setattr(intern!(py, "_client"), client)?;
-        future.setattr(intern!(py, "_state"), state)?;
-        future.setattr(intern!(py, "_cleared"), false)?;
+        fill(&future, &future_slots, [key, client, &state, &cleared]);
         futures.push(future);
     }
     Ok((PyList::new(py, futures)?, fresh))
