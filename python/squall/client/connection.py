@@ -15,7 +15,6 @@ import contextlib
 import inspect
 import itertools
 import logging
-import operator
 import threading
 import uuid
 from collections import deque
@@ -410,7 +409,7 @@ class ClientConnection:
         with self.refcount_lock:
             st = self.futures.get(key)
             if st is None:
-                st = self.futures[key] = FutureState(key, self.generation)
+                st = self.futures[key] = FutureState(key)
             else:
                 st.refs += 1
             return st
@@ -422,7 +421,7 @@ class ClientConnection:
         acquisition and one compiled loop) and the indices of the keys it did not hold
         before (None: all). A held key (or one earlier in ``keys``) keeps its state."""
         with self.refcount_lock:
-            return hold_keys(self.futures, keys, Future, FutureState, client, self.generation)
+            return hold_keys(self.futures, keys, Future, FutureState, client)
 
     def release_soon(self, state: FutureState) -> None:
         """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
@@ -454,11 +453,9 @@ class ClientConnection:
                 return None
             releasing = self._releasing
             states = [releasing.popleft() for _ in range(len(releasing))]
-            generation, futures = self.generation, self.futures
+            futures = self.futures
             gone = []
             for st in states:
-                if st.generation != generation:
-                    continue
                 st.refs -= 1
                 if st.refs:
                     continue
@@ -660,6 +657,8 @@ class ClientConnection:
             self.futures.clear()
             self._to_release.clear()
             self.generation += 1
+            for st in states:  # their futures release nothing now (see FutureState)
+                st.refs = 0
         for st in states:
             st.cancel("scheduler-restart", RESTART_MESSAGE)
 

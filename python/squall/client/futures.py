@@ -74,16 +74,15 @@ class _RareField(Generic[T]):
 class FutureState:
     """State shared by all futures of one key in one client; mutated on the loop.
 
-    ``refs`` counts those futures (under the client's refcount lock); ``generation`` is
-    the client's restart count when the state was made: a restart forgets every key, so
-    futures from before it release nothing after. The event, the error and the type
-    live in a :class:`_Rare` made when first set."""
+    ``refs`` counts those futures (under the client's refcount lock). A restart forgets
+    every key: the client then sets the count of each state it held to 0, so the
+    futures from before it, counting down past 0, release nothing after. The event,
+    the error and the type live in a :class:`_Rare` made when first set."""
 
-    __slots__ = ("_rare", "generation", "key", "refs", "status")
+    __slots__ = ("_rare", "key", "refs", "status")
 
-    def __init__(self, key: Key, generation: int) -> None:
+    def __init__(self, key: Key) -> None:
         self.key = key
-        self.generation = generation
         self.refs = 1
         self.status: Status = "pending"
         self._rare: _Rare | None = None

@@ -77,12 +77,12 @@ fn fill<const N: usize>(
 
 /// `ClientConnection.acquire_many` under its lock: a future of `future_type` for each
 /// of `keys`, bound to `client` and to the key's state in `table` (a new one of
-/// `state_type`, of `generation`, for a key it lacks; a held one counts one more
+/// `state_type` for a key it lacks; a held one counts one more
 /// reference). Returns the futures and the indices of the keys that got a new state
 /// (None: all did). The slots are written as `ClientConnection.hold` and `Future._bind`
 /// would, with no `__init__` (docs/runtime.md#map).
 ///
-/// A new state holds only atoms (its key, two ints, its status) until its rare part is
+/// A new state holds only atoms (its key, its count, its status) until its rare part is
 /// made: it is left untracked by the cyclic collector, as CPython leaves a dict of
 /// atoms (`FutureState._more` tracks it again).
 #[pyfunction]
@@ -92,11 +92,10 @@ pub fn hold_keys<'py>(
     future_type: &Bound<'py, PyType>,
     state_type: &Bound<'py, PyType>,
     client: &Bound<'py, PyAny>,
-    generation: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyList>, Option<Vec<usize>>)> {
     let py = table.py();
     let future_slots = slot_offsets(future_type, ["key", "_client", "_state", "_cleared"])?;
-    let state_slots = slot_offsets(state_type, ["key", "generation", "refs", "status", "_rare"])?;
+    let state_slots = slot_offsets(state_type, ["key", "refs", "status", "_rare"])?;
     let refs_name = intern!(py, "refs");
     let pending = intern!(py, "pending").as_any();
     let one = 1i64.into_pyobject(py)?.into_any();
@@ -109,7 +108,7 @@ pub fn hold_keys<'py>(
     let mut fresh: Option<Vec<usize>> = None;
     for (i, key) in keys.iter().enumerate() {
         let made = alloc(state_type)?;
-        fill(&made, &state_slots, [key, generation, &one, pending, &none]);
+        fill(&made, &state_slots, [key, &one, pending, &none]);
         // SAFETY: live dict, key and value; the result is borrowed from the dict (or
         // NULL with an error set, an unhashable key), owned here before anything else runs.
         let state = unsafe {
