@@ -1,6 +1,6 @@
 //! The client's futures made in bulk: a `map` chunk's futures and the states they
 //! share, bound and entered in the client's table of states in one C loop
-//! (docs/runtime.md#futures-in-the-client).
+//! (docs/runtime.md#futures-in-bulk).
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -80,7 +80,7 @@ fn fill<const N: usize>(
 /// `state_type` for a key it lacks; a held one counts one more
 /// reference). Returns the futures and the indices of the keys that got a new state
 /// (None: all did). The slots are written as `ClientConnection.hold` and `Future._bind`
-/// would, with no `__init__` (docs/runtime.md#map).
+/// would, with no `__init__` (docs/runtime.md#futures-in-bulk).
 ///
 /// A new state holds only atoms (its key, its count, its status) until its rare part is
 /// made: it is left untracked by the cyclic collector, as CPython leaves a dict of
