@@ -335,6 +335,21 @@ def test_streamed_map_futures_release(
     cluster.wait_for(lambda: cluster.worker.data == {})
 
 
+def test_map_states_untracked_by_the_gc_until_they_err(client: Client, cluster: Cluster) -> None:
+    good, bad = client.map(div, [1, 1], [1, 0])
+    assert gc.is_tracked(good) and not gc.is_tracked(good._state)
+    wait([good, bad])
+    assert not gc.is_tracked(good._state) and gc.is_tracked(bad._state)
+    with pytest.raises(ZeroDivisionError):
+        bad.result()
+    # The exception's traceback holds the future (a cycle through its tracked state):
+    # the collector frees it, and the key is released.
+    del good, bad
+    gc.collect()
+    cluster.wait_for(lambda: cluster.n_tasks() == 0)
+    assert client.futures == {}
+
+
 def test_gather_nested_structures(client: Client) -> None:
     a, b, c = client.map(inc, [1, 2, 3])
     got = client.gather({"x": [a, (b, 7)], "y": {"z": c}, "n": None})

@@ -36,6 +36,8 @@ __all__ = [
     "encode_map_chunk",
     "encode_update_graph",
     "function_cache_size",
+    "gc_track",
+    "hold_keys",
     "load_function",
     "order_mapping",
     "read_executing_record",
@@ -110,6 +112,14 @@ def encode_map_chunk(
     token: str | Callable[[bytes], str],
 ) -> tuple[list[_Key], int, int, bytes] | None: ...
 def decode_keys(payload: bytes) -> list[_Key]: ...
+def hold_keys(
+    table: dict[Any, Any],
+    keys: list[_Key],
+    future_type: type,
+    state_type: type,
+    client: object,
+) -> tuple[list[Any], list[int] | None]: ...
+def gc_track(obj: object) -> None: ...
 def watch_stdin(grace: float) -> None: ...
 def call_prefix(function: bytes) -> bytes: ...
 def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...

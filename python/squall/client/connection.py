@@ -15,7 +15,6 @@ import contextlib
 import inspect
 import itertools
 import logging
-import operator
 import threading
 import uuid
 from collections import deque
@@ -23,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from squall import config
-from squall._core import decode_keys, encode_keys
+from squall._core import decode_keys, encode_keys, hold_keys
 from squall.client.events import DEFAULT_HANDLERS, Handler
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
@@ -410,7 +409,7 @@ class ClientConnection:
         with self.refcount_lock:
             st = self.futures.get(key)
             if st is None:
-                st = self.futures[key] = FutureState(key, self.generation)
+                st = self.futures[key] = FutureState(key)
             else:
                 st.refs += 1
             return st
@@ -419,24 +418,10 @@ class ClientConnection:
         self, keys: list[Key], client: Client
     ) -> tuple[list[Future], list[int] | None]:
         """Futures of ``client`` for ``keys`` (a bulk ``Future(key, client)``, one lock
-        acquisition) and the indices of the keys it did not hold before (None: all)."""
-        futures = list(map(Future.__new__, itertools.repeat(Future, len(keys))))
+        acquisition and one compiled loop) and the indices of the keys it did not hold
+        before (None: all). A held key (or one earlier in ``keys``) keeps its state."""
         with self.refcount_lock:
-            made = list(map(FutureState, keys, itertools.repeat(self.generation)))
-            # One C loop and one lookup per key: a held key (or one earlier in ``keys``)
-            # keeps its state and the state made for it is dropped.
-            states = list(map(self.futures.setdefault, keys, made))
-            fresh: list[int] | None = None
-            if not all(map(operator.is_, states, made)):
-                fresh = []
-                for i, (st, new) in enumerate(zip(states, made, strict=True)):
-                    if st is new:
-                        fresh.append(i)
-                    else:
-                        st.refs += 1
-            for f, k, st in zip(futures, keys, states, strict=True):  # ``Future._bind``, inlined
-                f.key, f._client, f._state, f._cleared = k, client, st, False  # type: ignore[assignment]
-        return futures, fresh
+            return hold_keys(self.futures, keys, Future, FutureState, client)
 
     def release_soon(self, state: FutureState) -> None:
         """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
@@ -468,11 +453,9 @@ class ClientConnection:
                 return None
             releasing = self._releasing
             states = [releasing.popleft() for _ in range(len(releasing))]
-            generation, futures = self.generation, self.futures
+            futures = self.futures
             gone = []
             for st in states:
-                if st.generation != generation:
-                    continue
                 st.refs -= 1
                 if st.refs:
                     continue
@@ -674,6 +657,8 @@ class ClientConnection:
             self.futures.clear()
             self._to_release.clear()
             self.generation += 1
+            for st in states:  # their futures release nothing now (see FutureState)
+                st.refs = 0
         for st in states:
             st.cancel("scheduler-restart", RESTART_MESSAGE)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, over
 from dask._task_spec import TaskRef
 from dask.base import is_dask_collection
 
-from squall._core import encode_keys
+from squall._core import encode_keys, gc_track
 from squall.client.default import default_client
 from squall.errors import FutureCancelledError
 from squall.protocol import messages as m
@@ -74,22 +74,25 @@ class _RareField(Generic[T]):
 class FutureState:
     """State shared by all futures of one key in one client; mutated on the loop.
 
-    ``refs`` counts those futures (under the client's refcount lock); ``generation`` is
-    the client's restart count when the state was made: a restart forgets every key, so
-    futures from before it release nothing after. The event, the error and the type
-    live in a :class:`_Rare` made when first set."""
+    ``refs`` counts those futures (under the client's refcount lock). A restart forgets
+    every key: the client then sets the count of each state it held to 0, so the
+    futures from before it, counting down past 0, release nothing after. The event,
+    the error and the type live in a :class:`_Rare` made when first set."""
 
-    __slots__ = ("_rare", "generation", "key", "refs", "status")
+    __slots__ = ("_rare", "key", "refs", "status")
 
-    def __init__(self, key: Key, generation: int) -> None:
+    def __init__(self, key: Key) -> None:
         self.key = key
-        self.generation = generation
         self.refs = 1
         self.status: Status = "pending"
         self._rare: _Rare | None = None
 
     def _more(self) -> _Rare:
         if self._rare is None:
+            # A map's state is left untracked by the cyclic collector while it holds
+            # only atoms (``hold_keys``); its rare part may close a cycle (an exception
+            # whose traceback holds a future), so from now it is tracked.
+            gc_track(self)
             self._rare = _Rare()
         return self._rare
 

@@ -9,6 +9,7 @@ mod config;
 mod convert;
 mod coordination;
 mod errors;
+mod futures;
 mod lifeline;
 mod map_chunk;
 mod order;
@@ -36,6 +37,8 @@ mod _core {
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
         UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
     };
+    #[pymodule_export]
+    use super::futures::{gc_track, hold_keys};
     #[pymodule_export]
     use super::lifeline::watch_stdin;
     #[pymodule_export]
