@@ -414,6 +414,9 @@ class Worker:
         assert self._loop is not None
         self._scheduler = c
         self.worker_id = reply.worker_id
+        # This scheduler names blobs anew: whatever a former connection sent goes
+        # (docs/protocol.md#compute).
+        self._core.clear_blobs()
         self._stream = comm.BatchedSend(c, self._batch_interval)
         self._stream.start()
         if self._held:  # first, before any report of this connection
