@@ -4,14 +4,16 @@
 //! pass `now` in seconds).
 
 use crate::keys::{Fetch, KeyId, Keys};
+use ready::ReadyQueue;
 use rustc_hash::{FxHashMap, FxHashSet};
 use squall_priority::Priority;
 use squall_wire::finished::FinishedBatch;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 mod counts;
 mod memory;
+mod ready;
 mod tasks;
 pub use counts::Counts;
 pub use memory::Memory;
@@ -149,13 +151,15 @@ pub struct Missing {
     pub waiters: Vec<(u32, u64)>,
 }
 
-/// A ready task; the greatest runs first (BinaryHeap is a max-heap): the best
-/// priority, then among equal priorities the later arrival (`instance` is unique).
+/// A ready task; the greatest runs first: the best priority, then among equal
+/// priorities the later arrival (`instance` is unique). `slot` is where its record
+/// was: taking it reads the record there, with no lookup by id.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
     priority: Reverse<Priority>,
     instance: u64,
     id: u32,
+    slot: u32,
 }
 
 pub struct Machine<V, S = Vec<u8>> {
@@ -167,7 +171,7 @@ pub struct Machine<V, S = Vec<u8>> {
     cancelled: FxHashMap<u32, Task<S>>,
     /// Freed while executing and replaced since, by instance: released when done.
     orphans: FxHashMap<u64, Task<S>>,
-    ready: BinaryHeap<Entry>,
+    ready: ReadyQueue<Entry>,
     instances: u64,
     /// Every ready task needs resources that are in use: nothing to take until some
     /// are given back or another task becomes ready (idle threads sleep meanwhile).
@@ -213,7 +217,7 @@ impl<V, S: Default> Machine<V, S> {
             tasks: tasks::Tasks::default(),
             cancelled: FxHashMap::default(),
             orphans: FxHashMap::default(),
-            ready: BinaryHeap::new(),
+            ready: ReadyQueue::default(),
             instances: 0,
             waiting_for_resources: false,
             n_executing: 0,
@@ -617,7 +621,7 @@ impl<V, S: Default> Machine<V, S> {
         let mut job = None;
         let mut from = State::Ready;
         while let Some(e) = self.ready.pop() {
-            let Some(ts) = self.tasks.get_mut(&e.id) else {
+            let Some(ts) = self.tasks.at_mut(e.slot) else {
                 continue;
             };
             if ts.instance != e.instance || !matches!(ts.state, State::Ready | State::Constrained) {
@@ -972,7 +976,7 @@ impl<V, S: Default> Machine<V, S> {
 
     fn make_ready(&mut self, id: u32) {
         self.waiting_for_resources = false;
-        let ts = self.tasks.get_mut(&id).expect("tracked");
+        let (slot, ts) = self.tasks.get_mut_at(&id).expect("tracked");
         let todo = ts.todo.as_deref().expect("a queued task has its todo");
         let priority = todo.priority;
         ts.state = if todo.resources.is_empty() {
@@ -985,6 +989,7 @@ impl<V, S: Default> Machine<V, S> {
             priority: Reverse(priority),
             instance: ts.instance,
             id,
+            slot,
         });
         self.note(key, "waiting", state.name());
     }

@@ -20,6 +20,17 @@ impl<S> Tasks<S> {
         self.records[i as usize].as_ref()
     }
 
+    /// The record and where it is (for [`Self::at_mut`]).
+    pub(super) fn get_mut_at(&mut self, id: &u32) -> Option<(u32, &mut Task<S>)> {
+        let &i = self.index.get(id)?;
+        Some((i, self.records[i as usize].as_mut()?))
+    }
+
+    /// The record at `slot`, whichever task it is now (callers check its instance).
+    pub(super) fn at_mut(&mut self, slot: u32) -> Option<&mut Task<S>> {
+        self.records.get_mut(slot as usize)?.as_mut()
+    }
+
     pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut Task<S>> {
         let &i = self.index.get(id)?;
         self.records[i as usize].as_mut()
