@@ -81,6 +81,7 @@ from squall.worker.fetch import Fetcher
 from squall.worker.load import LoadMeter, Transfers, heartbeat
 from squall.worker.memory import (
     MemoryMonitor,
+    install_frame_size,
     local_directory,
     parse_memory_limit,
     sizeof_value,
@@ -187,6 +188,7 @@ class Worker:
         self._held: list[Key] = []
         self.status = "created"
 
+        install_frame_size()
         self._core = WorkerCore(
             address,
             nthreads,
