@@ -93,15 +93,15 @@ def _frame_size(dask_size: Callable[[Any], int], df: Any) -> int:
 
 
 def _register_frame_size() -> None:
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
-    dask_size = sizeof.dispatch(pd.DataFrame)  # dask's, registered first if not yet
+    dask_size = sizeof.dispatch(pd.DataFrame)  # type: ignore[no-untyped-call]  # dask's, registered first if not yet
     if getattr(dask_size, "func", None) is not _frame_size:
-        sizeof.register(pd.DataFrame, functools.partial(_frame_size, dask_size))
+        sizeof.register(pd.DataFrame, functools.partial(_frame_size, dask_size))  # type: ignore[no-untyped-call]
 
 
 def _register_pandas() -> None:
-    register_pandas()  # dask's handlers, which this lazy registration stands in for
+    register_pandas()  # dask's handlers, which this stands in for
     _register_frame_size()
 
 
@@ -111,7 +111,7 @@ def install_frame_size() -> None:
     if "pandas" in sys.modules:
         _register_frame_size()
     else:
-        sizeof.register_lazy("pandas", _register_pandas)
+        sizeof.register_lazy("pandas", _register_pandas)  # type: ignore[no-untyped-call]
 
 
 #: How the core measures memory for each of Dask's rebalance measures
