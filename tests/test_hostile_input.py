@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import random
 import signal
 import struct
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cloudpickle  # type: ignore[import-untyped]
 import dask
 import msgpack
 import msgspec
@@ -23,11 +25,14 @@ import psutil
 import pytest
 from conftest import eventually, start_scheduler, start_worker
 
+import squall
 from squall import Client
-from squall._core import encode_keys
-from squall.protocol import comm
+from squall._core import WorkerCore, encode_keys
+from squall.protocol import comm, update_graph
 from squall.protocol import messages as m
+from squall.protocol.specs import call_prefix, fill_call, run_spec
 from squall.protocol.stream import Stream, open_stream
+from squall.worker.memory import sizeof_value
 
 SEED = 20261125
 # Header fields of squall's messages, each given wrong values at random.
@@ -433,3 +438,40 @@ def test_silent_connections_are_closed_and_live_ones_kept() -> None:
         for p in (worker, sched):
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=20)
+
+
+def test_a_worker_refuses_compute_batches_naming_blobs_it_lacks() -> None:
+    """A ``compute`` batch whose specs name a blob the worker does not hold, that drops
+    a blob it does not hold, or whose blob section is malformed, is refused whole: the
+    worker's tasks and blobs stay as they were (docs/protocol.md#compute)."""
+    s = squall.core.Scheduler({"validate": True})
+    c = s.client("c")
+    s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
+    function = cloudpickle.dumps(len)
+    keys = [f"len-{i}" for i in range(3)]
+    specs = [call_prefix(function) + pickle.dumps(((str(i),), {})) for i in range(3)]
+    n, keys_bytes, payload, _ = update_graph.encode(keys, specs, None, [function])
+    s.submit_wire(c, payload, n, keys_bytes, now=0.0)
+    [(addresses, batch, count)] = s.encode_compute(s.take_commands()).values()
+    # The section: no drops, one blob (id 0) of the function's bytes.
+    section = struct.pack("<III", 0, 1, 0) + struct.pack("<I", len(function)) + function
+    assert batch.startswith(section)
+    tasks = batch[len(section) :]
+    core = WorkerCore("tcp://127.0.0.1:1", 1, [], 0.0, run_spec, fill_call, repr, sizeof_value, 8)
+    bad = [
+        (struct.pack("<II", 0, 0) + tasks, "does not hold"),  # the blob never sent
+        (struct.pack("<III", 1, 7, 0) + tasks, "dropped blob 7 is not held"),
+        (struct.pack("<II", 0, 0xFFFFFFFF) + tasks, "blobs"),  # a count past the bytes
+        (section[:-1], "truncated"),
+        (struct.pack("<IIII", 0, 1, 0, 0xFFFF) + function, "truncated"),  # an overlong blob
+    ]
+    for payload, error in bad:
+        with pytest.raises(ValueError, match=error):
+            core.compute(payload, addresses)
+        assert core.blobs_held() == 0 and core.tasks() == {}
+    assert core.compute(batch, addresses) == count
+    assert core.blobs_held() == 1 and len(core.tasks()) == count
+    # Blob 0 is held now: tasks naming it without sending it are taken.
+    assert core.compute(struct.pack("<II", 0, 0) + tasks, addresses) == count
+    core.clear_blobs()
+    assert core.blobs_held() == 0

@@ -25,7 +25,12 @@ from squall import Client, wait
 from squall.config import ConfigError
 from squall.deploy.local import LocalCluster
 from squall.errors import KilledWorker
-from squall.worker.memory import parse_memory_limit, system_memory, thresholds
+from squall.worker.memory import (
+    install_frame_size,
+    parse_memory_limit,
+    system_memory,
+    thresholds,
+)
 from squall.worker.worker import Worker
 
 # Worker processes cannot import this test module: ship its functions by value.
@@ -333,3 +338,28 @@ def test_a_worker_killed_for_memory_is_replaced() -> None:
         )
         assert cluster.memory_limit == 300 * MB
         del bad
+
+
+def test_frames_measure_as_dask_measures_them() -> None:
+    """The worker's measure of a DataFrame gives dask's figure, whatever the columns."""
+    import numpy as np
+    import pandas as pd
+    from dask.sizeof import sizeof
+
+    g = np.arange(250, dtype=np.int64)
+    base = pd.DataFrame({"k": g % 7, "x": g.astype(np.float64)})
+    frames = [
+        base,
+        base.iloc[5:50],
+        base.iloc[:0],
+        pd.DataFrame(index=range(5)),
+        pd.DataFrame({"a": g, "b": g.astype(float), "c": g, "d": g.astype("int32")}),
+        pd.DataFrame({"t": pd.to_datetime(g), "d": pd.to_timedelta(g, "s"), "b": g > 3}),
+        pd.DataFrame({"s": ["a"] * 10, "k": range(10)}),  # object: dask's own
+        pd.DataFrame([[1, 2]], columns=["a", "a"]),  # repeated labels: dask's own
+        pd.DataFrame({"c": pd.Categorical(["x", "y"] * 5)}),
+    ]
+    before = [sizeof(f) for f in frames]
+    install_frame_size()
+    install_frame_size()  # once is enough: not wrapped twice
+    assert [sizeof(f) for f in frames] == before

@@ -22,7 +22,7 @@ import msgspec
 #: are typed messages and a batch lists its payloads' spans apart; 4: ``data`` sends
 #: values' buffers out of band), so that processes
 #: of two versions refuse each other at the handshake instead of failing later.
-PROTOCOL = "squall/5"
+PROTOCOL = "squall/6"
 
 
 def note(text: str) -> msgspec.Meta:

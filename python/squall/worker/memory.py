@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple
 
 import dask.config
 import psutil  # type: ignore[import-untyped]
-from dask.sizeof import sizeof
+from dask.sizeof import register_pandas, sizeof
 from dask.utils import format_bytes, parse_bytes, parse_timedelta
 
 from squall import config
@@ -47,6 +48,70 @@ def sizeof_value(value: Any) -> int:
         return int(sizeof(value))
     except Exception:
         return sys.getsizeof(value)
+
+
+# Numpy dtype kinds whose column bytes are the whole story: bool, integers, floats,
+# complex, timedelta, datetime.
+_FLAT_KINDS = frozenset("biufcmM")
+#: Sizes of column label indexes measured, by identity (frames cut from one frame
+#: share their labels' index); each index is held, so that its id stays its own.
+_LABELS: dict[int, tuple[Any, int]] = {}
+_MAX_LABELS = 256
+
+
+def _labels_size(labels: Any) -> int:
+    held = _LABELS.get(id(labels))
+    if held is not None and held[0] is labels:
+        return held[1]
+    size = int(sizeof(labels))
+    if len(_LABELS) >= _MAX_LABELS:
+        _LABELS.clear()
+    _LABELS[id(labels)] = (labels, size)
+    return size
+
+
+def _frame_size(dask_size: Callable[[Any], int], df: Any) -> int:
+    """dask's figure for a DataFrame, read from its blocks: the index's and the column
+    labels' sizes, 1200 per run of adjacent columns of one dtype, the columns' bytes.
+    dask builds a Series per column to read the same numbers (over 100 µs a frame with
+    pandas 3: most of a task shuffle's worker time). Frames with other than numpy
+    columns of flat dtypes, or repeated labels, are left to dask (docs/runtime.md#memory)."""
+    import numpy as np  # imported with pandas
+
+    mgr = df._mgr
+    labels = df.columns
+    if not labels.is_unique:
+        return dask_size(df)
+    runs, last = 0, None
+    for dtype in mgr.get_dtypes().tolist():
+        if not isinstance(dtype, np.dtype) or dtype.kind not in _FLAT_KINDS:
+            return dask_size(df)
+        if dtype != last:
+            runs, last = runs + 1, dtype
+    columns = sum(int(block.values.nbytes) for block in mgr.blocks)
+    return max(1200, int(sizeof(df.index)) + _labels_size(labels) + 1200 * runs + columns)
+
+
+def _register_frame_size() -> None:
+    import pandas as pd  # type: ignore[import-untyped]
+
+    dask_size = sizeof.dispatch(pd.DataFrame)  # type: ignore[no-untyped-call]  # dask's, registered first if not yet
+    if getattr(dask_size, "func", None) is not _frame_size:
+        sizeof.register(pd.DataFrame, functools.partial(_frame_size, dask_size))  # type: ignore[no-untyped-call]
+
+
+def _register_pandas() -> None:
+    register_pandas()  # dask's handlers, which this stands in for
+    _register_frame_size()
+
+
+def install_frame_size() -> None:
+    """Measure DataFrames as dask does, faster (:func:`_frame_size`): now if pandas is
+    imported, else when it is (without importing it)."""
+    if "pandas" in sys.modules:
+        _register_frame_size()
+    else:
+        sizeof.register_lazy("pandas", _register_pandas)  # type: ignore[no-untyped-call]
 
 
 #: How the core measures memory for each of Dask's rebalance measures

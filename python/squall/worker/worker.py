@@ -81,6 +81,7 @@ from squall.worker.fetch import Fetcher
 from squall.worker.load import LoadMeter, Transfers, heartbeat
 from squall.worker.memory import (
     MemoryMonitor,
+    install_frame_size,
     local_directory,
     parse_memory_limit,
     sizeof_value,
@@ -187,6 +188,7 @@ class Worker:
         self._held: list[Key] = []
         self.status = "created"
 
+        install_frame_size()
         self._core = WorkerCore(
             address,
             nthreads,
@@ -414,6 +416,9 @@ class Worker:
         assert self._loop is not None
         self._scheduler = c
         self.worker_id = reply.worker_id
+        # This scheduler names blobs anew: whatever a former connection sent goes
+        # (docs/protocol.md#compute).
+        self._core.clear_blobs()
         self._stream = comm.BatchedSend(c, self._batch_interval)
         self._stream.start()
         if self._held:  # first, before any report of this connection

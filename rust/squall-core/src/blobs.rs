@@ -10,8 +10,9 @@
 //! of the body (offsets non-decreasing). On arrival, the blob indices (the graph's
 //! table) are rewritten to indices into the blob table of the task's group, which
 //! holds each distinct blob once for as long as the group has tasks; the scheduler
-//! stores the short spec and puts the original bytes back together only to send them
-//! to a worker. Nothing here reads inside a blob or a body.
+//! stores the short spec, and each worker is sent a blob once (squall-wire's `compute`),
+//! its specs' references naming the worker's cache. Nothing here reads inside a blob
+//! or a body.
 
 use std::sync::Arc;
 
@@ -63,29 +64,53 @@ fn entries(table: &[u8]) -> impl Iterator<Item = (usize, u32)> + '_ {
     })
 }
 
+/// A spec's blob references `(offset, blob)` and its body.
+pub type References<'a> = (Vec<(usize, u32)>, &'a [u8]);
+
+/// A spec's blob references `(offset, blob)`, offsets checked in order within the
+/// body, and the body; None for a spec of another kind. Workers read the specs they are
+/// sent, whose references name their blob cache's entries (docs/protocol.md#compute),
+/// with it too.
+pub fn references(spec: &[u8]) -> Option<Result<References<'_>, String>> {
+    let parts = holes(spec)?;
+    Some(
+        parts
+            .map_err(str::to_owned)
+            .and_then(|Holed { table, body }| {
+                let mut last = 0;
+                let refs = entries(table)
+                    .map(|(offset, blob)| {
+                        if offset < last || offset > body.len() {
+                            return Err(format!(
+                                "blob offset {offset} out of order or past the body ({} bytes)",
+                                body.len()
+                            ));
+                        }
+                        last = offset;
+                        Ok((offset, blob))
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok((refs, body))
+            }),
+    )
+}
+
 /// Checks a spec's blob references against a table of `n_blobs` blobs: offsets in
 /// order within the body, each blob index in range. Other specs pass.
 pub fn check(spec: &[u8], n_blobs: usize) -> Result<(), String> {
-    let Some(parts) = holes(spec) else {
+    let Some(parts) = references(spec) else {
         return Ok(());
     };
-    let Holed { table, body } = parts.map_err(str::to_owned)?;
-    let mut last = 0;
-    for (offset, blob) in entries(table) {
-        if offset < last || offset > body.len() {
-            return Err(format!(
-                "blob offset {offset} out of order or past the body ({} bytes)",
-                body.len()
-            ));
-        }
-        if blob as usize >= n_blobs {
-            return Err(format!(
-                "blob reference {blob} out of range (the table has {n_blobs})"
-            ));
-        }
-        last = offset;
+    match parts?
+        .0
+        .into_iter()
+        .find(|&(_, blob)| blob as usize >= n_blobs)
+    {
+        Some((_, blob)) => Err(format!(
+            "blob reference {blob} out of range (the table has {n_blobs})"
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Rewrites the blob indices of a [`check`]ed spec through `map`.

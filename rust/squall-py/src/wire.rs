@@ -5,21 +5,43 @@ use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use rustc_hash::FxHashMap;
 use squall_wire::keys::{put_key, read_keys};
 
 /// Decodes a `compute` payload for inspection (tests, tools): a list of
 /// `(task, run_id, key, priority, run_spec, actor, resources, deps)` where priority is
-/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`.
-/// Workers read payloads straight into their compiled state instead.
+/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`;
+/// specs are put back together from the blobs the payload carries (as a worker that
+/// held none would: naming another is a ValueError). Workers read payloads straight
+/// into their compiled state instead.
 #[pyfunction]
 pub fn decode_compute<'py>(
     py: Python<'py>,
     payload: &[u8],
     addresses: Vec<String>,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-    let tasks = squall_wire::compute::decode_compute(payload, &addresses).map_err(wire_error)?;
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
+    let batch = squall_wire::compute::decode_compute(payload, &addresses).map_err(wire_error)?;
+    let blobs: FxHashMap<u32, &[u8]> = batch.added.iter().copied().collect();
+    let mut out = Vec::with_capacity(batch.tasks.len());
+    for t in batch.tasks {
+        let spec = match squall_core::blobs::references(t.spec) {
+            None => t.spec.to_vec(),
+            Some(refs) => {
+                let (refs, body) = refs.map_err(PyValueError::new_err)?;
+                let mut spec = Vec::new();
+                let mut at = 0;
+                for (offset, id) in refs {
+                    let blob = blobs.get(&id).ok_or_else(|| {
+                        PyValueError::new_err(format!("blob {id} is not in the payload"))
+                    })?;
+                    spec.extend_from_slice(&body[at..offset]);
+                    spec.extend_from_slice(blob);
+                    at = offset;
+                }
+                spec.extend_from_slice(&body[at..]);
+                spec
+            }
+        };
         let mut deps = Vec::with_capacity(t.deps.len());
         for d in t.deps {
             deps.push((key_to_py(py, &d.key)?, d.nbytes, d.holders).into_pyobject(py)?);
@@ -30,7 +52,7 @@ pub fn decode_compute<'py>(
             t.run_id,
             key_to_py(py, &t.key)?,
             (p.neg_user, p.generation, p.order),
-            PyBytes::new(py, t.spec),
+            PyBytes::new(py, &spec),
             t.actor,
             t.resources,
             deps,

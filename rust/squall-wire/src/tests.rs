@@ -2,7 +2,9 @@
 //! no input makes a decoder panic.
 
 use crate::addresses::AddressTable;
-use crate::compute::{decode_compute, encode_compute, put_task, ComputeDep, ComputeTask, TaskHead};
+use crate::compute::{
+    decode_compute, encode_compute, put_task, ComputeDep, ComputeTask, TaskHead, NO_BLOBS,
+};
 use crate::graph::{decode_update_graph, encode_update_graph};
 use crate::keys::{put_key, read_keys, write_keys};
 use crate::notices::encode_notices;
@@ -23,7 +25,7 @@ use std::sync::Arc;
 /// Encodes decoded tasks again, holders named through one address table.
 fn encode_tasks(tasks: &[ComputeTask<'_>]) -> (Vec<String>, Vec<u8>) {
     let mut table = AddressTable::<String>::default();
-    let mut out = Vec::new();
+    let mut out = NO_BLOBS.to_vec();
     for t in tasks {
         let head = TaskHead {
             task: t.task,
@@ -32,7 +34,6 @@ fn encode_tasks(tasks: &[ComputeTask<'_>]) -> (Vec<String>, Vec<u8>) {
             actor: t.actor,
             key: t.key.as_bytes(),
             spec: t.spec,
-            blobs: &[],
             resources: &t.resources,
         };
         let deps = t.deps.iter().map(|d| {
@@ -188,7 +189,7 @@ fn compute_task_round_trips() {
     let t = sample_task();
     let (addresses, payload) = encode_tasks(std::slice::from_ref(&t));
     assert_eq!(addresses, ["tcp://a:1", "tcp://b:2"]);
-    assert_eq!(decode_compute(&payload, &addresses).unwrap(), vec![t]);
+    assert_eq!(decode_compute(&payload, &addresses).unwrap().tasks, vec![t]);
 }
 
 #[test]
@@ -198,10 +199,13 @@ fn compute_batches_are_encoded_from_the_scheduler() {
     let y = NewTask::new(key("y"), vec![DepRef::Key(key("x"))], spec(b"sy"));
     submit(&mut s, c, vec![y], 0.2);
     let cmds = s.take_commands();
-    let batches = encode_compute(&s, &cmds);
+    let batches = encode_compute(&s, &cmds, &mut Default::default());
     let batch = &batches[&w];
     assert_eq!(batch.count, 1);
-    let [t] = &decode_compute(&batch.payload, &batch.addresses).unwrap()[..] else {
+    let [t] = &decode_compute(&batch.payload, &batch.addresses)
+        .unwrap()
+        .tasks[..]
+    else {
         panic!("one task expected");
     };
     let yid = s.lookup(&key("y")).unwrap();
@@ -308,7 +312,12 @@ fn packed_arrays_round_trip_and_reject_ragged_lengths() {
 fn every_truncation_is_an_error() {
     let t = sample_task();
     let (addresses, payload) = encode_tasks(&[t]);
-    assert_prefixes_fail(&payload, |p| decode_compute(p, &addresses).map(|t| t.len()));
+    // A payload may end after any task: the tasks' prefixes (the blob section's are
+    // tested with the blobs).
+    let tasks = &payload[NO_BLOBS.len()..];
+    assert_prefixes_fail(tasks, |p| {
+        decode_compute(&[&NO_BLOBS, p].concat(), &addresses).map(|c| c.tasks.len())
+    });
     let payload = write_keys([tuple_key("a", 7).as_bytes()]);
     assert_prefixes_fail(&payload, read_keys);
     let tasks = [
@@ -495,6 +504,6 @@ proptest! {
             }).collect(),
         };
         let (addresses, payload) = encode_tasks(std::slice::from_ref(&t));
-        prop_assert_eq!(decode_compute(&payload, &addresses).unwrap(), vec![t]);
+        prop_assert_eq!(decode_compute(&payload, &addresses).unwrap().tasks, vec![t]);
     }
 }

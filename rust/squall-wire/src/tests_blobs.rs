@@ -1,14 +1,15 @@
 //! `update-graph`'s blob table: blobs cut out of the specs travel once, the scheduler
-//! keeps one copy per task group, a worker gets each spec whole; malformed tables and
-//! references are errors that change nothing.
+//! keeps one copy per task group, a worker is sent each blob once and gets each spec
+//! whole; malformed tables and references are errors that change nothing.
 
-use crate::compute::{decode_compute, encode_compute};
+use crate::compute::{decode_compute, encode_compute, ComputeBatch, SentBlobs, NO_BLOBS};
 use crate::graph::decode_update_graph;
 use crate::tests::{assert_prefixes_fail, encode_keyed, key, scheduler, submission};
 use crate::WireError;
 use proptest::prelude::*;
+use rustc_hash::FxHashMap;
 use squall_core::blobs::{self, BLOB_TAG};
-use squall_core::{CoreError, Key, NewTask};
+use squall_core::{CoreError, Finished, Key, NewTask, Scheduler, TaskId, WorkerId};
 
 const F: &[u8] = b"<the pickled function, shared by every spec>";
 const G: &[u8] = b"<another function, long enough to be cut>";
@@ -65,18 +66,174 @@ fn blobs_travel_once_and_workers_get_whole_specs() {
     s.update_graph(c, submission(tasks, table), 0.0).unwrap();
     s.validate().unwrap();
     assert_eq!(s.group(s.task(t0).group).blobs.len(), 2);
-    // The worker's compute batch carries every spec as the client pickled it.
+    // The worker gets every spec as the client pickled it, each blob once.
+    let mut w = WorkerCache::default();
+    let mut sent = FxHashMap::default();
     let cmds = s.take_commands();
-    let batches = encode_compute(&s, &cmds);
-    let mut sent = 0;
-    for b in batches.values() {
-        for t in decode_compute(&b.payload, &b.addresses).unwrap() {
-            let i: usize = t.key.as_str().unwrap()[2..].parse().unwrap();
-            assert_eq!(t.spec, &more_specs[i][..]);
-            sent += 1;
+    let mut n_sent = 0;
+    for b in encode_compute(&s, &cmds, &mut sent).values() {
+        for (k, spec) in w.read(b) {
+            let i: usize = k.as_str().unwrap()[2..].parse().unwrap();
+            assert_eq!(spec, more_specs[i]);
+            n_sent += 1;
         }
     }
-    assert!(sent > 0);
+    assert!(n_sent > 0);
+    assert_eq!((w.added, w.blobs.len()), (2, 2));
+}
+
+/// A worker's blob cache, as the worker keeps it.
+#[derive(Default)]
+struct WorkerCache {
+    blobs: FxHashMap<u32, Vec<u8>>,
+    /// Blobs received so far.
+    added: usize,
+}
+
+impl WorkerCache {
+    /// Reads a batch: its tasks' keys and whole specs.
+    fn read(&mut self, b: &ComputeBatch) -> Vec<(Key, Vec<u8>)> {
+        let c = decode_compute(&b.payload, &b.addresses).unwrap();
+        for id in &c.dropped {
+            assert!(self.blobs.remove(id).is_some(), "dropped {id}, not held");
+        }
+        for (id, blob) in &c.added {
+            assert!(
+                self.blobs.insert(*id, blob.to_vec()).is_none(),
+                "{id} sent twice"
+            );
+            self.added += 1;
+        }
+        let whole = |spec: &[u8]| match blobs::references(spec) {
+            None => spec.to_vec(),
+            Some(refs) => {
+                let (refs, body) = refs.unwrap();
+                let mut out = Vec::new();
+                let mut at = 0;
+                for (offset, id) in refs {
+                    out.extend_from_slice(&body[at..offset]);
+                    out.extend_from_slice(&self.blobs[&id]);
+                    at = offset;
+                }
+                out.extend_from_slice(&body[at..]);
+                out
+            }
+        };
+        c.tasks
+            .iter()
+            .map(|t| (t.key.clone(), whole(t.spec)))
+            .collect()
+    }
+}
+
+/// The batch the one worker is sent now.
+fn dispatch(s: &mut Scheduler, sent: &mut FxHashMap<WorkerId, SentBlobs>) -> ComputeBatch {
+    let cmds = s.take_commands();
+    let mut batches = encode_compute(s, &cmds, sent);
+    assert_eq!(batches.len(), 1);
+    batches.pop_first().unwrap().1
+}
+
+/// Runs every task to the end on the one worker `w`, batch after batch: the keys and
+/// whole specs it got.
+fn run_all(
+    s: &mut Scheduler,
+    w: WorkerId,
+    sent: &mut FxHashMap<WorkerId, SentBlobs>,
+    cache: &mut WorkerCache,
+) -> Vec<(Key, Vec<u8>)> {
+    let mut got = Vec::new();
+    loop {
+        let cmds = s.take_commands();
+        let Some((_, b)) = encode_compute(s, &cmds, sent).pop_first() else {
+            return got;
+        };
+        got.extend(cache.read(&b));
+        for t in decode_compute(&b.payload, &b.addresses).unwrap().tasks {
+            let done = Finished::computed(TaskId(t.task), t.run_id, 8, 0.0, 0.1);
+            s.task_finished(w, done, 1.0).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_worker_is_sent_each_blob_once_and_told_to_drop_it_when_its_graph_is_gone() {
+    let (mut s, c, w) = scheduler();
+    let mut sent = FxHashMap::default();
+    let mut cache = WorkerCache::default();
+    let (keys, specs) = graph(8);
+    let submit = |s: &mut Scheduler, keys: &[Key], specs: &[Vec<u8>], table: &[&[u8]]| {
+        let (n, kb, payload) = encode(keys, specs, table);
+        let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
+        s.update_graph(c, submission(tasks, table), 0.0).unwrap();
+    };
+    // Four tasks, then four more of the same group: the blobs travel with the first.
+    submit(&mut s, &keys[..4], &specs[..4], &[F, G]);
+    assert_eq!(run_all(&mut s, w, &mut sent, &mut cache).len(), 4);
+    assert_eq!(cache.added, 2);
+    submit(&mut s, &keys[4..], &specs[4..], &[F, G]);
+    for (k, spec) in run_all(&mut s, w, &mut sent, &mut cache) {
+        let i: usize = k.as_str().unwrap()[2..].parse().unwrap();
+        assert_eq!(spec, specs[i]);
+    }
+    assert_eq!((cache.added, sent[&w].len()), (2, 2));
+    // Released: the next batch that sends blobs drops the graph's.
+    s.client_releases_keys(c, &keys, 2.0).unwrap();
+    s.validate().unwrap();
+    let other = [key("other")];
+    let spec = [[&b"\x80"[..], G, b"!"].concat()];
+    submit(&mut s, &other, &spec, &[G]);
+    let got = run_all(&mut s, w, &mut sent, &mut cache);
+    assert_eq!(got, vec![(other[0].clone(), spec[0].clone())]);
+    assert_eq!((cache.added, cache.blobs.len(), sent[&w].len()), (3, 1, 1));
+}
+
+#[test]
+fn a_batch_naming_a_blob_it_lacks_or_with_a_malformed_blob_section_is_an_error() {
+    let (mut s, c, _w) = scheduler();
+    let (keys, specs) = graph(2);
+    let (n, kb, payload) = encode(&keys, &specs, &[F]);
+    let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
+    s.update_graph(c, submission(tasks, table), 0.0).unwrap();
+    let b = dispatch(&mut s, &mut FxHashMap::default());
+    let addresses = &b.addresses;
+    // Cut inside the blob section (the tasks' own prefixes are tested with them).
+    for end in 1..8 + 8 + F.len() {
+        assert!(
+            decode_compute(&b.payload[..end], addresses).is_err(),
+            "{end}"
+        );
+    }
+    // Counts beyond the bytes present, and a blob longer than the payload.
+    for (at, what) in [(0, "dropped blobs"), (4, "blobs")] {
+        let mut bad = b.payload.clone();
+        bad[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let err = decode_compute(&bad, addresses).unwrap_err();
+        assert!(
+            matches!(err, WireError::CountTooLarge { what: w, .. } if w == what),
+            "{err}"
+        );
+    }
+    let mut long = b.payload.clone();
+    long[12..16].copy_from_slice(&u32::MAX.to_le_bytes()); // the first blob's length
+    let err = decode_compute(&long, addresses).unwrap_err();
+    assert!(
+        matches!(err, WireError::Truncated { what: "blob", .. }),
+        "{err}"
+    );
+    // Without the blob section's blob, the specs name a blob nobody sent.
+    let c = decode_compute(&b.payload, addresses).unwrap();
+    assert_eq!(c.added.len(), 1);
+    let mut cache = WorkerCache::default();
+    let mut bare = NO_BLOBS.to_vec();
+    bare.extend_from_slice(&b.payload[8 + 8 + F.len()..]);
+    let stripped = ComputeBatch {
+        addresses: b.addresses.clone(),
+        payload: bare,
+        count: b.count,
+    };
+    let missing = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cache.read(&stripped)));
+    assert!(missing.is_err());
 }
 
 #[test]

@@ -4,14 +4,16 @@
 //! pass `now` in seconds).
 
 use crate::keys::{Fetch, KeyId, Keys};
+use ready::ReadyQueue;
 use rustc_hash::{FxHashMap, FxHashSet};
 use squall_priority::Priority;
 use squall_wire::finished::FinishedBatch;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 mod counts;
 mod memory;
+mod ready;
 mod tasks;
 pub use counts::Counts;
 pub use memory::Memory;
@@ -63,18 +65,18 @@ pub struct DepIn {
 }
 
 /// One task of a `compute` message.
-pub struct TaskIn {
+pub struct TaskIn<S = Vec<u8>> {
     pub id: u32,
     pub run_id: u64,
     pub key: Vec<u8>,
     pub priority: Priority,
-    pub spec: Vec<u8>,
+    pub spec: S,
     pub resources: Vec<(String, f64)>,
     pub deps: Vec<DepIn>,
 }
 
 /// A task's record, kept by task id.
-pub struct Task {
+pub struct Task<S = Vec<u8>> {
     pub key: KeyId,
     pub state: State,
     /// Distinguishes this record from earlier ones of the same task id.
@@ -82,20 +84,20 @@ pub struct Task {
     pub run_id: u64,
     /// What the task needs until its result is held, then dropped: a held result's
     /// record stays small (None also for scattered data).
-    todo: Option<Box<Todo>>,
+    todo: Option<Box<Todo<S>>>,
 }
 
 /// The part of a task's record that only a task not yet in memory needs.
-struct Todo {
+struct Todo<S> {
     priority: Priority,
-    spec: Vec<u8>,
+    spec: S,
     resources: Vec<(String, f64)>,
     deps: Vec<KeyId>,
     missing: u32,
     start: f64,
 }
 
-impl Task {
+impl<S> Task<S> {
     pub fn deps(&self) -> &[KeyId] {
         self.todo.as_ref().map_or(&[], |t| &t.deps)
     }
@@ -115,7 +117,7 @@ impl Task {
     }
 
     /// The record of a task not yet run (queued or running tasks keep theirs).
-    fn todo(&mut self) -> &mut Todo {
+    fn todo(&mut self) -> &mut Todo<S> {
         self.todo
             .as_deref_mut()
             .expect("a task not yet done has its todo")
@@ -123,11 +125,11 @@ impl Task {
 }
 
 /// A task taken to run: its spec and the keys whose values it is called with.
-pub struct Job {
+pub struct Job<S = Vec<u8>> {
     pub id: u32,
     pub instance: u64,
     pub key: KeyId,
-    pub spec: Vec<u8>,
+    pub spec: S,
     pub deps: Vec<KeyId>,
     resources: Vec<(String, f64)>,
 }
@@ -149,25 +151,27 @@ pub struct Missing {
     pub waiters: Vec<(u32, u64)>,
 }
 
-/// A ready task; the greatest runs first (BinaryHeap is a max-heap): the best
-/// priority, then among equal priorities the later arrival (`instance` is unique).
+/// A ready task; the greatest runs first: the best priority, then among equal
+/// priorities the later arrival (`instance` is unique). `slot` is where its record
+/// was: taking it reads the record there, with no lookup by id.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
     priority: Reverse<Priority>,
     instance: u64,
     id: u32,
+    slot: u32,
 }
 
-pub struct Machine<V> {
+pub struct Machine<V, S = Vec<u8>> {
     address: String,
     nthreads: usize,
     pub keys: Keys<V>,
-    tasks: tasks::Tasks,
+    tasks: tasks::Tasks<S>,
     /// Freed while executing, by task id (revived if sent again).
-    cancelled: FxHashMap<u32, Task>,
+    cancelled: FxHashMap<u32, Task<S>>,
     /// Freed while executing and replaced since, by instance: released when done.
-    orphans: FxHashMap<u64, Task>,
-    ready: BinaryHeap<Entry>,
+    orphans: FxHashMap<u64, Task<S>>,
+    ready: ReadyQueue<Entry>,
     instances: u64,
     /// Every ready task needs resources that are in use: nothing to take until some
     /// are given back or another task becomes ready (idle threads sleep meanwhile).
@@ -204,7 +208,7 @@ pub struct Machine<V> {
     transitions: Option<Vec<Transition>>,
 }
 
-impl<V> Machine<V> {
+impl<V, S: Default> Machine<V, S> {
     pub fn new(address: &str, nthreads: usize, resources: Vec<(String, f64)>) -> Self {
         Self {
             address: address.to_owned(),
@@ -213,7 +217,7 @@ impl<V> Machine<V> {
             tasks: tasks::Tasks::default(),
             cancelled: FxHashMap::default(),
             orphans: FxHashMap::default(),
-            ready: BinaryHeap::new(),
+            ready: ReadyQueue::default(),
             instances: 0,
             waiting_for_resources: false,
             n_executing: 0,
@@ -270,12 +274,12 @@ impl<V> Machine<V> {
         self.address = address.to_owned();
     }
 
-    pub fn task(&self, id: u32) -> Option<&Task> {
+    pub fn task(&self, id: u32) -> Option<&Task<S>> {
         self.tasks.get(&id)
     }
 
     /// The tasks known, with their ids.
-    pub fn tasks(&self) -> impl Iterator<Item = (u32, &Task)> {
+    pub fn tasks(&self) -> impl Iterator<Item = (u32, &Task<S>)> {
         self.tasks.iter()
     }
 
@@ -413,7 +417,7 @@ impl<V> Machine<V> {
         self.keys.reserve(n);
     }
 
-    pub fn compute(&mut self, t: TaskIn) {
+    pub fn compute(&mut self, t: TaskIn<S>) {
         let known = self.keys.find(&t.key);
         if let Some(ts) = self.tasks.get_mut(&t.id) {
             if Some(ts.key) == known && ts.state != State::Error {
@@ -608,7 +612,7 @@ impl<V> Machine<V> {
     // ----- execution --------------------------------------------------------------
 
     /// The best ready task that fits, now executing; None if no slot or none fits.
-    pub fn take_ready(&mut self, now: f64) -> Option<Job> {
+    pub fn take_ready(&mut self, now: f64) -> Option<Job<S>> {
         self.grant_rejoins();
         if self.n_executing >= self.nthreads || self.paused {
             return None;
@@ -617,7 +621,7 @@ impl<V> Machine<V> {
         let mut job = None;
         let mut from = State::Ready;
         while let Some(e) = self.ready.pop() {
-            let Some(ts) = self.tasks.get_mut(&e.id) else {
+            let Some(ts) = self.tasks.at_mut(e.slot) else {
                 continue;
             };
             if ts.instance != e.instance || !matches!(ts.state, State::Ready | State::Constrained) {
@@ -666,7 +670,7 @@ impl<V> Machine<V> {
     }
 
     /// Records a job's result (`Some((value, nbytes))`) or failure (`None`).
-    pub fn complete(&mut self, job: Job, result: Option<(V, i64)>, seconds: f64) -> Outcome {
+    pub fn complete(&mut self, job: Job<S>, result: Option<(V, i64)>, seconds: f64) -> Outcome {
         if !self.seceded.remove(&job.instance) {
             self.n_executing -= 1; // a seceded task gave its slot up already
         }
@@ -749,8 +753,8 @@ impl<V> Machine<V> {
     }
 
     /// The record of call `instance` of task `id` while it runs (freed since or not).
-    fn call(&self, id: u32, instance: u64) -> Option<&Task> {
-        let running = |t: &&Task| {
+    fn call(&self, id: u32, instance: u64) -> Option<&Task<S>> {
+        let running = |t: &&Task<S>| {
             t.instance == instance && matches!(t.state, State::Executing | State::Cancelled)
         };
         let found = self.tasks.get(&id).filter(running);
@@ -946,7 +950,7 @@ impl<V> Machine<V> {
 
     // ----- bookkeeping ------------------------------------------------------------
 
-    fn track(&mut self, id: u32, ts: Task) {
+    fn track(&mut self, id: u32, ts: Task<S>) {
         if ts.state == State::Executing {
             self.executing.insert(id);
         }
@@ -954,7 +958,7 @@ impl<V> Machine<V> {
         self.tasks.insert(id, ts);
     }
 
-    fn untrack(&mut self, id: u32) -> Option<Task> {
+    fn untrack(&mut self, id: u32) -> Option<Task<S>> {
         let ts = self.tasks.remove(&id)?;
         let slot = self.keys.get_mut(ts.key);
         if slot.task == Some(id) {
@@ -964,7 +968,7 @@ impl<V> Machine<V> {
     }
 
     /// A record freed while running has finished (or was replaced): let go of it.
-    fn orphan(&mut self, ts: Task) {
+    fn orphan(&mut self, ts: Task<S>) {
         self.keys.get_mut(ts.key).with_rare(|r| r.running -= 1);
         self.release_deps(ts.deps());
         self.keys.collect(ts.key);
@@ -972,7 +976,7 @@ impl<V> Machine<V> {
 
     fn make_ready(&mut self, id: u32) {
         self.waiting_for_resources = false;
-        let ts = self.tasks.get_mut(&id).expect("tracked");
+        let (slot, ts) = self.tasks.get_mut_at(&id).expect("tracked");
         let todo = ts.todo.as_deref().expect("a queued task has its todo");
         let priority = todo.priority;
         ts.state = if todo.resources.is_empty() {
@@ -985,6 +989,7 @@ impl<V> Machine<V> {
             priority: Reverse(priority),
             instance: ts.instance,
             id,
+            slot,
         });
         self.note(key, "waiting", state.name());
     }

@@ -22,13 +22,16 @@ impl Scheduler {
 
     /// The compute-task commands of `cmds` (from the last `take_commands`), grouped by
     /// worker and encoded as wire payloads: {worker: (address table, payload, count)}.
+    /// Each worker is sent a blob once (docs/protocol.md#compute).
     fn encode_compute<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         cmds: &Commands,
     ) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        for (w, batch) in compute::encode_compute(&self.inner, cmds.commands()) {
+        for (w, batch) in
+            compute::encode_compute(&self.inner, cmds.commands(), &mut self.sent_blobs)
+        {
             let payload = PyBytes::new(py, &batch.payload);
             out.set_item(w.0, (batch.addresses, payload, batch.count))?;
         }

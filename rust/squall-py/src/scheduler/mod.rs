@@ -20,8 +20,10 @@ use crate::errors::{guarded, InternalError};
 pub use progress::ProgressWatch;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use rustc_hash::FxHashMap;
 use squall_core as core;
 use squall_core::{CoreError, Key};
+use squall_wire::compute::SentBlobs;
 
 #[pyclass(module = "squall._core")]
 pub struct Scheduler {
@@ -29,6 +31,8 @@ pub struct Scheduler {
     /// Keys the last submissions redefined with other dependencies (kept as they were),
     /// until `take_redefined`.
     redefined: Vec<Key>,
+    /// The blobs each worker holds (docs/protocol.md#compute).
+    sent_blobs: FxHashMap<core::WorkerId, SentBlobs>,
 }
 
 impl Scheduler {
@@ -63,6 +67,7 @@ impl Scheduler {
         Ok(Scheduler {
             inner: core::Scheduler::new(config_from_py(config)?),
             redefined: Vec::new(),
+            sent_blobs: FxHashMap::default(),
         })
     }
 

@@ -2,6 +2,7 @@
 //! `crate::specs`), other specs through `squall.protocol.specs.run_spec`; failures
 //! packed for the report.
 
+use super::blobs::{Parts, Spec};
 use super::{key_of, WorkerCore};
 use crate::convert::key_to_py;
 use crate::errors::wire_error;
@@ -12,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyTuple};
 use squall_core::Key;
 use squall_wire::spec::{split_call, CallSpec};
-use squall_worker::Job;
+type Job = squall_worker::Job<Spec>;
 
 impl WorkerCore {
     /// Calls a job; Ok((value, nbytes)) or the packed error.
@@ -80,7 +81,7 @@ impl WorkerCore {
     fn call_spec(
         &self,
         py: Python<'_>,
-        spec: &[u8],
+        spec: &Spec,
         deps: &[(Key, Py<PyAny>)],
     ) -> PyResult<Py<PyAny>> {
         let data = || -> PyResult<Bound<'_, PyDict>> {
@@ -90,13 +91,21 @@ impl WorkerCore {
             }
             Ok(d)
         };
-        let Some(CallSpec { function, call }) = split_call(spec).map_err(wire_error)? else {
-            return self
-                .hooks
-                .run_spec
-                .call1(py, (PyBytes::new(py, spec), data()?));
+        let whole;
+        let (func, call) = match spec.parts(py)? {
+            Parts::Call(func, call) => (func, call),
+            Parts::Whole(spec) => {
+                whole = spec;
+                let Some(CallSpec { function, call }) = split_call(&whole).map_err(wire_error)?
+                else {
+                    return self
+                        .hooks
+                        .run_spec
+                        .call1(py, (PyBytes::new(py, &whole), data()?));
+                };
+                (load_function(py, function)?, call)
+            }
         };
-        let func = load_function(py, function)?;
         let call = self.hooks.loads.call1(py, (PyBytes::new(py, call),))?;
         let mut call = call.bind(py).clone();
         if !deps.is_empty() {

@@ -8,6 +8,7 @@
 //! never held across a call into Python, so it is never contended while blocking the
 //! GIL; threads wait for work on a condition variable with the GIL released.
 
+mod blobs;
 mod call;
 mod counts;
 mod executing_record;
@@ -21,6 +22,7 @@ pub use threads::RunAnswer;
 
 use crate::convert::{key_from_py, key_to_py, packed};
 use crate::errors::wire_error;
+use blobs::{BlobCache, Spec};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
@@ -28,13 +30,13 @@ use pyo3::types::{PyBytes, PyDict};
 use squall_core::Key;
 use squall_wire::compute::decode_compute;
 use squall_wire::keys::{read_keys, write_keys};
-use squall_worker::{DepIn, KeyId, Machine, Priority, Sampler, Slot, TaskIn};
+use squall_worker::{KeyId, Machine, Sampler, Slot};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 struct Inner {
-    m: Machine<Py<PyAny>>,
+    m: Machine<Py<PyAny>, Spec>,
     closing: bool,
     threads: usize,
     /// Threads waiting on `work` now: with none, nobody is woken (a notification is
@@ -75,6 +77,8 @@ pub struct WorkerCore {
     /// none), for call stacks and the profiler (docs/runtime.md#call-stacks-and-profiles).
     /// A thread writes only its own slot, so a call costs two relaxed stores.
     calls: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
+    /// The blobs the scheduler sent, touched by the event loop only (`compute`).
+    blobs: Mutex<BlobCache>,
 }
 
 impl WorkerCore {
@@ -105,7 +109,7 @@ impl WorkerCore {
         py: Python<'_>,
         payload: &[u8],
         what: &'static str,
-        f: impl Fn(&mut Machine<Py<PyAny>>, u32),
+        f: impl Fn(&mut Machine<Py<PyAny>, Spec>, u32),
     ) -> PyResult<()> {
         let ids = packed::<u32>(payload, what)?;
         let mut g = self.lock(py);
@@ -137,6 +141,10 @@ impl WorkerCore {
         let dead = std::mem::take(&mut g.m.graveyard);
         drop(g);
         drop(dead);
+    }
+
+    fn blob_cache(&self) -> MutexGuard<'_, BlobCache> {
+        self.blobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn now(&self) -> f64 {
@@ -173,33 +181,7 @@ impl WorkerCore {
     }
 }
 
-/// A `compute` payload as the machine's input.
-fn compute_inputs(payload: &[u8], addresses: &[String]) -> PyResult<Vec<TaskIn>> {
-    let tasks = decode_compute(payload, addresses).map_err(wire_error)?;
-    let tasks = tasks.into_iter().map(|t| TaskIn {
-        id: t.task,
-        run_id: t.run_id,
-        key: t.key.as_bytes().to_vec(),
-        priority: Priority {
-            neg_user: t.priority.neg_user,
-            generation: t.priority.generation,
-            order: t.priority.order,
-        },
-        spec: t.spec.to_vec(),
-        resources: t.resources,
-        deps: t
-            .deps
-            .into_iter()
-            .map(|d| DepIn {
-                key: d.key.as_bytes().to_vec(),
-                holders: d.holders,
-            })
-            .collect(),
-    });
-    Ok(tasks.collect())
-}
-
-fn key_of<V>(m: &Machine<V>, k: KeyId) -> Key {
+fn key_of<V, S>(m: &Machine<V, S>, k: KeyId) -> Key {
     Key::from_encoded(&m.keys.get(k).bytes).expect("interned keys are valid")
 }
 
@@ -249,6 +231,7 @@ impl WorkerCore {
             },
             next_thread: AtomicU32::new(0),
             calls: Mutex::new(Vec::new()),
+            blobs: Mutex::new(BlobCache::default()),
         })
     }
 
@@ -263,9 +246,15 @@ impl WorkerCore {
         Ok(())
     }
 
-    /// Takes a `compute` payload; returns how many tasks it held.
+    /// Takes a `compute` payload; returns how many tasks it held. A malformed payload,
+    /// or one naming a blob this worker does not hold, is refused whole.
     fn compute(&self, py: Python<'_>, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
-        let tasks = compute_inputs(payload, &addresses)?;
+        let batch = decode_compute(payload, &addresses).map_err(wire_error)?;
+        let (tasks, gone) = {
+            let mut cache = self.blob_cache();
+            let resolved = cache.resolve(batch)?;
+            cache.apply(resolved)
+        };
         let n = tasks.len();
         let mut g = self.lock(py);
         g.m.reserve(n);
@@ -274,7 +263,20 @@ impl WorkerCore {
         }
         self.wake_threads(&g);
         Self::unlock(g);
+        drop(gone);
         Ok(n)
+    }
+
+    /// Forgets the blobs sent so far: called on registering with a scheduler, which
+    /// sends them anew (docs/protocol.md#compute).
+    fn clear_blobs(&self) {
+        let gone = self.blob_cache().clear();
+        drop(gone); // not under the lock (a function may hold anything)
+    }
+
+    /// How many blobs the worker holds (tests, diagnostics).
+    fn blobs_held(&self) -> usize {
+        self.blob_cache().len()
     }
 
     /// `free-keys`: packed u32 task ids.

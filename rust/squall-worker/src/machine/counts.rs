@@ -14,7 +14,7 @@ pub struct Counts {
     pub in_memory: usize,
 }
 
-impl<V> Machine<V> {
+impl<V, S> Machine<V, S> {
     /// O(ready heap): its stale entries (stolen, freed, superseded tasks) are skipped.
     pub fn counts(&self) -> Counts {
         let ready = self

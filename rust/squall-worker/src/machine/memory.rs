@@ -35,7 +35,7 @@ impl Memory {
     }
 }
 
-impl<V> Machine<V> {
+impl<V, S> Machine<V, S> {
     /// Holds `value` (of `nbytes`) as `k`'s, in memory; a value held before goes.
     pub(super) fn store(&mut self, k: KeyId, value: V, nbytes: i64) {
         let old = self.unstore(k);

@@ -7,26 +7,37 @@ use super::Task;
 use rustc_hash::FxHashMap;
 
 #[derive(Default)]
-pub(super) struct Tasks {
+pub(super) struct Tasks<S> {
     index: FxHashMap<u32, u32>,
-    records: Vec<Option<Task>>,
+    records: Vec<Option<Task<S>>>,
     /// Slab entries to reuse.
     free: Vec<u32>,
 }
 
-impl Tasks {
-    pub(super) fn get(&self, id: &u32) -> Option<&Task> {
+impl<S> Tasks<S> {
+    pub(super) fn get(&self, id: &u32) -> Option<&Task<S>> {
         let &i = self.index.get(id)?;
         self.records[i as usize].as_ref()
     }
 
-    pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut Task> {
+    /// The record and where it is (for [`Self::at_mut`]).
+    pub(super) fn get_mut_at(&mut self, id: &u32) -> Option<(u32, &mut Task<S>)> {
+        let &i = self.index.get(id)?;
+        Some((i, self.records[i as usize].as_mut()?))
+    }
+
+    /// The record at `slot`, whichever task it is now (callers check its instance).
+    pub(super) fn at_mut(&mut self, slot: u32) -> Option<&mut Task<S>> {
+        self.records.get_mut(slot as usize)?.as_mut()
+    }
+
+    pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut Task<S>> {
         let &i = self.index.get(id)?;
         self.records[i as usize].as_mut()
     }
 
     /// Tracks `ts` as task `id`'s record (replacing any).
-    pub(super) fn insert(&mut self, id: u32, ts: Task) {
+    pub(super) fn insert(&mut self, id: u32, ts: Task<S>) {
         if let Some(&i) = self.index.get(&id) {
             self.records[i as usize] = Some(ts);
             return;
@@ -44,7 +55,7 @@ impl Tasks {
         self.index.insert(id, i);
     }
 
-    pub(super) fn remove(&mut self, id: &u32) -> Option<Task> {
+    pub(super) fn remove(&mut self, id: &u32) -> Option<Task<S>> {
         let i = self.index.remove(id)?;
         self.free.push(i);
         self.records[i as usize].take()
@@ -56,11 +67,11 @@ impl Tasks {
         self.records.reserve(n.saturating_sub(self.free.len()));
     }
 
-    pub(super) fn values(&self) -> impl Iterator<Item = &Task> {
+    pub(super) fn values(&self) -> impl Iterator<Item = &Task<S>> {
         self.records.iter().filter_map(Option::as_ref)
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, &Task)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, &Task<S>)> {
         let records = &self.records;
         self.index.iter().map(move |(&id, &i)| {
             let ts = records[i as usize].as_ref();
