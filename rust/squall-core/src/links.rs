@@ -15,6 +15,8 @@ pub struct Links<I>(Repr<I>);
 enum Repr<I> {
     Empty,
     One((I, u32)),
+    /// Boxed so that a link set stays two words (several links are rare).
+    #[allow(clippy::box_collection)]
     Many(Box<Vec<(I, u32)>>),
 }
 
