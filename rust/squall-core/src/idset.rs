@@ -1,26 +1,32 @@
 //! A small set of ids with deterministic iteration order.
 //!
-//! Most task-level sets hold zero to a handful of members, so they live in a plain
-//! vector with linear operations; a set that grows past [`PROMOTE_AT`] members (a
-//! hub task with thousands of dependents) is promoted to an indexed hash set so that
-//! removal stays O(1). Iteration order depends only on the sequence of operations,
-//! never on hash values.
+//! Most task-level sets are empty (a `map` task has no dependencies, dependents or
+//! waiters), so a set is one pointer, null while empty: a task's three sets cost 24
+//! bytes rather than 72 (docs/core.md#memory-per-task). A non-empty set holds up to
+//! [`INLINE`] members inline in its one allocation; past that they spill to a vector,
+//! and past [`PROMOTE_AT`] members (a hub task with thousands of dependents) the set
+//! is promoted to an indexed hash set so that removal stays O(1). Iteration order
+//! depends only on the sequence of operations, never on hash values.
 
 use indexmap::IndexSet;
 use smallvec::SmallVec;
 use std::hash::Hash;
 
 const PROMOTE_AT: usize = 32;
+const INLINE: usize = 4;
 
 #[derive(Clone, Debug)]
-pub enum IdSet<T: Copy + Eq + Hash> {
-    Small(Vec<T>),
+enum Repr<T: Copy + Eq + Hash> {
+    Small(SmallVec<[T; INLINE]>),
     Large(Box<IndexSet<T, hashbrown::DefaultHashBuilder>>),
 }
 
+#[derive(Clone, Debug)]
+pub struct IdSet<T: Copy + Eq + Hash>(Option<Box<Repr<T>>>);
+
 impl<T: Copy + Eq + Hash> Default for IdSet<T> {
     fn default() -> Self {
-        IdSet::Small(Vec::new())
+        IdSet(None)
     }
 }
 
@@ -39,9 +45,10 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
 
     #[inline]
     pub fn len(&self) -> usize {
-        match self {
-            IdSet::Small(v) => v.len(),
-            IdSet::Large(s) => s.len(),
+        match self.0.as_deref() {
+            None => 0,
+            Some(Repr::Small(v)) => v.len(),
+            Some(Repr::Large(s)) => s.len(),
         }
     }
 
@@ -52,16 +59,20 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
 
     #[inline]
     pub fn contains(&self, x: T) -> bool {
-        match self {
-            IdSet::Small(v) => v.contains(&x),
-            IdSet::Large(s) => s.contains(&x),
+        match self.0.as_deref() {
+            None => false,
+            Some(Repr::Small(v)) => v.contains(&x),
+            Some(Repr::Large(s)) => s.contains(&x),
         }
     }
 
     /// Returns true if `x` was not present.
     pub fn insert(&mut self, x: T) -> bool {
-        match self {
-            IdSet::Small(v) => {
+        let repr = self
+            .0
+            .get_or_insert_with(|| Box::new(Repr::Small(SmallVec::new())));
+        match &mut **repr {
+            Repr::Small(v) => {
                 if v.contains(&x) {
                     return false;
                 }
@@ -70,54 +81,61 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
                         IndexSet::with_capacity_and_hasher(v.len() * 2, Default::default());
                     s.extend(v.iter().copied());
                     s.insert(x);
-                    *self = IdSet::Large(Box::new(s));
+                    **repr = Repr::Large(Box::new(s));
                 } else {
                     v.push(x);
                 }
                 true
             }
-            IdSet::Large(s) => s.insert(x),
+            Repr::Large(s) => s.insert(x),
         }
     }
 
     /// Returns true if `x` was present. Order of the remaining members may change
     /// (swap-remove), deterministically.
     pub fn remove(&mut self, x: T) -> bool {
-        match self {
-            IdSet::Small(v) => match v.iter().position(|&y| y == x) {
+        let removed = match self.0.as_deref_mut() {
+            None => return false,
+            Some(Repr::Small(v)) => match v.iter().position(|&y| y == x) {
                 Some(i) => {
                     v.swap_remove(i);
                     true
                 }
                 None => false,
             },
-            IdSet::Large(s) => s.swap_remove(&x),
+            Some(Repr::Large(s)) => s.swap_remove(&x),
+        };
+        if removed && self.is_empty() {
+            self.0 = None;
         }
+        removed
     }
 
     pub fn clear(&mut self) {
-        *self = IdSet::Small(Vec::new());
+        self.0 = None;
     }
 
     /// Takes the members out, leaving the set empty.
     pub fn take(&mut self) -> Vec<T> {
-        match std::mem::take(self) {
-            IdSet::Small(v) => v,
-            IdSet::Large(s) => s.into_iter().collect(),
+        match self.0.take().map(|b| *b) {
+            None => Vec::new(),
+            Some(Repr::Small(v)) => v.into_vec(),
+            Some(Repr::Large(s)) => s.into_iter().collect(),
         }
     }
 
     pub fn first(&self) -> Option<T> {
-        match self {
-            IdSet::Small(v) => v.first().copied(),
-            IdSet::Large(s) => s.first().copied(),
+        match self.0.as_deref()? {
+            Repr::Small(v) => v.first().copied(),
+            Repr::Large(s) => s.first().copied(),
         }
     }
 
     pub fn iter(&self) -> IdSetIter<'_, T> {
-        match self {
-            IdSet::Small(v) => IdSetIter::Small(v.iter()),
-            IdSet::Large(s) => IdSetIter::Large(s.iter()),
+        match self.0.as_deref() {
+            None => IdSetIter::Small([].iter()),
+            Some(Repr::Small(v)) => IdSetIter::Small(v.iter()),
+            Some(Repr::Large(s)) => IdSetIter::Large(s.iter()),
         }
     }
 
@@ -125,9 +143,10 @@ impl<T: Copy + Eq + Hash> IdSet<T> {
     /// the usual handful).
     #[inline]
     pub fn to_vec(&self) -> SmallVec<[T; 4]> {
-        match self {
-            IdSet::Small(v) => SmallVec::from_slice(v),
-            IdSet::Large(s) => s.iter().copied().collect(),
+        match self.0.as_deref() {
+            None => SmallVec::new(),
+            Some(Repr::Small(v)) => SmallVec::from_slice(v),
+            Some(Repr::Large(s)) => s.iter().copied().collect(),
         }
     }
 }
@@ -159,7 +178,7 @@ mod tests {
             assert!(s.insert(i));
             assert!(!s.insert(i));
         }
-        assert!(matches!(s, IdSet::Large(_)));
+        assert!(matches!(s.0.as_deref(), Some(Repr::Large(_))));
         assert_eq!(s.len(), 100);
         for i in (0..100u32).step_by(2) {
             assert!(s.remove(i));
@@ -175,7 +194,11 @@ mod tests {
     }
 
     #[test]
-    fn small_set_is_vector_sized() {
-        assert!(std::mem::size_of::<IdSet<u32>>() <= 24);
+    fn empty_set_is_a_null_pointer() {
+        assert_eq!(std::mem::size_of::<IdSet<u32>>(), 8);
+        let mut s = IdSet::new();
+        s.insert(7u32);
+        assert!(s.remove(7));
+        assert!(s.0.is_none(), "emptied sets free their allocation");
     }
 }

@@ -6,7 +6,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::ids::{PrefixId, TaskId, WorkerId};
 use crate::state::Scheduler;
 use crate::stimuli::{Slots, Stimulus};
-use crate::task::TaskState as S;
+use crate::task::{TaskState as S, NOT_BINNED};
 use crate::worker::{IdIndexMap, IdIndexSet};
 
 pub const LEVELS: usize = 15;
@@ -71,7 +71,8 @@ pub struct Stealing {
     pub(crate) last_balance: f64,
     /// Per worker slot: tasks per level.
     stealable: Vec<Option<Box<[IdIndexSet<TaskId>; LEVELS]>>>,
-    key_stealable: IdIndexMap<TaskId, (WorkerId, u8)>,
+    /// Tasks in the bins (each binned task's level is in its `steal_level`).
+    n_binned: usize,
     in_flight: IdIndexMap<TaskId, InFlight>,
     in_flight_occupancy: IdIndexMap<WorkerId, f64>,
     in_flight_tasks: IdIndexMap<WorkerId, i64>,
@@ -103,7 +104,7 @@ impl Stealing {
     }
 
     pub fn n_stealable(&self) -> usize {
-        self.key_stealable.len()
+        self.n_binned
     }
 
     pub fn n_in_flight(&self) -> usize {
@@ -145,7 +146,8 @@ impl Scheduler {
             return;
         };
         self.stealing.bins(w)[level as usize].insert(t);
-        self.stealing.key_stealable.insert(t, (w, level));
+        self.stealing.n_binned += 1;
+        self.tm(t).steal_level = level;
         let p = self.prefix_of(t);
         if !self.prefix_duration_known(p) {
             self.stealing
@@ -157,9 +159,17 @@ impl Scheduler {
     }
 
     pub(crate) fn stealing_remove_key(&mut self, t: TaskId) {
-        if let Some((w, level)) = self.stealing.key_stealable.swap_remove(&t) {
-            self.stealing.bins(w)[level as usize].swap_remove(&t);
+        let Some(ts) = self.tasks.get_mut(t.idx()).and_then(Option::as_mut) else {
+            return;
+        };
+        let level = std::mem::replace(&mut ts.steal_level, NOT_BINNED);
+        if level == NOT_BINNED {
+            return;
         }
+        // Binned tasks are processing: their worker is the bins'.
+        let w = ts.processing_on().expect("binned tasks are processing");
+        self.stealing.bins(w)[level as usize].swap_remove(&t);
+        self.stealing.n_binned -= 1;
     }
 
     fn remove_from_in_flight(&mut self, t: TaskId) -> Option<InFlight> {
@@ -184,7 +194,7 @@ impl Scheduler {
         if finish == S::Processing {
             self.put_key_in_stealable(t);
         } else if start == S::Processing {
-            self.stealing_remove_key(t);
+            // (`transition` took it out of the bins already.)
             self.remove_from_in_flight(t);
             if finish == S::Memory {
                 let p = self.prefix_of(t);
@@ -205,7 +215,10 @@ impl Scheduler {
             if let Some(bins) = slot.take() {
                 for level in bins.iter() {
                     for t in level {
-                        self.stealing.key_stealable.swap_remove(t);
+                        if let Some(ts) = self.tasks.get_mut(t.idx()).and_then(Option::as_mut) {
+                            ts.steal_level = NOT_BINNED;
+                            self.stealing.n_binned -= 1;
+                        }
                     }
                 }
             }
@@ -281,10 +294,9 @@ impl Scheduler {
                     if thieves.is_empty() {
                         break;
                     }
-                    let current = self.stealing.key_stealable.contains_key(&t)
-                        && self
-                            .get_task(t)
-                            .is_some_and(|x| x.processing_on() == Some(victim));
+                    let current = self.get_task(t).is_some_and(|x| {
+                        x.steal_level as usize == level && x.processing_on() == Some(victim)
+                    });
                     if !current {
                         self.stealing.bins(victim)[level].swap_remove(&t);
                         continue;
@@ -472,6 +484,8 @@ impl Scheduler {
     /// Moves a processing task from victim to thief and dispatches it there afresh.
     /// (Unlike Dask, reserved resources move with the task.)
     fn move_processing(&mut self, t: TaskId, victim: WorkerId, thief: WorkerId) {
+        // Binned again meanwhile if its prefix got measured: out of the victim's bins.
+        self.stealing_remove_key(t);
         self.detach_from_worker(t, victim);
         self.attach_to_worker(t, thief);
         self.tm(t).set_processing_on(Some(thief));
@@ -485,12 +499,62 @@ impl Scheduler {
         });
     }
 
+    /// The bins hold exactly the tasks whose `steal_level` is set, each in its
+    /// worker's bin of that level, and only processing tasks.
+    pub(crate) fn validate_stealing(&self) -> Result<(), String> {
+        let mut binned = 0;
+        for t in self.task_ids() {
+            let ts = self.task(t);
+            if ts.steal_level == NOT_BINNED {
+                continue;
+            }
+            binned += 1;
+            let in_bin = ts.processing_on().is_some_and(|w| {
+                matches!(self.stealing.stealable.get(w.idx()),
+                    Some(Some(bins)) if bins.get(ts.steal_level as usize).is_some_and(|b| b.contains(&t)))
+            });
+            if ts.state != S::Processing || !in_bin {
+                return Err(format!(
+                    "{:?} has steal level {} but is {:?}, not in its worker's bin",
+                    ts.key, ts.steal_level, ts.state
+                ));
+            }
+        }
+        let mut in_bins = 0;
+        for (w, bins) in self.stealing.stealable.iter().enumerate() {
+            for (level, bin) in bins.iter().flat_map(|b| b.iter().enumerate()) {
+                in_bins += bin.len();
+                if let Some(&t) = bin.iter().find(|&&t| {
+                    self.get_task(t).is_none_or(|ts| {
+                        ts.steal_level as usize != level
+                            || ts.processing_on() != Some(WorkerId(w as u32))
+                    })
+                }) {
+                    let ts = self.task_slot(t);
+                    return Err(format!(
+                        "bin {level} of worker {w} holds {t:?}, {:?}",
+                        ts.map(|ts| (&ts.key, ts.state, ts.steal_level, ts.processing_on()))
+                    ));
+                }
+            }
+        }
+        if binned != self.stealing.n_binned || in_bins != binned {
+            return Err(format!(
+                "{binned} tasks binned, count says {}, bins hold {in_bins}",
+                self.stealing.n_binned
+            ));
+        }
+        Ok(())
+    }
+
     pub fn stealing_stats(&self) -> &Stealing {
         &self.stealing
     }
 
     /// Level of a task in the stealing bins, if binned.
     pub fn steal_bin_of(&self, t: TaskId) -> Option<(WorkerId, u8)> {
-        self.stealing.key_stealable.get(&t).copied()
+        let ts = self.get_task(t)?;
+        let w = ts.processing_on()?;
+        (ts.steal_level != NOT_BINNED).then_some((w, ts.steal_level))
     }
 }

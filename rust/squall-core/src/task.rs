@@ -124,6 +124,9 @@ pub(crate) const F_DATA_PRODUCER: u8 = 2;
 pub(crate) const F_HAS_PRIORITY: u8 = 4;
 pub(crate) const F_LONG_RUNNING: u8 = 8;
 
+/// `Task::steal_level` of a task in no stealing bin.
+pub(crate) const NOT_BINNED: u8 = u8::MAX;
+
 /// `Task::processing_on` of a task assigned to no worker (worker ids never reach it).
 const NOT_PROCESSING: u32 = u32::MAX;
 
@@ -158,6 +161,9 @@ pub struct Task {
     /// Worker deaths while this task was processing.
     pub suspicious: u8,
     pub(crate) flags: u8,
+    /// Its level in its worker's stealing bins, `NOT_BINNED` if in none: kept here
+    /// rather than in a scheduler-wide map (docs/scheduling.md#work-stealing).
+    pub(crate) steal_level: u8,
 }
 
 impl Task {
@@ -192,6 +198,7 @@ impl Task {
             state: TaskState::Released,
             suspicious: 0,
             flags: 0,
+            steal_level: NOT_BINNED,
         }
     }
 
@@ -258,8 +265,9 @@ impl Task {
 mod tests {
     #[test]
     fn task_stays_compact() {
-        // Budget: ≤ 300 bytes per live task including key, table and arena overhead.
+        // Budget: ≤ 300 bytes per live task including key, table and arena overhead
+        // (docs/core.md#memory-per-task).
         let size = std::mem::size_of::<super::Task>();
-        assert!(size <= 216, "Task grew to {size} bytes");
+        assert!(size <= 152, "Task grew to {size} bytes");
     }
 }

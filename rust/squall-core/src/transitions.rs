@@ -100,6 +100,10 @@ impl Scheduler {
             return;
         }
         self.transition_counter += 1;
+        if start == S::Processing {
+            // Out of the stealing bins while the task still names its worker.
+            self.stealing_remove_key(t);
+        }
         // Where the feed sees this transition start: two hops are two entries to it, as
         // distributed's plugins see them; the log keeps one.
         let mut fed_from = start;

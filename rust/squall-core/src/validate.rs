@@ -41,6 +41,7 @@ impl Scheduler {
                 ts.key
             );
         }
+        self.validate_stealing()?;
         // A fed transition whose key is not looked up yet needs its slot (live or a
         // tombstone): slots are recycled only after the feed looked their keys up.
         for t in self.feed.unresolved() {
