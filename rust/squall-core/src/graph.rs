@@ -584,14 +584,15 @@ fn check_acyclic(
     };
     // Each task's dependents among the new ones, in one buffer: task `j`'s are
     // `dependents[starts[j]..starts[j + 1]]`.
-    let mut indeg = vec![0u32; n];
     let mut starts = vec![0usize; n + 1];
-    for i in 0..n {
-        for j in new_deps(i) {
-            indeg[i] += 1;
-            starts[j + 1] += 1;
-        }
-    }
+    let mut indeg: Vec<u32> = (0..n)
+        .map(|i| {
+            new_deps(i).fold(0, |count, j| {
+                starts[j + 1] += 1;
+                count + 1
+            })
+        })
+        .collect();
     for j in 0..n {
         starts[j + 1] += starts[j];
     }
