@@ -98,9 +98,24 @@ pub struct SubmitResult {
 }
 
 /// Where each submitted task's dependencies point, once validated.
+#[derive(Clone, Copy)]
 enum Resolved {
     Local(u32),
     Known(TaskId),
+}
+
+/// Every submitted task's resolved dependencies in one buffer (no Vec per task):
+/// task `i`'s are `all[ends[i - 1]..ends[i]]` (from 0 for `i = 0`).
+struct ResolvedDeps {
+    ends: Vec<usize>,
+    all: Vec<Resolved>,
+}
+
+impl ResolvedDeps {
+    fn of(&self, i: usize) -> &[Resolved] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.all[start..self.ends[i]]
+    }
 }
 
 impl Scheduler {
@@ -165,13 +180,16 @@ impl Scheduler {
                 }
             }
         };
-        let mut deps: Vec<Vec<Resolved>> = Vec::with_capacity(n);
+        let mut deps = ResolvedDeps {
+            ends: Vec::with_capacity(n),
+            all: Vec::with_capacity(sub.tasks.iter().map(|t| t.deps.len()).sum()),
+        };
         let mut existing: Vec<Option<TaskId>> = Vec::with_capacity(n);
         let mut redefined = Vec::new();
         for (i, t) in sub.tasks.iter().enumerate() {
-            let mut ds = Vec::with_capacity(t.deps.len());
+            let start = deps.all.len();
             for d in &t.deps {
-                ds.push(resolve(d, &t.key)?);
+                deps.all.push(resolve(d, &t.key)?);
             }
             let known = if first_of[i] == i as u32 {
                 self.lookup(&t.key)
@@ -179,12 +197,12 @@ impl Scheduler {
                 None
             };
             if let Some(e) = known {
-                if self.redefines(e, &ds, sub) {
+                if self.redefines(e, &deps.all[start..], sub) {
                     redefined.push(e);
                 }
             }
             existing.push(known);
-            deps.push(ds);
+            deps.ends.push(deps.all.len());
         }
         let mut wanted = Vec::with_capacity(sub.wanted.len());
         for w in &sub.wanted {
@@ -328,7 +346,7 @@ impl Scheduler {
                 continue;
             }
             let t = ids[i];
-            for d in &deps[i] {
+            for d in deps.of(i) {
                 let dt = match d {
                     Resolved::Local(j) => ids[*j as usize],
                     Resolved::Known(k) => *k,
@@ -387,7 +405,8 @@ impl Scheduler {
         earlier.dedup();
         touched.extend(earlier);
         // Descending priority, so the best is popped first (already so for map order).
-        touched.sort_by_key(|&t| std::cmp::Reverse(self.task(t).priority));
+        // Keys read once per task, not once per comparison (random reads of the tasks).
+        touched.sort_by_cached_key(|&t| std::cmp::Reverse(self.task(t).priority));
         recs.reserve(touched.len());
         for &t in &touched {
             let ts = self.task(t);
@@ -484,7 +503,7 @@ impl Scheduler {
         &self,
         sub: &Submission,
         first_of: &[u32],
-        deps: &[Vec<Resolved>],
+        deps: &ResolvedDeps,
         ids: &[TaskId],
         created: &[bool],
     ) -> Vec<u64> {
@@ -494,28 +513,28 @@ impl Scheduler {
             GraphOrder::Sequential => (0..n as u64).collect(),
             GraphOrder::Given(v) => (0..n).map(|i| v.get(i).copied().unwrap_or(0)).collect(),
             GraphOrder::Compute => {
-                let nodes: Vec<squall_order::Node> = (0..n)
-                    .map(|i| squall_order::Node {
-                        deps: if first_of[i] as usize == i {
-                            deps[i]
-                                .iter()
-                                .filter_map(|d| match d {
-                                    Resolved::Local(j) => Some(*j),
-                                    Resolved::Known(_) => None,
-                                })
-                                .collect()
-                        } else {
-                            Vec::new()
-                        },
-                        is_task: if created[i] {
-                            self.task(ids[i]).run_spec.is_some()
-                        } else {
-                            sub.tasks[i].run_spec.is_some()
-                        },
-                        name: self.task(ids[i]).key.python_str(),
-                    })
-                    .collect();
-                match squall_order::order(&nodes) {
+                // In flat form (no Vec per node), names made only when ties need them.
+                let mut g = squall_order::FlatGraph {
+                    dep_ends: Vec::with_capacity(n),
+                    deps: Vec::with_capacity(deps.all.len()),
+                    is_task: Vec::with_capacity(n),
+                    ..Default::default()
+                };
+                for i in 0..n {
+                    if first_of[i] as usize == i {
+                        g.deps.extend(deps.of(i).iter().filter_map(|d| match d {
+                            Resolved::Local(j) => Some(*j),
+                            Resolved::Known(_) => None,
+                        }));
+                    }
+                    g.dep_ends.push(g.deps.len());
+                    g.is_task.push(if created[i] {
+                        self.task(ids[i]).run_spec.is_some()
+                    } else {
+                        sub.tasks[i].run_spec.is_some()
+                    });
+                }
+                match squall_order::order_flat_named(&g, |i| self.task(ids[i]).key.python_str()) {
                     Ok(o) => o.into_iter().map(u64::from).collect(),
                     // Validation already proved the graph acyclic.
                     Err(_) => (0..n as u64).collect(),
@@ -543,7 +562,7 @@ impl Scheduler {
 struct Plan {
     first_of: Vec<u32>,
     existing: Vec<Option<TaskId>>,
-    deps: Vec<Vec<Resolved>>,
+    deps: ResolvedDeps,
     wanted: Vec<Resolved>,
     redefined: Vec<TaskId>,
 }
@@ -553,20 +572,36 @@ fn check_acyclic(
     sub: &Submission,
     first_of: &[u32],
     existing: &[Option<TaskId>],
-    deps: &[Vec<Resolved>],
+    deps: &ResolvedDeps,
 ) -> CoreResult<()> {
     let n = sub.tasks.len();
     let is_new = |i: usize| first_of[i] as usize == i && existing[i].is_none();
-    let mut indeg = vec![0u32; n];
-    let mut dependents: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for i in (0..n).filter(|&i| is_new(i)) {
-        for d in &deps[i] {
-            if let Resolved::Local(j) = d {
-                if is_new(*j as usize) {
-                    indeg[i] += 1;
-                    dependents[*j as usize].push(i as u32);
-                }
-            }
+    let new_deps = |i: usize| {
+        deps.of(i).iter().filter_map(move |d| match *d {
+            Resolved::Local(j) if is_new(i) && is_new(j as usize) => Some(j as usize),
+            _ => None,
+        })
+    };
+    // Each task's dependents among the new ones, in one buffer: task `j`'s are
+    // `dependents[starts[j]..starts[j + 1]]`.
+    let mut starts = vec![0usize; n + 1];
+    let mut indeg: Vec<u32> = (0..n)
+        .map(|i| {
+            new_deps(i).fold(0, |count, j| {
+                starts[j + 1] += 1;
+                count + 1
+            })
+        })
+        .collect();
+    for j in 0..n {
+        starts[j + 1] += starts[j];
+    }
+    let mut fill = starts.clone();
+    let mut dependents = vec![0u32; starts[n]];
+    for i in 0..n {
+        for j in new_deps(i) {
+            dependents[fill[j]] = i as u32;
+            fill[j] += 1;
         }
     }
     let mut stack: Vec<u32> = (0..n as u32)
@@ -575,7 +610,7 @@ fn check_acyclic(
     let mut seen = 0usize;
     while let Some(i) = stack.pop() {
         seen += 1;
-        for &d in &dependents[i as usize] {
+        for &d in &dependents[starts[i as usize]..starts[i as usize + 1]] {
             indeg[d as usize] -= 1;
             if indeg[d as usize] == 0 {
                 stack.push(d);
@@ -604,7 +639,8 @@ fn check_acyclic(
         }
         pos[cur as usize] = path.len();
         path.push(cur);
-        cur = deps[cur as usize]
+        cur = deps
+            .of(cur as usize)
             .iter()
             .find_map(|d| match d {
                 Resolved::Local(j) if is_new(*j as usize) && indeg[*j as usize] > 0 => Some(*j),

@@ -170,7 +170,8 @@ impl Key {
         match self.decode() {
             KeyValue::Str(s) => s,
             other => {
-                let mut out = String::new();
+                // About the encoding's length: no regrowth on the way.
+                let mut out = String::with_capacity(self.0.len() + 16);
                 python_repr(&other, &mut out);
                 out
             }
@@ -359,6 +360,15 @@ fn repr_str(s: &str, out: &mut String) {
         '\''
     };
     out.push(quote);
+    // Usually nothing to escape: copied whole (bytes of other chars pass unchanged below).
+    if !s
+        .bytes()
+        .any(|b| b < 0x20 || matches!(b, b'\\' | b'\'' | b'"' | 0x7f))
+    {
+        out.push_str(s);
+        out.push(quote);
+        return;
+    }
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

@@ -61,6 +61,8 @@ impl WorkerSet {
 
 /// Space between consecutive worker ranks after a renumbering (see `rank_joined`).
 const RANK_GAP: u64 = 1 << 16;
+/// How many groups `group_by_stem` tries.
+const GROUP_STEMS: usize = 8;
 
 pub struct Client {
     pub id: String,
@@ -97,6 +99,10 @@ pub struct Scheduler {
     pub(crate) last_group: Option<GroupId>,
     /// (group, its uid, stem): the group of the last `stem-<digits>` str key.
     pub(crate) group_hint: Option<(GroupId, u64, Vec<u8>)>,
+    /// (group, its uid) of recent groups whose name `N` names every str key
+    /// `N-<a word with a digit>…` (e.g. `add-<uuid>`): a few, since a graph's
+    /// groups interleave.
+    pub(crate) group_stems: Vec<(GroupId, u64)>,
     pub(crate) prefixes: Vec<TaskPrefix>,
     pub(crate) prefix_index: FxHashMap<String, PrefixId>,
 
@@ -190,6 +196,7 @@ impl Scheduler {
             group_index: FxHashMap::default(),
             last_group: None,
             group_hint: None,
+            group_stems: Vec::new(),
             prefixes: Vec::new(),
             prefix_index: FxHashMap::default(),
             workers: Vec::new(),
@@ -437,7 +444,48 @@ impl Scheduler {
         g
     }
 
+    /// The recent group named by `key`'s start, if `key` is `<its name>-<a word
+    /// with a digit>…`: `key_split` stops at such a word.
+    fn group_by_stem(&self, key: &Key) -> Option<GroupId> {
+        let s = key.as_str()?.as_bytes();
+        self.group_stems.iter().find_map(|&(g, uid)| {
+            let group = self.groups[g.idx()].as_ref().filter(|x| x.uid == uid)?;
+            let rest = s.strip_prefix(group.name.as_bytes())?.strip_prefix(b"-")?;
+            let word = rest.split(|&c| c == b'-').next()?;
+            word.iter().any(u8::is_ascii_digit).then_some(g)
+        })
+    }
+
+    /// Remembers `g` for `group_by_stem` if its name qualifies: non-empty, starting
+    /// with a letter and kept whole by `key_split` before such a word.
+    fn learn_stem(&mut self, g: GroupId) {
+        let group = self.group(g);
+        let name = &group.name;
+        let qualifies = name.chars().next().is_some_and(char::is_alphabetic)
+            && key_split_group(&Key::str(&format!("{name}-0"))) == name.as_str();
+        if qualifies {
+            let entry = (g, group.uid);
+            if self.group_stems.len() == GROUP_STEMS {
+                self.group_stems.remove(0);
+            }
+            self.group_stems.push(entry);
+        }
+    }
+
     fn group_for_slow(&mut self, key: &Key) -> GroupId {
+        if let Some(g) = self.group_by_stem(key) {
+            self.last_group = Some(g);
+            return g;
+        }
+        let g = self.group_by_name(key);
+        let entry = (g, self.group(g).uid);
+        if key.as_str().is_some() && !self.group_stems.contains(&entry) {
+            self.learn_stem(g);
+        }
+        g
+    }
+
+    fn group_by_name(&mut self, key: &Key) -> GroupId {
         let name = key_split_group(key);
         // Consecutive tasks of a submission usually share a group.
         if let Some(g) = self.last_group {
@@ -831,9 +879,41 @@ mod tests {
     }
 
     #[test]
-    fn groups_by_digit_stem_match_the_slow_path() {
+    fn groups_by_hints_match_the_slow_path() {
         let mut s = Scheduler::new(Config::default());
-        for k in ["a-1", "a-2", "(a-1", "(a-2", "b-x-3", "b-x-4", "a-3"] {
+        for k in [
+            "a-1",
+            "a-2",
+            "(a-1",
+            "(a-2",
+            "b-x-3",
+            "b-x-4",
+            "a-3",
+            // Stems followed by a word with a digit, interleaved (`group_by_stem`).
+            "add-2ad4-1c70",
+            "noop-9b-x",
+            "add-b1-x",
+            "noop-7",
+            "add-x-1",
+            "add-x-y2",
+            "add-abcdefab-1",
+            "add-abcdefab-2",
+            "add-1-x",
+            "add-",
+            "add-x",
+            "noop-x1",
+            "data-1",
+            "0123456789abcdef0123456789abcdef",
+            "data-2",
+            "_a-1",
+            "a-1b",
+            "x,y-1",
+            "x,y-2",
+            "<f>-1",
+            "Other-1",
+            "é-1",
+            "é-2",
+        ] {
             let key = Key::str(k);
             let g = s.group_for(&key);
             assert_eq!(s.group(g).name, key_split_group(&key), "{k}");

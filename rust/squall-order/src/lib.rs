@@ -75,6 +75,8 @@
 //! for the nodes whose comparisons need them; see `reach`. A million-node
 //! reduction, map or independent-task graph orders in well under a second.
 
+use std::cell::OnceCell;
+
 mod csr;
 mod graph;
 mod index_set;
@@ -146,6 +148,13 @@ impl FlatGraph {
     }
 }
 
+/// A [`FlatGraph`] whose names are made on demand, each at most once.
+struct NamedOnDemand<'a, F> {
+    graph: &'a FlatGraph,
+    name_of: F,
+    names: Vec<OnceCell<String>>,
+}
+
 /// What the ordering reads from its input, however it is stored.
 pub(crate) trait Input {
     fn len(&self) -> usize;
@@ -166,6 +175,21 @@ impl Input for &[Node] {
     }
     fn name(&self, i: usize) -> &str {
         &self[i].name
+    }
+}
+
+impl<F: Fn(usize) -> String> Input for NamedOnDemand<'_, F> {
+    fn len(&self) -> usize {
+        self.graph.len()
+    }
+    fn deps(&self, i: usize) -> &[u32] {
+        self.graph.deps_of(i)
+    }
+    fn is_task(&self, i: usize) -> bool {
+        self.graph.is_task[i]
+    }
+    fn name(&self, i: usize) -> &str {
+        self.names[i].get_or_init(|| (self.name_of)(i))
     }
 }
 
@@ -215,6 +239,29 @@ pub fn order_flat(graph: &FlatGraph) -> Result<Vec<u32>, OrderError> {
         "FlatGraph offsets must have one entry per node"
     );
     order_input(graph)
+}
+
+/// [`order_flat`] with node `i`'s name made by `name_of(i)` when the ordering first
+/// reads it, instead of stored up front: only ties on every other field of the sort
+/// key read names, so most graphs need few. `graph`'s own names are not read (leave
+/// them empty).
+///
+/// # Panics
+///
+/// As [`order_flat`].
+pub fn order_flat_named(
+    graph: &FlatGraph,
+    name_of: impl Fn(usize) -> String,
+) -> Result<Vec<u32>, OrderError> {
+    assert!(
+        graph.dep_ends.len() == graph.len(),
+        "FlatGraph offsets must have one entry per node"
+    );
+    order_input(&NamedOnDemand {
+        graph,
+        name_of,
+        names: (0..graph.len()).map(|_| OnceCell::new()).collect(),
+    })
 }
 
 fn order_input(nodes: &dyn Input) -> Result<Vec<u32>, OrderError> {
@@ -303,6 +350,13 @@ mod tests {
             }
             assert_eq!(flat.len(), nodes.len());
             assert_eq!(order_flat(&flat).unwrap(), order(&nodes).unwrap());
+            let unnamed = FlatGraph {
+                names: String::new(),
+                name_ends: Vec::new(),
+                ..flat.clone()
+            };
+            let named = order_flat_named(&unnamed, |i| nodes[i].name.clone());
+            assert_eq!(named.unwrap(), order(&nodes).unwrap());
         }
         assert!(order_flat(&FlatGraph::default()).unwrap().is_empty());
     }
