@@ -40,6 +40,7 @@ class FakeWorker:
         self.priorities: dict[Any, tuple[int, float, int]] = {}
         self.address = ""
         self.get_data_requests = 0
+        self.blobs: dict[int, bytes] = {}  # as a worker's blob cache (docs/protocol.md)
 
     async def start(self) -> None:
         self.listener = await comm.listen(
@@ -68,7 +69,7 @@ class FakeWorker:
                 for h, payload in await self.conn.read_messages():
                     if isinstance(h, m.Compute):
                         for task, run_id, key, priority, spec, _, _, deps in decode_compute(
-                            bytes(payload), h.addresses
+                            bytes(payload), h.addresses, self.blobs
                         ):
                             self.keys[task] = key
                             self.priorities[key] = priority

@@ -84,7 +84,7 @@ def simulate(
     timing: bool = False,
 ) -> dict[str, Any]: ...
 def decode_compute(
-    payload: bytes, addresses: list[str]
+    payload: bytes, addresses: list[str], held: dict[int, bytes] | None = None
 ) -> list[
     tuple[
         int,

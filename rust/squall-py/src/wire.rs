@@ -4,24 +4,43 @@ use crate::convert::{key_from_py, key_to_py, put_key_from_py};
 use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use rustc_hash::FxHashMap;
 use squall_wire::keys::{put_key, read_keys};
 
 /// Decodes a `compute` payload for inspection (tests, tools): a list of
 /// `(task, run_id, key, priority, run_spec, actor, resources, deps)` where priority is
-/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`;
-/// specs are put back together from the blobs the payload carries (as a worker that
-/// held none would: naming another is a ValueError). Workers read payloads straight
-/// into their compiled state instead.
+/// `(−user, generation, order)` and deps is `[(key, nbytes, [holder address, …]), …]`.
+/// Specs are put back together from `held`, the blobs the reader holds by id, which the
+/// payload's drops and additions update first, as a worker's cache is updated (without
+/// `held`, only from the blobs this payload carries); naming a blob not held is a
+/// ValueError. Workers read payloads straight into their compiled state instead.
 #[pyfunction]
+#[pyo3(signature = (payload, addresses, held=None))]
 pub fn decode_compute<'py>(
     py: Python<'py>,
     payload: &[u8],
     addresses: Vec<String>,
+    held: Option<Bound<'py, PyDict>>,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     let batch = squall_wire::compute::decode_compute(payload, &addresses).map_err(wire_error)?;
-    let blobs: FxHashMap<u32, &[u8]> = batch.added.iter().copied().collect();
+    let held = held.unwrap_or_else(|| PyDict::new(py));
+    for id in &batch.dropped {
+        if held.contains(id)? {
+            held.del_item(id)?;
+        } else {
+            return Err(PyValueError::new_err(format!(
+                "dropped blob {id} is not held"
+            )));
+        }
+    }
+    for (id, blob) in &batch.added {
+        held.set_item(id, PyBytes::new(py, blob))?;
+    }
+    let mut blobs: FxHashMap<u32, Vec<u8>> = FxHashMap::default();
+    for (id, blob) in held.iter() {
+        blobs.insert(id.extract()?, blob.extract()?);
+    }
     let mut out = Vec::with_capacity(batch.tasks.len());
     for t in batch.tasks {
         let spec = match squall_core::blobs::references(t.spec) {
@@ -31,9 +50,9 @@ pub fn decode_compute<'py>(
                 let mut spec = Vec::new();
                 let mut at = 0;
                 for (offset, id) in refs {
-                    let blob = blobs.get(&id).ok_or_else(|| {
-                        PyValueError::new_err(format!("blob {id} is not in the payload"))
-                    })?;
+                    let blob = blobs
+                        .get(&id)
+                        .ok_or_else(|| PyValueError::new_err(format!("blob {id} is not held")))?;
                     spec.extend_from_slice(&body[at..offset]);
                     spec.extend_from_slice(blob);
                     at = offset;
