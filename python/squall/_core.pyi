@@ -6,8 +6,11 @@ from typing import Any, ClassVar, Literal, final
 __version__: str
 COMMAND_OPS: tuple[str, ...]
 TASK_STATES: tuple[str, ...]
+#: How this extension was built: version, abi, profile, bench, rustc, target.
+BUILD: dict[str, str | bool]
 __all__ = [
     "COMMAND_OPS",
+    "BUILD",
     "TASK_STATES",
     "Commands",
     "CoordCommand",
