@@ -9,8 +9,8 @@ TASK_STATES: tuple[str, ...]
 #: How this extension was built: version, abi, profile, bench, rustc, target.
 BUILD: dict[str, str | bool]
 __all__ = [
-    "COMMAND_OPS",
     "BUILD",
+    "COMMAND_OPS",
     "TASK_STATES",
     "Commands",
     "CoordCommand",
