@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from squall._core import BUILD
+from squall._core import BUILD, __version__
 
 #: Packages that should be the same everywhere: task specs, results and messages are
 #: pickled or packed by them on one machine and read on another (listed first when
@@ -47,6 +47,9 @@ def get_versions(packages: Iterable[str] | None = None) -> dict[str, dict[str, A
     names = dict.fromkeys([*REQUIRED[1:], *OPTIONAL, *(packages or [])])
     versions: dict[str, str | None] = {"python": python}
     versions |= {name: _version(name) for name in names}
+    # The squall imported here, not whichever distribution's metadata is installed (a
+    # checkout run from source may have none, or an older one).
+    versions["squall"] = __version__
     return {"host": host, "packages": versions}
 
 
