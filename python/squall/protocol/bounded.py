@@ -1,4 +1,4 @@
-"""Waits with a bound that behave alike on every supported Python (docs/runtime.md)."""
+"""Waits with a bound that behave alike on every supported Python (docs/install.md#supported-pythons)."""
 
 from __future__ import annotations
 
