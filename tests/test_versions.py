@@ -5,12 +5,17 @@ pretends other versions)."""
 from __future__ import annotations
 
 import copy
+import importlib.metadata
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from squall import Client, LocalCluster, versions
+import squall
+from squall import Client, LocalCluster, _core, versions
 
 
 def test_versions_of_client_scheduler_and_workers(cluster: LocalCluster) -> None:
@@ -70,3 +75,29 @@ def test_mismatch_table() -> None:
         ("numpy", "2", "2", "3"),
     ]
     assert versions.mismatch_table(rows).splitlines()[-1].split() == ["numpy", "2", "2", "3"]
+
+
+def test_one_version_from_the_package_to_the_core() -> None:
+    """``squall --version``, ``squall.__version__``, the compiled core's and, where this
+    squall is an installed distribution (the wheel's test run), its metadata agree; and
+    ``get_versions`` names the core's build."""
+    out = subprocess.run(
+        [sys.executable, "-m", "squall.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == f"squall, version {squall.__version__}"
+    assert _core.BUILD["version"] == squall.__version__
+    assert versions.get_versions()["packages"]["squall"] == squall.__version__
+    try:
+        dist = importlib.metadata.distribution("squall")
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    here = Path(squall.__file__).resolve()
+    if dist is not None and Path(str(dist.locate_file("squall/__init__.py"))).resolve() == here:
+        assert dist.version == squall.__version__
+    core = versions.get_versions()["host"]["squall-core"]
+    assert core.startswith(f"{squall.__version__} (")
+    assert _core.BUILD["abi"] in core and _core.BUILD["rustc"] in core
+    assert _core.BUILD["abi"] in {"abi3-py310", "version-specific"}

@@ -6,7 +6,10 @@ from typing import Any, ClassVar, Literal, final
 __version__: str
 COMMAND_OPS: tuple[str, ...]
 TASK_STATES: tuple[str, ...]
+#: How this extension was built: version, abi, profile, bench, rustc, target.
+BUILD: dict[str, str | bool]
 __all__ = [
+    "BUILD",
     "COMMAND_OPS",
     "TASK_STATES",
     "Commands",

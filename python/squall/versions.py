@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from squall._core import BUILD, __version__
+
 #: Packages that should be the same everywhere: task specs, results and messages are
 #: pickled or packed by them on one machine and read on another (listed first when
 #: versions differ).
@@ -40,11 +42,23 @@ def get_versions(packages: Iterable[str] | None = None) -> dict[str, dict[str, A
         "byteorder": sys.byteorder,
         "LC_ALL": os.environ.get("LC_ALL", "None"),
         "LANG": os.environ.get("LANG", "None"),
+        "squall-core": core_build(),
     }
     names = dict.fromkeys([*REQUIRED[1:], *OPTIONAL, *(packages or [])])
     versions: dict[str, str | None] = {"python": python}
     versions |= {name: _version(name) for name in names}
+    # The squall imported here, not whichever distribution's metadata is installed (a
+    # checkout run from source may have none, or an older one).
+    versions["squall"] = __version__
     return {"host": host, "packages": versions}
+
+
+def core_build() -> str:
+    """How squall's compiled core was built, in one line: its version, the Python ABI it
+    targets, its profile and compiler (docs/install.md#versions)."""
+    b = BUILD
+    bench = ", bench" if b["bench"] else ""
+    return f"{b['version']} ({b['abi']}, {b['profile']}{bench}; {b['rustc']}, {b['target']})"
 
 
 @functools.cache

@@ -8,6 +8,7 @@ import sys
 from dask.utils import parse_bytes
 
 from squall import sim
+from squall.deploy.lifeline import VERSION
 from squall.scheduler import launcher as scheduler
 from squall.tools import bench, bench_e2e, bench_hosts, bench_scale, demo
 from squall.worker import launcher as worker
@@ -15,6 +16,7 @@ from squall.worker import launcher as worker
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="squall", description=__doc__)
+    p.add_argument("--version", action="version", version=VERSION)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("scheduler", help="run a scheduler", add_help=False)
     sub.add_parser("worker", help="run a worker", add_help=False)

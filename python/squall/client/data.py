@@ -39,6 +39,7 @@ from squall.errors import RemoteError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.peers import Pickled
+from squall.protocol.remote_errors import add_note
 from squall.protocol.tracebacks import user_frames
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class DataMovement:
             exc = pickle.loads(blob)
         except Exception:
             exc = RemoteError(text)
-        exc.add_note(f"The result of {key!r} on {address} could not be pickled to send it.")
+        add_note(exc, f"The result of {key!r} on {address} could not be pickled to send it.")
         with self.connection.refcount_lock:
             st = self.connection.futures.get(key)
         if st is not None:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from dask.utils import parse_timedelta
 
+from squall.protocol.bounded import within
 from squall.protocol.tracebacks import user_frames
 
 T = TypeVar("T")
@@ -23,23 +24,9 @@ def timeout_seconds(timeout: float | str | None) -> float | None:
     return float(parse_timedelta(timeout, default="s"))
 
 
-async def timed(aw: Awaitable[Any], timeout: float | str | None) -> Any:
-    seconds = timeout_seconds(timeout)
+async def timed(aw: Awaitable[T], timeout: float | str | None) -> T:
     with user_frames():  # the outermost frame of an asynchronous client's calls
-        if seconds is None:
-            return await aw
-        # Not wait_for: a TimeoutError raised by ``aw`` itself (a task's error) is not
-        # ours.
-        task = asyncio.ensure_future(aw)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=seconds)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if not done:
-            task.cancel()
-            raise TimeoutError(f"timed out after {seconds} s")
-        return task.result()
+        return await within(aw, timeout_seconds(timeout))
 
 
 def require_running_loop() -> None:

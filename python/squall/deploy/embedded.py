@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -115,7 +116,7 @@ class EmbeddedCluster:
     async def _remove_workers(self, names: set[str], timeout: float) -> None:
         leaving = [w for w in self.workers if str(w.name) in names]
         done = asyncio.gather(*(w.finished() for w in leaving))
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(done, timeout)
         await asyncio.gather(*(w.close() for w in leaving), return_exceptions=True)
 
@@ -127,7 +128,7 @@ class EmbeddedCluster:
         _open.discard(self)
         try:
             self.call(self._close(), timeout)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:
             logger.warning("embedded cluster %s did not close in %ss", self.address, timeout)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -367,7 +367,7 @@ class Nanny:
         self._supervisor.close()
         try:
             await asyncio.wait_for(asyncio.shield(self._running), timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             logger.warning("nanny %s did not close within %ss", self.address, timeout)
         self.status = Status.closed
 

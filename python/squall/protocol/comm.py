@@ -26,6 +26,7 @@ import psutil  # type: ignore[import-untyped]
 
 from squall import config, security
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.protocol.messages import PROTOCOL, Route
 from squall.protocol.stream import Stream, open_stream, serve_streams
 from squall.security import Security
@@ -588,22 +589,28 @@ async def listen(
         bound_silence(stream)
         comm = Comm(stream, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
+
+        async def handshake() -> m.Hello | None:
+            """The peer's hello if it passes, else None (refused, and told why)."""
+            hello = await comm.read_handshake()
+            welcome = m.Welcome(protocol=PROTOCOL)
+            problem = None
+            if sec.token is not None:  # before anything is told to a stranger
+                problem, welcome.proof = await _challenge(comm, sec, hello)
+            problem = problem or _check_hello(hello, roles)
+            if problem or not isinstance(hello, m.Hello):
+                await comm.write_handshake(m.Error(message=problem or "expected a hello"))
+                return None
+            comm.hello = hello
+            await comm.write_handshake(welcome)
+            return hello
+
         try:
-            async with asyncio.timeout(handshake_timeout):
-                hello = await comm.read_handshake()
-                welcome = m.Welcome(protocol=PROTOCOL)
-                problem = None
-                if sec.token is not None:  # before anything is told to a stranger
-                    problem, welcome.proof = await _challenge(comm, sec, hello)
-                problem = problem or _check_hello(hello, roles)
-                if problem or not isinstance(hello, m.Hello):
-                    await comm.write_handshake(m.Error(message=problem or "expected a hello"))
-                    await comm.close()
-                    return
-                comm.hello = hello
-                await comm.write_handshake(welcome)
-        except (CommError, asyncio.TimeoutError) as e:
+            hello = await within(handshake(), handshake_timeout)
+        except (CommError, TimeoutError) as e:
             logger.debug("%s: handshake refused: %s", comm.peer, e)
+            hello = None
+        if hello is None:
             await comm.close()
             return
         comm.max_frame_bytes = min(limit, ROLE_MAX_FRAME_BYTES.get(hello.role, limit))

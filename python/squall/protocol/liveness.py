@@ -21,6 +21,7 @@ from dask.utils import parse_timedelta
 from squall import config
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.security import Security
 
 logger = logging.getLogger("squall.comm")
@@ -177,7 +178,7 @@ async def register(
     )
     try:
         reply, _ = await asyncio.wait_for(c.read(), timeout)
-    except (comm.CommError, TimeoutError) as e:
+    except (comm.CommError, asyncio.TimeoutError) as e:
         c.abort()
         raise comm.CommError(f"registering with {address}: {e or 'timed out'}") from None
     if isinstance(reply, registered):
@@ -201,15 +202,10 @@ async def retry(
     while True:
         left = None if deadline is None else max(deadline - loop.time(), 0.0)
         try:
-            await asyncio.wait_for(attempt(), left)
+            await within(attempt(), left)
             return True
         except (comm.CommError, TimeoutError) as e:
-            logger.debug("%s: %s", what, e or "timed out")
-        # Python 3.11's wait_for can swallow a cancellation that meets the attempt's
-        # end: a worker closed while reconnecting would retry forever.
-        me = asyncio.current_task()
-        if me is not None and me.cancelling():
-            raise asyncio.CancelledError
+            logger.debug("%s: %s", what, e)
         if deadline is not None and loop.time() >= deadline:
             return False
         await asyncio.sleep(delay if deadline is None else min(delay, deadline - loop.time()))

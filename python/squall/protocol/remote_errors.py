@@ -20,6 +20,7 @@ import contextlib
 import copyreg
 import importlib
 import pickle
+import sys
 import traceback
 import types
 from collections.abc import Hashable
@@ -135,10 +136,18 @@ def unpack_error(
             obj = obj.as_traceback()
         if isinstance(obj, types.TracebackType):
             tb = obj
-    add_note = getattr(exc, "add_note", None)
-    if tb_text and add_note is not None:
-        add_note(f"Remote traceback ({where}):\n{tb_text.rstrip()}")
+    if tb_text:
+        add_note(exc, f"Remote traceback ({where}):\n{tb_text.rstrip()}")
     return exc, tb
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``. Python 3.10 has no notes: there it is kept in
+    ``__notes__`` as later Pythons keep it, though 3.10's tracebacks leave it out."""
+    if sys.version_info >= (3, 11):
+        exc.add_note(note)
+    else:
+        setattr(exc, "__notes__", [*getattr(exc, "__notes__", ()), note])  # noqa: B010
 
 
 def parse_task_erred(

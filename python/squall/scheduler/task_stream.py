@@ -174,7 +174,7 @@ class TaskStream:
                 return False
             try:
                 await asyncio.wait_for(self._beat.wait(), left)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 return False
             connected = set(workers())
         return True

@@ -260,7 +260,7 @@ class WorkerRoom:
         report = self._deaths[w] = asyncio.get_running_loop().create_future()
         try:
             return await asyncio.wait_for(report, self._nanny_report_timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             logger.info("no report from the nanny of worker %s", peer.address)
             return None
         finally:

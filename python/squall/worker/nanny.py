@@ -317,7 +317,7 @@ class Nanny:
                 describe_exit(code),
                 delay,
             )
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay)
         return 0
 
@@ -380,7 +380,7 @@ class Nanny:
             p.terminate()
         try:
             await asyncio.wait_for(p.wait(), grace)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
             await p.wait()

@@ -59,9 +59,33 @@ mod _core {
     use super::worker::{read_executing_record, RunAnswer, WorkerCore};
     use pyo3::prelude::*;
 
+    /// How this extension was built (docs/install.md#versions): which Python ABI it
+    /// targets, the profile, features and compiler.
+    fn build_info(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("version", env!("CARGO_PKG_VERSION"))?;
+        let abi = if cfg!(feature = "abi3") {
+            "abi3-py310"
+        } else {
+            "version-specific"
+        };
+        d.set_item("abi", abi)?;
+        let profile = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
+        d.set_item("profile", profile)?;
+        d.set_item("bench", cfg!(feature = "bench"))?;
+        d.set_item("rustc", env!("SQUALL_RUSTC"))?;
+        d.set_item("target", env!("SQUALL_TARGET"))?;
+        Ok(d)
+    }
+
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("BUILD", build_info(m.py())?)?;
         // The core's task states, in its order (docs/scheduling.md#task-states).
         let states = squall_core::TaskState::ALL.map(squall_core::TaskState::name);
         m.add("TASK_STATES", pyo3::types::PyTuple::new(m.py(), states)?)?;
