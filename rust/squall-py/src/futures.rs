@@ -20,59 +20,73 @@ fn alloc<'py>(ty: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
-/// Where a class keeps the writable object slot `name` (one of its `__slots__`): its
-/// offset in an instance. A TypeError if `name` is no such slot.
-fn slot_offset(ty: &Bound<'_, PyType>, name: &str) -> PyResult<isize> {
-    let descr = ty.getattr(name)?;
-    let p = descr.as_ptr();
-    // SAFETY: `p` is live; it is read as a member descriptor only once its type is
-    // checked to be that, whose `d_member` points to its static definition.
-    unsafe {
-        if ffi::Py_TYPE(p) == std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type) {
-            let member =
-                (*p.cast::<ffi::PyMemberDescrObject>()).d_member as *const ffi::PyMemberDef;
-            if (*member).type_code == ffi::Py_T_OBJECT_EX && (*member).flags & ffi::Py_READONLY == 0
-            {
-                return Ok((*member).offset);
+/// The setter of the object slot `name` (one of a class's `__slots__`): its member
+/// descriptor and that descriptor type's `__set__`, so that filling the slot of many
+/// instances skips looking the name up each time. A TypeError if `name` is no slot.
+struct SlotSetter<'py> {
+    descr: Bound<'py, PyAny>,
+    set: ffi::descrsetfunc,
+}
+
+impl<'py> SlotSetter<'py> {
+    fn of(ty: &Bound<'py, PyType>, name: &str) -> PyResult<Self> {
+        let descr = ty.getattr(name)?;
+        // SAFETY: `descr` is live; the member descriptor type is a static type whose
+        // `tp_descr_set` is always set (PyType_GetSlot reads static types from 3.10 on).
+        let set = unsafe {
+            if ffi::Py_TYPE(descr.as_ptr()) != std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type) {
+                None
+            } else {
+                let slot = ffi::PyType_GetSlot(ffi::Py_TYPE(descr.as_ptr()), ffi::Py_tp_descr_set);
+                (!slot.is_null())
+                    .then(|| std::mem::transmute::<*mut std::ffi::c_void, ffi::descrsetfunc>(slot))
             }
+        };
+        match set {
+            Some(set) => Ok(Self { descr, set }),
+            None => Err(PyTypeError::new_err(format!(
+                "{} has no object slot {name}",
+                ty.name()?
+            ))),
         }
     }
-    Err(PyTypeError::new_err(format!(
-        "{} has no object slot {name}",
-        ty.name()?
-    )))
-}
 
-/// The offsets of some slots of a class, in the order named.
-fn slot_offsets<const N: usize>(ty: &Bound<'_, PyType>, names: [&str; N]) -> PyResult<[isize; N]> {
-    let mut out = [0; N];
-    for (o, name) in out.iter_mut().zip(names) {
-        *o = slot_offset(ty, name)?;
-    }
-    Ok(out)
-}
-
-/// Sets the slots at `offsets` of `obj`, a new instance from [`alloc`] of the class they
-/// were read from (all unset), to `values`: what `setattr` does, without looking each
-/// name up.
-fn fill<const N: usize>(
-    obj: &Bound<'_, PyAny>,
-    offsets: &[isize; N],
-    values: [&Bound<'_, PyAny>; N],
-) {
-    for (&offset, value) in offsets.iter().zip(values) {
-        // SAFETY: `offset` is that of an object slot of `obj`'s class (`slot_offset`),
-        // which is unset (NULL) in a new instance; the slot takes a new reference.
-        unsafe {
-            let slot = obj
-                .as_ptr()
-                .cast::<u8>()
-                .offset(offset)
-                .cast::<*mut ffi::PyObject>();
-            debug_assert!((*slot).is_null());
-            *slot = value.clone().into_ptr();
+    /// `obj.<name> = value`; the descriptor checks `obj` is an instance of its class.
+    fn put(&self, obj: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> PyResult<()> {
+        // SAFETY: live descriptor, object and value; the setter takes its own reference
+        // to `value` and returns -1 with an error set on failure.
+        let rc = unsafe { (self.set)(self.descr.as_ptr(), obj.as_ptr(), value.as_ptr()) };
+        if rc < 0 {
+            return Err(PyErr::fetch(obj.py()));
         }
+        Ok(())
     }
+}
+
+/// The setters of some slots of a class, in the order named.
+fn slot_setters<'py, const N: usize>(
+    ty: &Bound<'py, PyType>,
+    names: [&str; N],
+) -> PyResult<[SlotSetter<'py>; N]> {
+    let mut out = Vec::with_capacity(N);
+    for name in names {
+        out.push(SlotSetter::of(ty, name)?);
+    }
+    Ok(out
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one setter per name")))
+}
+
+/// Sets the slots of `obj` to `values`: what `setattr` does, without looking each name up.
+fn fill<'py, const N: usize>(
+    obj: &Bound<'py, PyAny>,
+    setters: &[SlotSetter<'py>; N],
+    values: [&Bound<'py, PyAny>; N],
+) -> PyResult<()> {
+    for (setter, value) in setters.iter().zip(values) {
+        setter.put(obj, value)?;
+    }
+    Ok(())
 }
 
 /// `ClientConnection.acquire_many` under its lock: a future of `future_type` for each
@@ -94,8 +108,8 @@ pub fn hold_keys<'py>(
     client: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyList>, Option<Vec<usize>>)> {
     let py = table.py();
-    let future_slots = slot_offsets(future_type, ["key", "_client", "_state", "_cleared"])?;
-    let state_slots = slot_offsets(state_type, ["key", "refs", "status", "_rare"])?;
+    let future_slots = slot_setters(future_type, ["key", "_client", "_state", "_cleared"])?;
+    let state_slots = slot_setters(state_type, ["key", "refs", "status", "_rare"])?;
     let refs_name = intern!(py, "refs");
     let pending = intern!(py, "pending").as_any();
     let one = 1i64.into_pyobject(py)?.into_any();
@@ -108,14 +122,28 @@ pub fn hold_keys<'py>(
     let mut fresh: Option<Vec<usize>> = None;
     for (i, key) in keys.iter().enumerate() {
         let made = alloc(state_type)?;
-        fill(&made, &state_slots, [key, &one, pending, &none]);
-        // SAFETY: live dict, key and value; the result is borrowed from the dict (or
-        // NULL with an error set, an unhashable key), owned here before anything else runs.
-        let state = unsafe {
-            Bound::from_borrowed_ptr_or_err(
-                py,
-                ffi::PyDict_SetDefault(table.as_ptr(), key.as_ptr(), made.as_ptr()),
-            )?
+        fill(&made, &state_slots, [key, &one, pending, &none])?;
+        // One lookup when the key is held, two when it is new (the stable ABI has no
+        // `setdefault` in C before 3.13).
+        // SAFETY: live dict and key; the result is borrowed from the dict (or NULL: not
+        // there, or an error set for an unhashable key), owned here before anything runs.
+        let held = unsafe {
+            let p = ffi::PyDict_GetItemWithError(table.as_ptr(), key.as_ptr());
+            if p.is_null() {
+                if let Some(err) = PyErr::take(py) {
+                    return Err(err);
+                }
+                None
+            } else {
+                Some(Bound::from_borrowed_ptr(py, p))
+            }
+        };
+        let state = match held {
+            Some(state) => state,
+            None => {
+                table.set_item(key, &made)?;
+                made.clone()
+            }
         };
         if state.is(&made) {
             // SAFETY: `made` is a live object of a GC type (a class with slots) and is
@@ -130,7 +158,7 @@ pub fn hold_keys<'py>(
             fresh.get_or_insert_with(|| (0..i).collect());
         }
         let future = alloc(future_type)?;
-        fill(&future, &future_slots, [key, client, &state, &cleared]);
+        fill(&future, &future_slots, [key, client, &state, &cleared])?;
         futures.push(future);
     }
     Ok((PyList::new(py, futures)?, fresh))
@@ -144,7 +172,8 @@ pub fn gc_track(obj: &Bound<'_, PyAny>) {
     // SAFETY: `p` is a live object; tracking applies only to a GC type's object that
     // is not tracked yet, as checked first.
     unsafe {
-        if ffi::PyObject_IS_GC(p) == 1 && ffi::PyObject_GC_IsTracked(p) == 0 {
+        let gc_type = ffi::PyType_GetFlags(ffi::Py_TYPE(p)) & ffi::Py_TPFLAGS_HAVE_GC != 0;
+        if gc_type && ffi::PyObject_GC_IsTracked(p) == 0 {
             ffi::PyObject_GC_Track(p.cast());
         }
     }
