@@ -1,4 +1,5 @@
-"""Waits with a bound that behave alike on every supported Python (docs/install.md#supported-pythons)."""
+"""Waits with a bound that behave alike on every supported Python
+(docs/install.md#supported-pythons)."""
 
 from __future__ import annotations
 
