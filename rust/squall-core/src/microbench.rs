@@ -5,7 +5,7 @@ use crate::graph::{GraphOrder, NewTask, Submission};
 use crate::ids::{TaskId, WorkerId};
 use crate::key::Key;
 use crate::state::Scheduler;
-use crate::stimuli::{Finished, Scattered};
+use crate::stimuli::Scattered;
 use crate::task::RunSpec;
 use crate::worker::WorkerSpec;
 use crate::{Config, DepRef};
@@ -140,29 +140,7 @@ pub fn lifecycle_phases(tasks: Vec<NewTask>, n_workers: usize, order: GraphOrder
         .expect("valid graph")
         .ids;
     let t1 = Instant::now();
-    let mut now = 0.0;
-    loop {
-        let running: Vec<(WorkerId, TaskId, u64)> = s
-            .take_commands()
-            .into_iter()
-            .filter_map(|c| match c {
-                crate::Command::ComputeTask {
-                    worker,
-                    task,
-                    run_id,
-                } => Some((worker, task, run_id)),
-                _ => None,
-            })
-            .collect();
-        if running.is_empty() {
-            break;
-        }
-        now += 0.001;
-        for (w, t, r) in running {
-            s.task_finished(w, Finished::computed(t, r, 8, now - 0.001, now), now)
-                .expect("fresh report");
-        }
-    }
+    let now = s.run_dispatched_to_memory(8, 0.0);
     let t2 = Instant::now();
     s.client_releases_tasks(c, &ids, now).expect("known client");
     s.take_commands();

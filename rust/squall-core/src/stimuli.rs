@@ -406,6 +406,36 @@ impl Scheduler {
 
     // ----- task reports ----------------------------------------------------------------
 
+    /// Runs to memory, without workers, every task dispatched so far and every one then
+    /// dispatched in turn: each round takes the pending commands (dropping all but
+    /// `compute-task`) and reports each dispatched task finished 1 ms later with a
+    /// result of `nbytes`. For benchmarks and tests of the core alone; returns the time
+    /// reached from `now`.
+    pub fn run_dispatched_to_memory(&mut self, nbytes: i64, mut now: f64) -> f64 {
+        loop {
+            let running: Vec<(WorkerId, TaskId, u64)> = self
+                .take_commands()
+                .into_iter()
+                .filter_map(|c| match c {
+                    Command::ComputeTask {
+                        worker,
+                        task,
+                        run_id,
+                    } => Some((worker, task, run_id)),
+                    _ => None,
+                })
+                .collect();
+            if running.is_empty() {
+                return now;
+            }
+            now += 0.001;
+            for (w, t, r) in running {
+                self.task_finished(w, Finished::computed(t, r, nbytes, now - 0.001, now), now)
+                    .expect("a fresh report of a dispatched task");
+            }
+        }
+    }
+
     /// `task-finished` (docs/scheduling.md#task-reports): the table of what a report means in each state.
     pub fn task_finished(
         &mut self,

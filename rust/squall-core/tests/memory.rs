@@ -73,33 +73,6 @@ fn worker(s: &mut Scheduler) -> WorkerId {
     s.add_worker(spec, 0.0).expect("new worker")
 }
 
-/// Runs every dispatched task to memory, round after round.
-fn finish_all(s: &mut Scheduler) {
-    let mut now = 1.0;
-    loop {
-        let running: Vec<(WorkerId, TaskId, u64)> = s
-            .take_commands()
-            .into_iter()
-            .filter_map(|c| match c {
-                Command::ComputeTask {
-                    worker,
-                    task,
-                    run_id,
-                } => Some((worker, task, run_id)),
-                _ => None,
-            })
-            .collect();
-        if running.is_empty() {
-            break;
-        }
-        now += 0.001;
-        for (w, t, r) in running {
-            s.task_finished(w, Finished::computed(t, r, 28, now - 0.001, now), now)
-                .expect("fresh report");
-        }
-    }
-}
-
 fn row(state: &str, before: (i64, i64), n: usize) -> f64 {
     let (bytes, count) = live();
     let per = (bytes - before.0) as f64 / n as f64;
@@ -162,7 +135,7 @@ fn bytes_per_map_task() {
     let c = s.client_id("client");
     worker(&mut s);
     s.update_graph(c, map(n), 0.0).expect("valid graph");
-    finish_all(&mut s);
+    s.run_dispatched_to_memory(28, 1.0);
     let held = row("memory (held by the client)", before, n);
     drop(s);
 
