@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -206,6 +207,13 @@ async def retry(
             return True
         except (comm.CommError, TimeoutError) as e:
             logger.debug("%s: %s", what, e)
+        # An `asyncio.wait_for` inside the attempt can swallow a cancellation that meets
+        # its end (Python 3.11's does): a worker closed while reconnecting would retry
+        # forever. 3.11 keeps the request on the task; 3.10 keeps no record of it.
+        if sys.version_info >= (3, 11):
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                raise asyncio.CancelledError
         if deadline is not None and loop.time() >= deadline:
             return False
         await asyncio.sleep(delay if deadline is None else min(delay, deadline - loop.time()))
