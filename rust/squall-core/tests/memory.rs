@@ -64,9 +64,9 @@ fn map(n: usize) -> Submission {
 
 fn worker(s: &mut Scheduler) -> WorkerId {
     let spec = WorkerSpec {
-        address: "tcp://10.0.0.1:8000".into(),
+        address: "tcp://127.0.0.1:8000".into(),
         name: "w".into(),
-        host: "10.0.0.1".into(),
+        host: "127.0.0.1".into(),
         nthreads: 1,
         ..Default::default()
     };
