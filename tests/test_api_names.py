@@ -45,7 +45,7 @@ def test_every_name_is_accounted_for() -> None:
 def test_names_mean_what_distributed_means() -> None:
     assert squall.CancelledError is concurrent.futures.CancelledError
     assert squall.CancelledError is distributed.CancelledError
-    assert squall.TimeoutError is TimeoutError is distributed.TimeoutError
+    assert squall.TimeoutError is distributed.TimeoutError
     assert issubclass(squall.KilledWorker, Exception)
     assert {s.name for s in squall.Status} == {s.name for s in distributed.Status}
     assert squall.Status.running == "running"
@@ -69,7 +69,7 @@ def test_sync_runs_a_coroutine_on_a_loop_in_another_thread() -> None:
             return 2 * x
 
         assert squall.sync(loop, double, 21) == 42
-        with pytest.raises(TimeoutError):
+        with pytest.raises(squall.TimeoutError):
             squall.sync(loop, asyncio.sleep, 5, callback_timeout=0.05)
 
         async def from_the_loop() -> None:

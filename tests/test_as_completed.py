@@ -12,6 +12,7 @@ from operator import add
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
+import squall
 from squall import Client, LocalCluster, as_completed, wait
 from squall.errors import CancelledError
 
@@ -148,7 +149,7 @@ async def _async_iteration(address: str) -> None:
         slow = c.submit(slowinc, 1, 2.0, pure=False)
         ac = as_completed([c.submit(inc, 5), slow], timeout=0.5)
         await ac.__anext__()
-        with pytest.raises(TimeoutError):
+        with pytest.raises(squall.TimeoutError):
             await ac.__anext__()
 
         futures = c.map(inc, range(3))

@@ -124,9 +124,9 @@ def test_scheduler_file_and_pid_file_round_trip(tmp: Path) -> None:
 
 
 def test_waiting_for_a_scheduler_file_is_bounded(tmp: Path) -> None:
-    with pytest.raises(TimeoutError, match=r"never\.json"):
+    with pytest.raises(squall.TimeoutError, match=r"never\.json"):
         wait_for_scheduler_file(tmp / "never.json", 0.3)
-    with pytest.raises(TimeoutError, match=r"never\.json"):
+    with pytest.raises(squall.TimeoutError, match=r"never\.json"):
         squall.Client(scheduler_file=str(tmp / "never.json"), timeout=0.3)
     done = run("worker", "--scheduler-file", str(tmp / "never.json"), "--death-timeout", "0.5")
     assert done.returncode == 1 and "never.json" in done.stderr

@@ -17,6 +17,7 @@ import msgspec
 import pytest
 import tblib  # type: ignore[import-untyped]
 
+import squall
 import squall.client.submission
 from squall import Client, Future, as_completed, wait
 from squall._core import decode_compute, decode_keys, encode_keys
@@ -426,7 +427,7 @@ def test_a_cancelled_key_made_again_is_held_by_its_new_futures(client: Client) -
 def test_result_timeout(client: Client) -> None:
     f = client.submit(slow, 1, 0.5)
     t0 = time.monotonic()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(squall.TimeoutError):
         f.result(timeout=0.1)
     assert time.monotonic() - t0 < 0.4
     assert f.result(timeout=5) == 1  # the computation went on
@@ -459,7 +460,7 @@ def test_wait_as_completed_and_callbacks(client: Client) -> None:
     fs = [client.submit(slow, i, d) for i, d in [(0, 0.3), (1, 0.01), (2, 0.15)]]
     done, not_done = wait(fs, return_when="FIRST_COMPLETED", timeout=5)
     assert fs[1] in done and fs[0] in not_done
-    with pytest.raises(TimeoutError):
+    with pytest.raises(squall.TimeoutError):
         wait(fs, timeout=0.01)
     assert [f.key for f in as_completed(fs)] == [fs[1].key, fs[2].key, fs[0].key]
     assert sorted(r for _, r in as_completed(fs, with_results=True)) == [0, 1, 2]

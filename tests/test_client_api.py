@@ -229,7 +229,7 @@ def test_as_completed_yields_every_addition(client: Client) -> None:
         ac.add("x")  # type: ignore[arg-type]
     slow = client.submit(sleep_then, "slow", 2, pure=False)
     t0 = time.monotonic()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(squall.TimeoutError):
         next(as_completed([slow], timeout=0.3))
     assert time.monotonic() - t0 < 1.5
     slow.cancel()
@@ -296,8 +296,10 @@ def test_remote_tracebacks_show_the_users_frames(client: Client) -> None:
     tracebacks.append(asyncio.run(asyncio.wait_for(raised_frames_awaited(client.address), 20)))
     for frames in tracebacks:
         assert [fr.name for fr in frames[-2:]] == ["fails_in_user_code", "div"]
-        # distributed leaves one frame of its own (Future.result); squall none
-        assert [fr for fr in frames if fr.filename.startswith(PLUMBING)] == []
+        # distributed leaves one frame of its own (Future.result); squall none, but for
+        # its entry point's on Python 3.10 (docs/install.md#supported-pythons)
+        ours = [fr for fr in frames if fr.filename.startswith(PLUMBING)]
+        assert len(ours) == (0 if sys.version_info >= (3, 11) else 1), ours
     erred = client.submit(fails_in_user_code, 6)
     remote = traceback.extract_tb(erred.traceback(timeout=10))
     assert [fr.name for fr in remote] == ["fails_in_user_code", "div"]

@@ -18,6 +18,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from conftest import eventually
 
+import squall
 from squall import Client, LocalCluster
 from squall.worker import profile
 
@@ -169,6 +170,6 @@ def test_local_cluster_methods() -> None:
         assert set(logs) - {"Cluster mine", "Scheduler"} == set(client.scheduler_info()["workers"])
         adaptive = cluster.adapt(minimum_cores=4, maximum_memory="3 GiB")
         assert (adaptive.minimum, adaptive.maximum) == (2, 3)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(squall.TimeoutError):
             cluster.wait_for_workers(10, timeout=0.5)
         assert threading.active_count() > 0

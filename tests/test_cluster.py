@@ -73,7 +73,7 @@ def test_waiting_for_workers_of_a_stopped_scheduler_is_bounded() -> None:
             start = time.monotonic()
             with (
                 dask.config.set({"squall.comm.timeouts.connect": "1s"}),
-                pytest.raises((TimeoutError, CommError), match=r"127\.0\.0\.1"),
+                pytest.raises((squall.TimeoutError, CommError), match=r"127\.0\.0\.1"),
             ):
                 cluster.wait_for_workers(2, timeout=1)
             assert time.monotonic() - start < 5

@@ -199,7 +199,7 @@ async def raw_frames(address: str, frames: list[bytes]) -> None:
     for data in frames:
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(data)
-        with contextlib.suppress(ConnectionError, TimeoutError):
+        with contextlib.suppress(ConnectionError, asyncio.TimeoutError):
             await asyncio.wait_for(reader.read(), 10)  # refused: closed by the peer
         writer.close()
 
@@ -416,7 +416,7 @@ def test_silent_connections_are_closed_and_live_ones_kept() -> None:
                     await asyncio.wait_for(c.read(), 8)
             except comm.CommClosedError:
                 return True
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 return False
 
         return list(await asyncio.gather(*map(closed, conns)))

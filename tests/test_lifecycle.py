@@ -15,6 +15,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from conftest import eventually
 
+import squall
 from squall import Client
 from squall.deploy.lifeline import lifeline
 from squall.deploy.local import LocalCluster
@@ -113,7 +114,7 @@ def test_wait_for_workers_returns_once_they_run_and_times_out_naming_how_many() 
     with LocalCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
         c.wait_for_workers(1, timeout=5)
         start = time.monotonic()
-        with pytest.raises(TimeoutError, match="Only 1/2 workers arrived"):
+        with pytest.raises(squall.TimeoutError, match="Only 1/2 workers arrived"):
             c.wait_for_workers(2, timeout=0.5)
         assert time.monotonic() - start < 5
         cluster.scale(2)

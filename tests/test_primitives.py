@@ -197,7 +197,7 @@ def inc(x: int) -> int:
 
 def test_variable(client: squall.Client) -> None:
     v = Variable("v")
-    with pytest.raises(TimeoutError):
+    with pytest.raises(squall.TimeoutError):
         v.get(timeout=0.1)
     v.set({"a": [1, 2]})
     assert v.get() == {"a": [1, 2]}
@@ -212,7 +212,7 @@ def eventually_raises_timeout(v: Variable) -> None:
     while time.monotonic() < deadline:
         try:
             v.get(timeout=0.05)
-        except TimeoutError:
+        except squall.TimeoutError:
             return
     raise AssertionError("the variable was not deleted")
 
@@ -264,13 +264,13 @@ def test_queue(client: squall.Client) -> None:
     assert q.get(batch=2) == [1, 2]
     assert q.get(batch=True) == [3, 4]
     assert q.get(batch=True) == []
-    with pytest.raises(TimeoutError):
+    with pytest.raises(squall.TimeoutError):
         q.get(timeout=0.1)
     with pytest.raises(NotImplementedError):
         q.get(batch=2, timeout=1)
     bounded = Queue("bounded", maxsize=1)
     bounded.put(1)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(squall.TimeoutError):
         bounded.put(2, timeout="100ms")
     assert bounded.get() == 1
     restored = pickle.loads(pickle.dumps(bounded))

@@ -62,7 +62,7 @@ def start_worker(
 def n_workers(address: str) -> int:
     try:
         info = asyncio.run(asyncio.wait_for(scheduler_info(address), 5))
-    except (comm.CommError, TimeoutError):
+    except (comm.CommError, asyncio.TimeoutError):
         return -1
     return len(info["workers"])
 

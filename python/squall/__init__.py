@@ -45,15 +45,12 @@ from squall.diagnostics.plugin import (
     UploadFile,
     WorkerPlugin,
 )
-from squall.errors import CancelledError, KilledWorker, Reschedule
+from squall.errors import CancelledError, KilledWorker, Reschedule, TimeoutError
 from squall.primitives import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from squall.security import Security
 from squall.worker.context import get_worker, rejoin, secede
 from squall.worker.events import print, warn
 from squall.worker.worker import Worker
-
-#: distributed's ``TimeoutError``: the builtin one, which squall raises.
-TimeoutError = TimeoutError
 
 __all__ = [
     "Actor",

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import concurrent.futures
+from asyncio import TimeoutError as TimeoutError
 from collections.abc import Hashable
 
 CancelledError = concurrent.futures.CancelledError
+
+# ``TimeoutError`` above is squall's one time-out error, asyncio's as distributed's: the
+# builtin from Python 3.11 on, a class of its own on 3.10. Every module raises and catches
+# this name (tests/test_pythons.py checks it), so ``except squall.TimeoutError`` catches
+# every bounded wait's time-out on every supported Python (docs/install.md).
 
 
 class FutureCancelledError(CancelledError):

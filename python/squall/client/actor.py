@@ -32,6 +32,7 @@ from squall._core import encode_keys
 from squall.client.default import default_client
 from squall.client.futures import Future
 from squall.client.loop import timeout_seconds
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.actor_links import link

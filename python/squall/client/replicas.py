@@ -9,6 +9,7 @@ from squall._core import encode_keys
 from squall.client.connection import ClientConnection
 from squall.client.futures import Future
 from squall.client.waiting import ALL_COMPLETED, _wait
+from squall.errors import TimeoutError
 from squall.protocol import messages as m
 
 if TYPE_CHECKING:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from squall.errors import TimeoutError
+
 #: How often a reader looks for the file (distributed's period).
 POLL = 0.1
 

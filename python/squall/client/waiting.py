@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from squall.client.default import default_client
 from squall.client.futures import Future, FutureState, flat_futures, futures_of
 from squall.client.loop import timed, timeout_seconds
+from squall.errors import TimeoutError
 from squall.protocol.tracebacks import user_frames
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ import cloudpickle  # type: ignore[import-untyped]
 
 from squall.client.connection import ClientConnection
 from squall.client.loop import timeout_seconds
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.identity import worker_identity

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from squall.errors import TimeoutError
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
 from squall.worker.worker import Worker
@@ -116,7 +117,7 @@ class EmbeddedCluster:
     async def _remove_workers(self, names: set[str], timeout: float) -> None:
         leaving = [w for w in self.workers if str(w.name) in names]
         done = asyncio.gather(*(w.finished() for w in leaving))
-        with contextlib.suppress(asyncio.TimeoutError):
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done, timeout)
         await asyncio.gather(*(w.close() for w in leaving), return_exceptions=True)
 

@@ -34,6 +34,7 @@ from squall.deploy.lifeline import lifeline
 from squall.deploy.requests import ask, run_sync
 from squall.deploy.scaling import Scaling, stop_processes
 from squall.deploy.shape import default_shape
+from squall.errors import TimeoutError
 from squall.preload import worker_flags
 from squall.protocol import comm
 from squall.protocol import messages as m

@@ -23,6 +23,7 @@ from dask.utils import parse_timedelta
 from squall.client.scheduler_file import wait_for_scheduler_file, write_scheduler_file
 from squall.config import get as config_get
 from squall.deploy.local import print_level_flags, scheduler_info
+from squall.errors import TimeoutError
 from squall.preload import worker_flags
 from squall.protocol import comm, liveness
 from squall.scheduler.launcher import default_idle_timeout, stop_when_idle
@@ -354,7 +355,7 @@ class Nanny:
     async def _find_worker(self) -> str | None:
         try:
             info = await asyncio.wait_for(scheduler_info(self.scheduler_addr), NANNY_LOOK_TIMEOUT)
-        except (comm.CommError, OSError, asyncio.TimeoutError):
+        except (comm.CommError, OSError, TimeoutError):
             return None
         mine = [w["address"] for w in info["workers"] if w.get("nanny") == self.address]
         return mine[0] if mine else None
@@ -367,7 +368,7 @@ class Nanny:
         self._supervisor.close()
         try:
             await asyncio.wait_for(asyncio.shield(self._running), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.warning("nanny %s did not close within %ss", self.address, timeout)
         self.status = Status.closed
 

@@ -27,6 +27,7 @@ from squall.client.loop import sync
 from squall.deploy.local import scheduler_info, server_logs
 from squall.deploy.requests import ask
 from squall.deploy.servers import Status, refuse_unsupported
+from squall.errors import TimeoutError
 from squall.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class RemoteProcess:
         options.update(self.connect_options)
         try:
             self.connection = await ssh.connect(self.host, **options)
-        except (OSError, asyncio.TimeoutError, ssh.Error) as e:
+        except (OSError, TimeoutError, ssh.Error) as e:
             port = options.get("port", 22)
             raise ConnectionError(f"SSHCluster: cannot reach {self.host}:{port}: {e}") from e
         assert self.connection is not None
@@ -123,7 +124,7 @@ class RemoteProcess:
                 line = await asyncio.wait_for(
                     self.process.stdout.readline(), deadline - loop.time()
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TimeoutError(
                     f"{self} did not start within {timeout}s; it printed:\n{self._tail()}"
                 ) from None
@@ -146,7 +147,7 @@ class RemoteProcess:
 
     async def _exit_status(self) -> str:
         assert self.process is not None
-        with contextlib.suppress(asyncio.TimeoutError):
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.process.wait_closed(), STOP_GRACE)
         code = self.process.exit_status
         return "exit status unknown" if code is None else f"exit code {code}"
@@ -169,7 +170,7 @@ class RemoteProcess:
                 self.process.stdin.write_eof()
             try:
                 await asyncio.wait_for(self.process.wait_closed(), grace)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.warning("%s did not stop within %ss: killing it", self, grace)
                 with contextlib.suppress(OSError, ssh.Error):
                     self.process.kill()

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from squall.client.client import Client
+from squall.errors import TimeoutError
 from squall.primitives.requests import Bound, Primitive, seconds
 from squall.protocol import messages as m
 

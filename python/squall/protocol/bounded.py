@@ -7,11 +7,13 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from squall.errors import TimeoutError
+
 T = TypeVar("T")
 
 
 async def within(aw: Awaitable[T], seconds: float | None) -> T:
-    """``await aw``, or the builtin ``TimeoutError`` after ``seconds`` (None: no bound),
+    """``await aw``, or squall's ``TimeoutError`` after ``seconds`` (None: no bound),
     with ``aw`` cancelled. Not ``asyncio.wait_for``: a ``TimeoutError`` raised by ``aw``
     itself passes through as it is, and a cancellation of the caller that meets ``aw``'s
     end is never swallowed (wait_for can swallow one before Python 3.12)."""

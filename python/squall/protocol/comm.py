@@ -25,6 +25,7 @@ import msgspec
 import psutil  # type: ignore[import-untyped]
 
 from squall import config, security
+from squall.errors import TimeoutError
 from squall.protocol import messages as m
 from squall.protocol.bounded import within
 from squall.protocol.messages import PROTOCOL, Route
@@ -485,7 +486,7 @@ async def connect(
             host, port, ssl=tls, server_hostname=(server_hostname or "") if tls else None
         )
         stream = await asyncio.wait_for(opening, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ConnectError(f"timed out after {timeout}s connecting to {address}") from None
     except ssl.SSLError as e:
         raise HandshakeError(f"TLS with {address} failed: {e.reason or e}") from None
@@ -503,7 +504,7 @@ async def connect(
             reply = await asyncio.wait_for(_answer(comm, sec, nonce, reply), timeout)
         elif isinstance(reply, m.Welcome) and sec.token is not None:
             raise HandshakeError("it holds no token, as this process does")
-    except (CommError, asyncio.TimeoutError) as e:
+    except (CommError, TimeoutError) as e:
         await comm.close()
         raise HandshakeError(f"handshake with {address} failed: {e}") from None
     comm.max_frame_bytes = limit

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from dask.utils import parse_timedelta
 
 from squall import config
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.bounded import within
@@ -179,7 +180,7 @@ async def register(
     )
     try:
         reply, _ = await asyncio.wait_for(c.read(), timeout)
-    except (comm.CommError, asyncio.TimeoutError) as e:
+    except (comm.CommError, TimeoutError) as e:
         c.abort()
         raise comm.CommError(f"registering with {address}: {e or 'timed out'}") from None
     if isinstance(reply, registered):

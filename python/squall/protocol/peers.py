@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 
 from squall._core import encode_keys
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.remote_errors import unpack_error
@@ -176,7 +177,7 @@ class Peers:
         try:
             await c.write(msgspec.structs.replace(msg, id=rid), payload)
             return await asyncio.wait_for(_reply(c, rid), self._reply_timeout)
-        except (comm.CommError, asyncio.TimeoutError):
+        except (comm.CommError, TimeoutError):
             await self.drop(address)
             raise
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import os
-from types import TracebackType
+import sys
+from types import FrameType, TracebackType
 
 import dask._task_spec
 
@@ -45,12 +47,28 @@ def trim(tb: TracebackType | None) -> TracebackType | None:
     return out
 
 
+def _release_locals(frame: FrameType) -> None:
+    """Set ``frame``'s plain locals to None (its cells stay: a closure may outlive it).
+    CPython 3.10 has no public call for an executing frame's locals but this one."""
+    code = frame.f_code
+    names = frame.f_locals  # a snapshot, written back below
+    for name in code.co_varnames:
+        if name in names and name not in code.co_cellvars:
+            names[name] = None
+    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+
+
 class user_frames:
-    """Trims (:func:`trim`) the traceback of an exception leaving the ``with`` block.
-    The frame holding the block goes too (Python >= 3.11 does not add it back as the
-    exception propagates), so no frame of squall's is left holding the futures of the
-    call: an erred future's exception, which keeps its last traceback, would otherwise
-    keep the future alive in a reference cycle."""
+    """Trims (:func:`trim`) the traceback of an exception leaving the ``with`` block,
+    which must be its function's last statement.
+
+    The frame holding the block goes too on Python >= 3.11 (it re-raises the exception
+    with the traceback as set here), so no frame of squall's is left holding the futures
+    of the call: an erred future's exception, which keeps its last traceback, would
+    otherwise keep the future alive, reachable from the client's table of states. Python
+    3.10 re-raises the traceback object it holds, whose first entry is that frame: the
+    entry stays (one frame of squall's, as distributed shows), the rest is trimmed in
+    place, and the frame's locals are released (docs/install.md#supported-pythons)."""
 
     __slots__ = ()
 
@@ -63,5 +81,10 @@ class user_frames:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None:
+        if exc is None:
+            return
+        if sys.version_info >= (3, 11):
             exc.__traceback__ = trim(exc.__traceback__)
+        elif tb is not None:
+            tb.tb_next = trim(tb.tb_next)
+            _release_locals(tb.tb_frame)

@@ -21,6 +21,7 @@ from typing import Any
 from dask.utils import key_split, parse_timedelta
 
 from squall._core import decode_keys, encode_keys
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 
@@ -174,7 +175,7 @@ class TaskStream:
                 return False
             try:
                 await asyncio.wait_for(self._beat.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return False
             connected = set(workers())
         return True

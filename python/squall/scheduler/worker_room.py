@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall import config
 from squall._core import SchedulerError, decode_keys, encode_keys
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.dispatch import Handlers
@@ -260,7 +261,7 @@ class WorkerRoom:
         report = self._deaths[w] = asyncio.get_running_loop().create_future()
         try:
             return await asyncio.wait_for(report, self._nanny_report_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.info("no report from the nanny of worker %s", peer.address)
             return None
         finally:

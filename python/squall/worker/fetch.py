@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from squall import config
 from squall._core import encode_keys
+from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
 from squall.protocol.peers import Loaded, Peers, Pickled
@@ -98,7 +99,7 @@ class Fetcher:
                 reply = await self.peers.get_data(holder, keys)
             w.transfers.received(len(reply.payload))
             self._measured(len(reply.payload), time.monotonic() - start)
-        except (comm.CommError, asyncio.TimeoutError, OSError) as e:
+        except (comm.CommError, TimeoutError, OSError) as e:
             logger.info(
                 "worker %s: fetching %d keys from %s failed: %s", w.address, len(keys), holder, e
             )

@@ -33,6 +33,7 @@ from squall.deploy.lifeline import (
     split_host,
 )
 from squall.deploy.shape import default_shape
+from squall.errors import TimeoutError
 from squall.http import options as http_options
 from squall.preload import PreloadError
 from squall.protocol import comm, liveness

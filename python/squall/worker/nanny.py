@@ -25,6 +25,7 @@ from dask.utils import format_bytes
 from squall import config, log_ring
 from squall._core import read_executing_record
 from squall.deploy.lifeline import lifeline
+from squall.errors import TimeoutError
 from squall.preload import Preloads
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
@@ -317,7 +318,7 @@ class Nanny:
                 describe_exit(code),
                 delay,
             )
-            with contextlib.suppress(asyncio.TimeoutError):
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay)
         return 0
 
@@ -380,7 +381,7 @@ class Nanny:
             p.terminate()
         try:
             await asyncio.wait_for(p.wait(), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
             await p.wait()

@@ -1,0 +1,51 @@
+"""What keeps squall alike on every supported Python (docs/install.md#supported-pythons)
+beyond the suite itself, which the matrix runs on the oldest and the newest."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import pathlib
+
+import pytest
+
+import squall
+from squall.protocol.bounded import within
+
+PACKAGE = pathlib.Path(squall.__file__).parent
+ONE_TIMEOUT = "from squall.errors import TimeoutError"
+
+
+def modules() -> list[pathlib.Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "errors.py")
+
+
+def test_every_module_names_the_one_timeout_error() -> None:
+    """On 3.10 the builtin ``TimeoutError`` and asyncio's are two classes: a module that
+    raised one and a caller that caught the other would miss a time-out there only."""
+    wrong = []
+    for path in modules():
+        source = path.read_text()
+        tree = ast.parse(source)
+        imports_it = ONE_TIMEOUT in source
+        for node in ast.walk(tree):
+            bare = isinstance(node, ast.Name) and node.id == "TimeoutError"
+            dotted = isinstance(node, ast.Attribute) and ast.unparse(node) == (
+                "asyncio.TimeoutError"
+            )
+            if dotted or (bare and not imports_it):
+                wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not wrong, f"use squall.errors.TimeoutError at {wrong}"
+
+
+def test_the_one_timeout_error_is_asyncios_and_distributeds() -> None:
+    distributed = pytest.importorskip("distributed")
+    assert squall.TimeoutError is asyncio.TimeoutError is distributed.TimeoutError
+
+
+def test_a_bounded_wait_raises_it() -> None:
+    async def late() -> None:
+        await within(asyncio.sleep(5), 0.01)
+
+    with pytest.raises(squall.TimeoutError, match=r"timed out after 0\.01 s"):
+        asyncio.run(late())
