@@ -13,7 +13,6 @@ import squall
 from squall.protocol.bounded import within
 
 PACKAGE = pathlib.Path(squall.__file__).parent
-ONE_TIMEOUT = "from squall.errors import TimeoutError"
 
 
 def modules() -> list[pathlib.Path]:
@@ -25,9 +24,13 @@ def test_every_module_names_the_one_timeout_error() -> None:
     raised one and a caller that caught the other would miss a time-out there only."""
     wrong = []
     for path in modules():
-        source = path.read_text()
-        tree = ast.parse(source)
-        imports_it = ONE_TIMEOUT in source
+        tree = ast.parse(path.read_text())
+        imports_it = any(
+            isinstance(node, ast.ImportFrom)
+            and node.module == "squall.errors"
+            and any(alias.name == "TimeoutError" for alias in node.names)
+            for node in tree.body
+        )
         for node in ast.walk(tree):
             bare = isinstance(node, ast.Name) and node.id == "TimeoutError"
             dotted = isinstance(node, ast.Attribute) and ast.unparse(node) == (
@@ -36,6 +39,18 @@ def test_every_module_names_the_one_timeout_error() -> None:
             if dotted or (bare and not imports_it):
                 wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not wrong, f"use squall.errors.TimeoutError at {wrong}"
+
+
+def test_every_bounded_wait_is_within() -> None:
+    """``asyncio.wait_for`` can swallow a cancellation that meets its end before 3.12 (a
+    worker closed while it reconnects would retry forever); ``within`` never does."""
+    wrong = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and ast.unparse(node) == "asyncio.wait_for"
+    ]
+    assert not wrong, f"use squall.protocol.bounded.within at {wrong}"
 
 
 def test_the_one_timeout_error_is_asyncios_and_distributeds() -> None:

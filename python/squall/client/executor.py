@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from squall.client import waiting
 from squall.client.futures import Future
 from squall.client.loop import timeout_seconds
-from squall.errors import CancelledError
+from squall.errors import CancelledError, TimeoutError
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -78,9 +78,9 @@ class ClientExecutor(cf.Executor):
     ) -> Iterator[Any]:
         """The results of ``fn`` over the items, in order, as ``map`` would give them;
         all calls are submitted at once (``chunksize`` is ignored). Iterating raises a
-        call's exception, or ``TimeoutError`` once ``timeout`` seconds have passed since
-        this call; the calls not yet iterated are cancelled when the iterator is
-        closed or collected."""
+        call's exception, or ``concurrent.futures.TimeoutError`` once ``timeout``
+        seconds have passed since this call; the calls not yet iterated are cancelled
+        when the iterator is closed or collected."""
         if kwargs:
             raise TypeError(f"unexpected arguments to map(): {sorted(kwargs)}")
         if self._shutdown:
@@ -95,8 +95,14 @@ class ClientExecutor(cf.Executor):
             try:
                 for future in remaining:
                     self._futures.add(future)
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    yield future.result(left)
+                    if deadline is None:
+                        yield future.result()
+                        continue
+                    try:
+                        value = future.result(max(0.0, deadline - time.monotonic()))
+                    except TimeoutError:  # concurrent.futures' own, as Executor.map's
+                        raise cf.TimeoutError(f"map() not done within {timeout}") from None
+                    yield value
             finally:
                 rest = list(remaining)
                 self._futures.update(rest)

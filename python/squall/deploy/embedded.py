@@ -21,6 +21,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from squall.errors import TimeoutError
+from squall.protocol.bounded import within
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
 from squall.worker.worker import Worker
@@ -118,7 +119,7 @@ class EmbeddedCluster:
         leaving = [w for w in self.workers if str(w.name) in names]
         done = asyncio.gather(*(w.finished() for w in leaving))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done, timeout)
+            await within(done, timeout)
         await asyncio.gather(*(w.close() for w in leaving), return_exceptions=True)
 
     def close(self, timeout: float | None = None) -> None:

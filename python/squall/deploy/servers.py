@@ -26,6 +26,7 @@ from squall.deploy.local import print_level_flags, scheduler_info
 from squall.errors import TimeoutError
 from squall.preload import worker_flags
 from squall.protocol import comm, liveness
+from squall.protocol.bounded import within
 from squall.scheduler.launcher import default_idle_timeout, stop_when_idle
 from squall.scheduler.server import SchedulerServer
 from squall.security import Security
@@ -354,7 +355,7 @@ class Nanny:
 
     async def _find_worker(self) -> str | None:
         try:
-            info = await asyncio.wait_for(scheduler_info(self.scheduler_addr), NANNY_LOOK_TIMEOUT)
+            info = await within(scheduler_info(self.scheduler_addr), NANNY_LOOK_TIMEOUT)
         except (comm.CommError, OSError, TimeoutError):
             return None
         mine = [w["address"] for w in info["workers"] if w.get("nanny") == self.address]
@@ -367,7 +368,7 @@ class Nanny:
         self.status = Status.closing
         self._supervisor.close()
         try:
-            await asyncio.wait_for(asyncio.shield(self._running), timeout)
+            await within(asyncio.shield(self._running), timeout)
         except TimeoutError:
             logger.warning("nanny %s did not close within %ss", self.address, timeout)
         self.status = Status.closed

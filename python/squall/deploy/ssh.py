@@ -29,6 +29,7 @@ from squall.deploy.requests import ask
 from squall.deploy.servers import Status, refuse_unsupported
 from squall.errors import TimeoutError
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 
 if TYPE_CHECKING:
     import asyncssh
@@ -121,9 +122,7 @@ class RemoteProcess:
         deadline = loop.time() + timeout
         while len(self.found) < count:
             try:
-                line = await asyncio.wait_for(
-                    self.process.stdout.readline(), deadline - loop.time()
-                )
+                line = await within(self.process.stdout.readline(), deadline - loop.time())
             except TimeoutError:
                 raise TimeoutError(
                     f"{self} did not start within {timeout}s; it printed:\n{self._tail()}"
@@ -148,7 +147,7 @@ class RemoteProcess:
     async def _exit_status(self) -> str:
         assert self.process is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.process.wait_closed(), STOP_GRACE)
+            await within(self.process.wait_closed(), STOP_GRACE)
         code = self.process.exit_status
         return "exit status unknown" if code is None else f"exit code {code}"
 
@@ -169,7 +168,7 @@ class RemoteProcess:
             with contextlib.suppress(OSError, ssh.Error):
                 self.process.stdin.write_eof()
             try:
-                await asyncio.wait_for(self.process.wait_closed(), grace)
+                await within(self.process.wait_closed(), grace)
             except TimeoutError:
                 logger.warning("%s did not stop within %ss: killing it", self, grace)
                 with contextlib.suppress(OSError, ssh.Error):

@@ -28,6 +28,7 @@ from squall.client.default import default_client
 from squall.client.futures import Future, futures_of
 from squall.client.loop import timeout_seconds
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 
 if TYPE_CHECKING:
     from squall.client.client import Client
@@ -85,7 +86,7 @@ async def follow(
     start = time.monotonic()
     ask = client.connection.request
     first = m.Progress(complete=complete)
-    reply, _ = await asyncio.wait_for(ask(first, m.ProgressReply, encode_keys(keys)), bound)
+    reply, _ = await within(ask(first, m.ProgressReply, encode_keys(keys)), bound)
     watch = reply.watch
     try:
         while True:
@@ -99,7 +100,7 @@ async def follow(
             if not state.remaining:
                 return state
             await asyncio.sleep(interval)
-            reply, _ = await asyncio.wait_for(ask(m.Progress(watch=watch), m.ProgressReply), bound)
+            reply, _ = await within(ask(m.Progress(watch=watch), m.ProgressReply), bound)
     except BaseException:
         # Interrupted, or the client closed: the scheduler may drop the watch now.
         if client.status == "running":

@@ -485,7 +485,7 @@ async def connect(
         opening = open_stream(
             host, port, ssl=tls, server_hostname=(server_hostname or "") if tls else None
         )
-        stream = await asyncio.wait_for(opening, timeout)
+        stream = await within(opening, timeout)
     except TimeoutError:
         raise ConnectError(f"timed out after {timeout}s connecting to {address}") from None
     except ssl.SSLError as e:
@@ -499,9 +499,9 @@ async def connect(
     try:
         hello = m.Hello(protocol=PROTOCOL, role=role, nonce=nonce, **(info or {}))
         await comm.write_handshake(hello)
-        reply = await asyncio.wait_for(comm.read_handshake(), timeout)
+        reply = await within(comm.read_handshake(), timeout)
         if isinstance(reply, m.Challenge):
-            reply = await asyncio.wait_for(_answer(comm, sec, nonce, reply), timeout)
+            reply = await within(_answer(comm, sec, nonce, reply), timeout)
         elif isinstance(reply, m.Welcome) and sec.token is not None:
             raise HandshakeError("it holds no token, as this process does")
     except (CommError, TimeoutError) as e:

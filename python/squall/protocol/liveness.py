@@ -179,7 +179,7 @@ async def register(
         server_hostname=server_hostname,
     )
     try:
-        reply, _ = await asyncio.wait_for(c.read(), timeout)
+        reply, _ = await within(c.read(), timeout)
     except (comm.CommError, TimeoutError) as e:
         c.abort()
         raise comm.CommError(f"registering with {address}: {e or 'timed out'}") from None
@@ -208,9 +208,10 @@ async def retry(
             return True
         except (comm.CommError, TimeoutError) as e:
             logger.debug("%s: %s", what, e)
-        # An `asyncio.wait_for` inside the attempt can swallow a cancellation that meets
-        # its end (Python 3.11's does): a worker closed while reconnecting would retry
-        # forever. 3.11 keeps the request on the task; 3.10 keeps no record of it.
+        # A wait inside the attempt that swallows a cancellation meeting its end (as
+        # `asyncio.wait_for` can before 3.12; squall's own waits use `within`, which
+        # never does) would leave a worker closed while reconnecting retrying forever.
+        # 3.11 on keep the request on the task; 3.10 keeps no record of it.
         if sys.version_info >= (3, 11):
             me = asyncio.current_task()
             if me is not None and me.cancelling():

@@ -18,6 +18,7 @@ from squall._core import encode_keys
 from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.protocol.remote_errors import unpack_error
 from squall.security import Security
 
@@ -176,7 +177,7 @@ class Peers:
         rid = next(self._ids)
         try:
             await c.write(msgspec.structs.replace(msg, id=rid), payload)
-            return await asyncio.wait_for(_reply(c, rid), self._reply_timeout)
+            return await within(_reply(c, rid), self._reply_timeout)
         except (comm.CommError, TimeoutError):
             await self.drop(address)
             raise

@@ -22,6 +22,7 @@ import cloudpickle  # type: ignore[import-untyped]
 from squall import config, log_ring, versions
 from squall._core import ProgressWatch
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.protocol.comm import CommError
 from squall.protocol.peers import Peers
 
@@ -133,7 +134,7 @@ class ClientDiagnostics:
             if target is None:
                 raise ValueError("it has no nanny")
             try:
-                return await asyncio.wait_for(self._peers.run(target, blob), self._timeout)
+                return await within(self._peers.run(target, blob), self._timeout)
             finally:
                 # Rare requests: no connection is kept open to a worker or nanny.
                 await self._peers.drop(target)

@@ -24,6 +24,7 @@ from squall._core import decode_keys, encode_keys
 from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 
 Key = Hashable
 #: One task's record: ``{"key", "prefix", "worker", "thread", "status": "OK" | "error",
@@ -174,7 +175,7 @@ class TaskStream:
             if left <= 0:
                 return False
             try:
-                await asyncio.wait_for(self._beat.wait(), left)
+                await within(self._beat.wait(), left)
             except TimeoutError:
                 return False
             connected = set(workers())

@@ -16,6 +16,7 @@ from squall._core import SchedulerError, decode_keys, encode_keys
 from squall.errors import TimeoutError
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.protocol.dispatch import Handlers
 from squall.scheduler.peer import Peer
 
@@ -260,7 +261,7 @@ class WorkerRoom:
             return None
         report = self._deaths[w] = asyncio.get_running_loop().create_future()
         try:
-            return await asyncio.wait_for(report, self._nanny_report_timeout)
+            return await within(report, self._nanny_report_timeout)
         except TimeoutError:
             logger.info("no report from the nanny of worker %s", peer.address)
             return None

@@ -29,6 +29,7 @@ from squall.errors import TimeoutError
 from squall.preload import Preloads
 from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.protocol.run_calls import run_function
 from squall.worker import serving
 from squall.worker.memory import local_directory, thresholds
@@ -319,7 +320,7 @@ class Nanny:
                 delay,
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), delay)
+                await within(self._closing.wait(), delay)
         return 0
 
     async def _report_exit(self, pid: int, code: int) -> None:
@@ -380,7 +381,7 @@ class Nanny:
         with contextlib.suppress(ProcessLookupError):
             p.terminate()
         try:
-            await asyncio.wait_for(p.wait(), grace)
+            await within(p.wait(), grace)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
