@@ -87,7 +87,11 @@ class DataMovement:
     async def _gather(self, futures: Any, errors: str = "raise") -> Any:
         # A map's futures as they are (no pass to drop repeats: the states are unique).
         found = futures if flat_futures(futures) else futures_of(futures)
-        if any(map(operator.is_not, map(_CLIENT, found), itertools.repeat(self.client))):
+        try:  # the slot, read in C (the ``client`` property is a call per future)
+            foreign = any(map(operator.is_not, map(_CLIENT, found), itertools.repeat(self.client)))
+        except RuntimeError:  # an unpickled future: bound to no client
+            foreign = True
+        if foreign:
             raise ValueError("Cannot gather Futures created by another client")
         # Each key once: the futures of a key share its state.
         states = list(dict.fromkeys(map(_STATE, found)))
@@ -353,7 +357,7 @@ _SKIPPED = object()
 
 _DONE = frozenset({"finished", "error", "cancelled"})  # FutureState.done()
 _STATUS = operator.attrgetter("status")
-_KEY, _STATE, _CLIENT = map(operator.attrgetter, ("key", "_state", "client"))
+_KEY, _STATE, _CLIENT = map(operator.attrgetter, ("key", "_state", "_client"))
 _FAILED = frozenset({"error", "cancelled"})
 
 
