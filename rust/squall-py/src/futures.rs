@@ -222,6 +222,37 @@ pub fn finish_keys<'py>(
     Ok(signal)
 }
 
+/// `ClientConnection.settle_releases` under its lock: one reference dropped from each
+/// of `states` (of `state_type`, a state once per future released). A state whose count
+/// reaches 0 leaves `table` if it is still its key's (`cancel` may have replaced it);
+/// returns the keys freed, to release, unless another state holds them. A count below
+/// 0 (futures from before a restart, which zeroed it) frees nothing.
+#[pyfunction]
+pub fn release_states<'py>(
+    table: &Bound<'py, PyDict>,
+    states: &Bound<'py, PyList>,
+    state_type: &Bound<'py, PyType>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let py = table.py();
+    let [key_slot, refs_slot] = slots(state_type, ["key", "refs"])?;
+    let mut gone = Vec::new();
+    for state in states.iter() {
+        let refs = refs_slot.get(&state)?.extract::<i64>()? - 1;
+        refs_slot.put(&state, &refs.into_pyobject(py)?.into_any())?;
+        if refs != 0 {
+            continue;
+        }
+        let key = key_slot.get(&state)?;
+        match dict_get(table, &key)? {
+            Some(held) if held.is(&state) => table.del_item(&key)?,
+            Some(_) => continue,
+            None => {}
+        }
+        gone.push(key);
+    }
+    Ok(gone)
+}
+
 /// Has the cyclic collector track `obj` again (a state given its rare part, see
 /// [`hold_keys`]); nothing if it already does.
 #[pyfunction]
