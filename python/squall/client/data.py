@@ -97,16 +97,25 @@ class DataMovement:
         states = list(dict.fromkeys(map(_STATE, found)))
         keys = list(map(_KEY, states))
         if found is futures and len(states) == len(found):
-            # A map's futures, each its own key: once all finished, one round fetches
-            # their values in their order, with no dict of them.
-            statuses = await _settled(states, errors)
-            if statuses.count("finished") == len(keys):
-                values, failed = await self._fetch(keys)
-                if not failed and not any(map(operator.is_, values, itertools.repeat(_MISSING))):
-                    return values if type(futures) is list else type(futures)(values)
-            # Otherwise the rounds below (a key lost meanwhile is asked for again).
+            # A map's futures, each its own key: no dict of their values.
+            values = await self._in_order(keys, states, errors)
+            if values is not None:
+                return values if type(futures) is list else type(futures)(values)
         data = await self.gather_keys(keys, states, errors)
         return pack_results(futures, data)
+
+    async def _in_order(
+        self, keys: list[Key], states: list[FutureState], errors: str
+    ) -> list[Any] | None:
+        """The values of ``keys`` (of these states) in their order, fetched in one round
+        once every state is finished; None if one is not (erred or cancelled) or a
+        value did not come: :meth:`gather_keys`'s rounds then take over, asking again."""
+        if (await _settled(states, errors)).count("finished") != len(keys):
+            return None
+        values, failed = await self._fetch(keys)
+        if failed or any(map(operator.is_, values, itertools.repeat(_MISSING))):
+            return None
+        return values
 
     async def gather_keys(
         self, keys: list[Key], states: list[FutureState], errors: str
