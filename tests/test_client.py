@@ -367,6 +367,8 @@ def test_a_gather_larger_than_a_slice_asks_slice_by_slice(
     repeated futures and plain and other values alike."""
     monkeypatch.setattr(data, "GATHER_SLICE", 7)
     futures = client.map(inc, range(40))
+    assert client.gather(futures) == list(range(1, 41))  # each its own key: in order
+    assert client.gather(tuple(futures[:9])) == tuple(range(1, 10))
     futures += [futures[3], client.submit(list, range(3))]
     assert client.gather(futures) == [*range(1, 41), 4, [0, 1, 2]]
 

@@ -38,12 +38,14 @@ __all__ = [
     "encode_keys",
     "encode_map_chunk",
     "encode_update_graph",
+    "finish_keys",
     "function_cache_size",
     "gc_track",
     "hold_keys",
     "load_function",
     "order_mapping",
     "read_executing_record",
+    "release_states",
     "simulate",
     "split_call",
     "watch_stdin",
@@ -122,7 +124,9 @@ def hold_keys(
     state_type: type,
     client: object,
 ) -> tuple[list[Any], list[int] | None]: ...
+def finish_keys(table: dict[Any, Any], payload: bytes, state_type: type) -> list[Any]: ...
 def gc_track(obj: object) -> None: ...
+def release_states(table: dict[Any, Any], states: list[Any], state_type: type) -> list[Any]: ...
 def watch_stdin(grace: float) -> None: ...
 def call_prefix(function: bytes) -> bytes: ...
 def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from squall import config
-from squall._core import decode_keys, encode_keys, hold_keys
+from squall._core import decode_keys, encode_keys, finish_keys, hold_keys, release_states
 from squall.client.events import DEFAULT_HANDLERS, Handler
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
@@ -453,20 +453,9 @@ class ClientConnection:
                 return None
             releasing = self._releasing
             states = [releasing.popleft() for _ in range(len(releasing))]
-            futures = self.futures
-            gone = []
-            for st in states:
-                st.refs -= 1
-                if st.refs:
-                    continue
-                # The key is released unless another state holds it (``cancel`` drops a
-                # key's state; a future made after that makes a new one).
-                held = futures.get(st.key)
-                if held is st:
-                    del futures[st.key]
-                elif held is not None:
-                    continue
-                gone.append(st.key)
+            # A key is released unless another state holds it (``cancel`` drops a key's
+            # state; a future made after that makes a new one): one compiled loop.
+            gone = release_states(self.futures, states, FutureState)
             self._to_release.extend(gone)
         return bool(gone)
 
@@ -541,7 +530,7 @@ class ClientConnection:
         """The handlers of the scheduler's messages (docs/protocol.md#scheduler--client)."""
         replies = [c for c in m.messages(m.Route.SCHEDULER_TO_CLIENT) if issubclass(c, m.Reply)]
         table: dict[type[m.Message], Callable[[Any, memoryview], None]] = {
-            m.KeyInMemory: lambda _, p: FutureState.finish_all(self._states(p)),
+            m.KeyInMemory: self._in_memory,
             m.TaskErred: self._task_erred,
             m.LostData: lambda _, p: self._each(p, FutureState.lose),
             m.TaskRetried: lambda _, p: self._each(p, FutureState.retry),
@@ -559,6 +548,14 @@ class ClientConnection:
             m.GetDatasetsReply: self._reply_handing_over,
         }
         return Handlers(m.Route.SCHEDULER_TO_CLIENT, table, malformed=self._malformed)
+
+    def _in_memory(self, msg: m.KeyInMemory, payload: memoryview) -> None:
+        """Finishes the states of the keys (one compiled loop); only those awaited one
+        by one (with an event) are signalled from here."""
+        with self.refcount_lock:
+            awaited = finish_keys(self.futures, bytes(payload), FutureState)
+        for st in awaited:
+            st._signal()
 
     def _each(self, payload: memoryview, change: Callable[[FutureState], None]) -> None:
         for st in self._states(payload):

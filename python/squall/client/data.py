@@ -87,12 +87,35 @@ class DataMovement:
     async def _gather(self, futures: Any, errors: str = "raise") -> Any:
         # A map's futures as they are (no pass to drop repeats: the states are unique).
         found = futures if flat_futures(futures) else futures_of(futures)
-        if any(map(operator.is_not, map(_CLIENT, found), itertools.repeat(self.client))):
+        try:  # the slot, read in C (the ``client`` property is a call per future)
+            foreign = any(map(operator.is_not, map(_CLIENT, found), itertools.repeat(self.client)))
+        except RuntimeError:  # an unpickled future: bound to no client
+            foreign = True
+        if foreign:
             raise ValueError("Cannot gather Futures created by another client")
         # Each key once: the futures of a key share its state.
         states = list(dict.fromkeys(map(_STATE, found)))
-        data = await self.gather_keys(list(map(_KEY, states)), states, errors)
+        keys = list(map(_KEY, states))
+        if found is futures and len(states) == len(found):
+            # A map's futures, each its own key: no dict of their values.
+            values = await self._in_order(keys, states, errors)
+            if values is not None:
+                return values if type(futures) is list else type(futures)(values)
+        data = await self.gather_keys(keys, states, errors)
         return pack_results(futures, data)
+
+    async def _in_order(
+        self, keys: list[Key], states: list[FutureState], errors: str
+    ) -> list[Any] | None:
+        """The values of ``keys`` (of these states) in their order, fetched in one round
+        once every state is finished; None if one is not (erred or cancelled) or a
+        value did not come: :meth:`gather_keys`'s rounds then take over, asking again."""
+        if (await _settled(states, errors)).count("finished") != len(keys):
+            return None
+        values, failed = await self._fetch(keys)
+        if failed or any(map(operator.is_, values, itertools.repeat(_MISSING))):
+            return None
+        return values
 
     async def gather_keys(
         self, keys: list[Key], states: list[FutureState], errors: str
@@ -107,23 +130,20 @@ class DataMovement:
         delay = 0.02  # between rounds that miss keys, doubling: no busy loop
         unreachable = Unreachable(self.connection.timeout)
         while keys:
-            pending = map(operator.not_, map(_DONE.__contains__, map(_STATUS, states)))
-            for st in itertools.compress(states, pending):
-                await st.wait()
-                if st.status in _FAILED and errors == "raise":
-                    break  # raised below, the first failed in key order
-            statuses = list(map(_STATUS, states))
-            if errors == "raise" and not _FAILED.isdisjoint(statuses):
-                st = states[next(i for i, s in enumerate(statuses) if s in _FAILED)]
-                assert st.exception is not None
-                raise st.exception.with_traceback(st.traceback)
+            statuses = await _settled(states, errors)
             if statuses.count("finished") == len(keys):
                 want = keys
             else:
                 finished = map(operator.eq, statuses, itertools.repeat("finished"))
                 want = list(itertools.compress(keys, finished))
             if want:
-                got, failed = await self._fetch(want)
+                values, failed = await self._fetch(want)
+                got = dict(
+                    itertools.compress(
+                        zip(want, values, strict=True),
+                        map(operator.is_not, values, itertools.repeat(_MISSING)),
+                    )
+                )
                 if data:
                     data.update(got)
                 else:
@@ -160,56 +180,61 @@ class DataMovement:
         )
         return reply.addresses, bytes(payload)
 
-    async def _fetch(self, keys: list[Key]) -> tuple[dict[Key, Any], dict[Key, comm.CommError]]:
-        """One round: ask who has the keys and get them; missing keys are left out,
-        and those whose holder failed are returned with its error. Asked for in slices
-        of ``GATHER_SLICE`` keys, so that what each process holds for the requests
-        (keys decoded, replies, pickles) stays bounded whatever the gather's size."""
-        data: dict[Key, Any] = {}
+    async def _fetch(self, keys: list[Key]) -> tuple[list[Any], dict[Key, comm.CommError]]:
+        """One round: ask who has the keys and get them. Returns their values in key
+        order (``_MISSING`` for a key not got), and the keys whose holder failed with
+        its error. Asked for in slices of ``GATHER_SLICE`` keys, so that what each
+        process holds for the requests (keys decoded, replies, pickles) stays bounded
+        whatever the gather's size."""
+        values: list[Any] = []
         failed: dict[Key, comm.CommError] = {}
         for i in range(0, len(keys), GATHER_SLICE):
             got, lost = await self._fetch_slice(keys[i : i + GATHER_SLICE])
-            if data:
-                data.update(got)
+            if values:
+                values += got
             else:
-                data = got  # the first (often the only) slice's: no copy
+                values = got  # the first (often the only) slice's: no copy
             failed.update(lost)
-        return data, failed
+        return values, failed
 
-    async def _fetch_slice(
-        self, keys: list[Key]
-    ) -> tuple[dict[Key, Any], dict[Key, comm.CommError]]:
+    async def _fetch_slice(self, keys: list[Key]) -> tuple[list[Any], dict[Key, comm.CommError]]:
         by_worker = pick_holders(*await self._who_has(keys), keys)
-        data: dict[Key, Any] = {}
         failed: dict[Key, comm.CommError] = {}
         results = await asyncio.gather(
             *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
         )
+        one = results[0] if len(results) == 1 else None
+        if isinstance(one, list) and next(iter(by_worker.values())) is keys:
+            return one, failed  # one holder of all: its values in key order
+        values = [_MISSING] * len(keys)
+        at = {k: i for i, k in enumerate(keys)}
         for (w, ks), r in zip(by_worker.items(), results, strict=True):
             if isinstance(r, BaseException):
                 if not isinstance(r, comm.CommError):
                     raise r
                 logger.warning("could not get data from %s: %s", w, r)
                 failed.update((k, r) for k in ks)
-            elif data:
-                data.update(r)
             else:
-                data = r  # the first (often the only) worker's: no copy
-        return data, failed
+                for i, v in zip(map(at.__getitem__, ks), r, strict=True):
+                    values[i] = v
+        return values, failed
 
-    async def _get_data(self, address: str, keys: list[Key]) -> dict[Key, Any]:
-        """The values ``address`` holds of ``keys``; a value it cannot pickle errs its
-        future with the worker's error (no retrying what can never arrive)."""
+    async def _get_data(self, address: str, keys: list[Key]) -> list[Any]:
+        """The values ``address`` holds of ``keys``, in their order (``_MISSING`` for
+        one it lacks); a value it cannot pickle errs its future with the worker's error
+        (no retrying what can never arrive)."""
         reply = await self.connection.peers.get_data(address, keys)
         if reply.whole:
-            return dict(zip(keys, reply.loaded(), strict=True))
-        data: dict[Key, Any] = {}
+            return reply.loaded()
+        values: list[Any] = []
         for k, blob in zip(keys, reply.values(), strict=True):
             if isinstance(blob, Pickled):
-                data[k] = blob.load()
-            elif isinstance(blob, tuple):
+                values.append(blob.load())
+                continue
+            if isinstance(blob, tuple):
                 self._unpicklable(k, address, *blob)
-        return data
+            values.append(_MISSING)
+        return values
 
     def _unpicklable(self, key: Key, address: str, text: str, blob: bytes) -> None:
         exc: BaseException
@@ -349,12 +374,30 @@ def pick_holders(addresses: list[str], packed: bytes, keys: list[Key]) -> dict[s
 
 #: A key left out of a gather (``errors="skip"``) after its holders stayed unreachable.
 _SKIPPED = object()
+#: A key a round of a gather did not get (no holder had it, or its holder failed).
+_MISSING = object()
 
 
 _DONE = frozenset({"finished", "error", "cancelled"})  # FutureState.done()
 _STATUS = operator.attrgetter("status")
-_KEY, _STATE, _CLIENT = map(operator.attrgetter, ("key", "_state", "client"))
+_KEY, _STATE, _CLIENT = map(operator.attrgetter, ("key", "_state", "_client"))
 _FAILED = frozenset({"error", "cancelled"})
+
+
+async def _settled(states: list[FutureState], errors: str) -> list[str]:
+    """The statuses of ``states`` once each is done; with ``errors="raise"``, the
+    first failed one (in their order) raises its exception."""
+    pending = map(operator.not_, map(_DONE.__contains__, map(_STATUS, states)))
+    for st in itertools.compress(states, pending):
+        await st.wait()
+        if st.status in _FAILED and errors == "raise":
+            break  # raised below, the first failed in key order
+    statuses = list(map(_STATUS, states))
+    if errors == "raise" and not _FAILED.isdisjoint(statuses):
+        st = states[next(i for i, s in enumerate(statuses) if s in _FAILED)]
+        assert st.exception is not None
+        raise st.exception.with_traceback(st.traceback)
+    return statuses
 
 
 class Unreachable:

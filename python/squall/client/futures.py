@@ -13,7 +13,7 @@ import itertools
 import logging
 import operator
 import types
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
 from dask._task_spec import TaskRef
@@ -119,14 +119,6 @@ class FutureState:
     def finish(self) -> None:
         self.status = "finished"
         self._signal()
-
-    @staticmethod
-    def finish_all(states: Iterable[FutureState]) -> None:
-        """``finish()`` each of many states (a ``key-in-memory`` notice) in one loop."""
-        for st in states:
-            st.status = "finished"
-            if st._rare is not None and st._rare.event is not None:
-                st._rare.event.set()
 
     def lose(self) -> None:
         self.status = "lost"
@@ -380,7 +372,7 @@ def pack_results(o: Any, data: dict[Key, Any]) -> Any:
         values = list(map(data.get, map(_KEY, o), itertools.repeat(DROP)))
         if any(map(operator.is_, values, itertools.repeat(DROP))):
             values = [v for v in values if v is not DROP]
-        return type(o)(values)
+        return values if type(o) is list else type(o)(values)
 
     def value(x: Any) -> Any:
         return data.get(x.key, DROP) if isinstance(x, Future) else DESCEND

@@ -71,7 +71,11 @@ fn index_of(ob: &Bound<'_, PyAny>) -> Option<PyResult<i64>> {
 }
 
 pub fn key_to_py<'py>(py: Python<'py>, key: &Key) -> PyResult<Bound<'py, PyAny>> {
-    value_to_py(py, &key.decode())
+    // A str key (a map's, most of a graph's) straight from its bytes: no decoded copy.
+    match key.as_str() {
+        Some(s) => Ok(PyString::new(py, s).into_any()),
+        None => value_to_py(py, &key.decode()),
+    }
 }
 
 fn value_to_py<'py>(py: Python<'py>, v: &KeyValue) -> PyResult<Bound<'py, PyAny>> {

@@ -6,6 +6,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyType};
 use pyo3::{ffi, intern};
+use squall_wire::keys::read_keys;
+
+use crate::convert::key_to_py;
+use crate::errors::wire_error;
 
 /// A new instance of `ty` with its slots unset, as `object.__new__(ty)`: the type's
 /// own allocator, no `__init__`.
@@ -20,34 +24,57 @@ fn alloc<'py>(ty: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
-/// The setter of the object slot `name` (one of a class's `__slots__`): its member
-/// descriptor and that descriptor type's `__set__`, so that filling the slot of many
-/// instances skips looking the name up each time. A TypeError if `name` is no slot.
-struct SlotSetter<'py> {
+/// The object slot `name` of a class (one of its `__slots__`): its member descriptor
+/// and that descriptor type's `__get__` and `__set__`, so that reading or filling the
+/// slot of many instances skips looking the name up each time. A TypeError if `name`
+/// is no slot.
+struct Slot<'py> {
     descr: Bound<'py, PyAny>,
+    get: ffi::descrgetfunc,
     set: ffi::descrsetfunc,
 }
 
-impl<'py> SlotSetter<'py> {
+impl<'py> Slot<'py> {
     fn of(ty: &Bound<'py, PyType>, name: &str) -> PyResult<Self> {
         let descr = ty.getattr(name)?;
         // SAFETY: `descr` is live; the member descriptor type is a static type whose
-        // `tp_descr_set` is always set (PyType_GetSlot reads static types from 3.10 on).
-        let set = unsafe {
-            if ffi::Py_TYPE(descr.as_ptr()) != std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type) {
+        // `tp_descr_get` and `tp_descr_set` are always set (PyType_GetSlot reads static
+        // types from 3.10 on).
+        let funcs = unsafe {
+            let dt = ffi::Py_TYPE(descr.as_ptr());
+            if dt != std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type) {
                 None
             } else {
-                let slot = ffi::PyType_GetSlot(ffi::Py_TYPE(descr.as_ptr()), ffi::Py_tp_descr_set);
-                (!slot.is_null())
-                    .then(|| std::mem::transmute::<*mut std::ffi::c_void, ffi::descrsetfunc>(slot))
+                let get = ffi::PyType_GetSlot(dt, ffi::Py_tp_descr_get);
+                let set = ffi::PyType_GetSlot(dt, ffi::Py_tp_descr_set);
+                (!get.is_null() && !set.is_null()).then(|| {
+                    (
+                        std::mem::transmute::<*mut std::ffi::c_void, ffi::descrgetfunc>(get),
+                        std::mem::transmute::<*mut std::ffi::c_void, ffi::descrsetfunc>(set),
+                    )
+                })
             }
         };
-        match set {
-            Some(set) => Ok(Self { descr, set }),
+        match funcs {
+            Some((get, set)) => Ok(Self { descr, get, set }),
             None => Err(PyTypeError::new_err(format!(
                 "{} has no object slot {name}",
                 ty.name()?
             ))),
+        }
+    }
+
+    /// `obj.<name>`; the descriptor checks `obj` is an instance of its class.
+    fn get(&self, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: live descriptor and object; the getter returns a new reference, or
+        // NULL with an error set (an unset slot, another class's object).
+        unsafe {
+            let p = (self.get)(
+                self.descr.as_ptr(),
+                obj.as_ptr(),
+                ffi::Py_TYPE(obj.as_ptr()).cast(),
+            );
+            Bound::from_owned_ptr_or_err(obj.py(), p)
         }
     }
 
@@ -63,14 +90,14 @@ impl<'py> SlotSetter<'py> {
     }
 }
 
-/// The setters of some slots of a class, in the order named.
-fn slot_setters<'py, const N: usize>(
+/// Some slots of a class, in the order named.
+fn slots<'py, const N: usize>(
     ty: &Bound<'py, PyType>,
     names: [&str; N],
-) -> PyResult<[SlotSetter<'py>; N]> {
+) -> PyResult<[Slot<'py>; N]> {
     let mut out = Vec::with_capacity(N);
     for name in names {
-        out.push(SlotSetter::of(ty, name)?);
+        out.push(Slot::of(ty, name)?);
     }
     Ok(out
         .try_into()
@@ -80,13 +107,31 @@ fn slot_setters<'py, const N: usize>(
 /// Sets the slots of `obj` to `values`: what `setattr` does, without looking each name up.
 fn fill<'py, const N: usize>(
     obj: &Bound<'py, PyAny>,
-    setters: &[SlotSetter<'py>; N],
+    setters: &[Slot<'py>; N],
     values: [&Bound<'py, PyAny>; N],
 ) -> PyResult<()> {
     for (setter, value) in setters.iter().zip(values) {
         setter.put(obj, value)?;
     }
     Ok(())
+}
+
+/// `table[key]`, None if absent: one probe, no KeyError made (`dict.get`).
+fn dict_get<'py>(
+    table: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = table.py();
+    // SAFETY: live dict and key; the result is borrowed from the dict (or NULL: not
+    // there, or an error set for an unhashable key), owned here before anything runs.
+    unsafe {
+        let p = ffi::PyDict_GetItemWithError(table.as_ptr(), key.as_ptr());
+        if p.is_null() {
+            PyErr::take(py).map_or(Ok(None), Err)
+        } else {
+            Ok(Some(Bound::from_borrowed_ptr(py, p)))
+        }
+    }
 }
 
 /// `ClientConnection.acquire_many` under its lock: a future of `future_type` for each
@@ -108,8 +153,8 @@ pub fn hold_keys<'py>(
     client: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyList>, Option<Vec<usize>>)> {
     let py = table.py();
-    let future_slots = slot_setters(future_type, ["key", "_client", "_state", "_cleared"])?;
-    let state_slots = slot_setters(state_type, ["key", "refs", "status", "_rare"])?;
+    let future_slots = slots(future_type, ["key", "_client", "_state", "_cleared"])?;
+    let state_slots = slots(state_type, ["key", "refs", "status", "_rare"])?;
     let refs_name = intern!(py, "refs");
     let pending = intern!(py, "pending").as_any();
     let one = 1i64.into_pyobject(py)?.into_any();
@@ -125,20 +170,7 @@ pub fn hold_keys<'py>(
         fill(&made, &state_slots, [key, &one, pending, &none])?;
         // One lookup when the key is held, two when it is new (the stable ABI has no
         // `setdefault` in C before 3.13).
-        // SAFETY: live dict and key; the result is borrowed from the dict (or NULL: not
-        // there, or an error set for an unhashable key), owned here before anything runs.
-        let held = unsafe {
-            let p = ffi::PyDict_GetItemWithError(table.as_ptr(), key.as_ptr());
-            if p.is_null() {
-                if let Some(err) = PyErr::take(py) {
-                    return Err(err);
-                }
-                None
-            } else {
-                Some(Bound::from_borrowed_ptr(py, p))
-            }
-        };
-        let state = match held {
+        let state = match dict_get(table, key)? {
             Some(state) => state,
             None => {
                 table.set_item(key, &made)?;
@@ -162,6 +194,63 @@ pub fn hold_keys<'py>(
         futures.push(future);
     }
     Ok((PyList::new(py, futures)?, fresh))
+}
+
+/// A `key-in-memory` notice applied: each of the keys in `payload` (a key list) that
+/// `table` holds a state of (of `state_type`) is finished, in one loop with no Python
+/// call per key. Returns the states among them that have a rare part (`_rare`), whose
+/// events the caller sets (docs/runtime.md#futures-in-bulk).
+#[pyfunction]
+pub fn finish_keys<'py>(
+    table: &Bound<'py, PyDict>,
+    payload: &[u8],
+    state_type: &Bound<'py, PyType>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let py = table.py();
+    let [status, rare] = slots(state_type, ["status", "_rare"])?;
+    let finished = intern!(py, "finished").as_any();
+    let mut signal = Vec::new();
+    for key in read_keys(payload).map_err(wire_error)? {
+        let Some(state) = dict_get(table, &key_to_py(py, &key)?)? else {
+            continue;
+        };
+        status.put(&state, finished)?;
+        if !rare.get(&state)?.is_none() {
+            signal.push(state);
+        }
+    }
+    Ok(signal)
+}
+
+/// `ClientConnection.settle_releases` under its lock: one reference dropped from each
+/// of `states` (of `state_type`, a state once per future released). A state whose count
+/// reaches 0 leaves `table` if it is still its key's (`cancel` may have replaced it);
+/// returns the keys freed, to release, unless another state holds them. A count below
+/// 0 (futures from before a restart, which zeroed it) frees nothing.
+#[pyfunction]
+pub fn release_states<'py>(
+    table: &Bound<'py, PyDict>,
+    states: &Bound<'py, PyList>,
+    state_type: &Bound<'py, PyType>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let py = table.py();
+    let [key_slot, refs_slot] = slots(state_type, ["key", "refs"])?;
+    let mut gone = Vec::new();
+    for state in states.iter() {
+        let refs = refs_slot.get(&state)?.extract::<i64>()? - 1;
+        refs_slot.put(&state, &refs.into_pyobject(py)?.into_any())?;
+        if refs != 0 {
+            continue;
+        }
+        let key = key_slot.get(&state)?;
+        match dict_get(table, &key)? {
+            Some(held) if held.is(&state) => table.del_item(&key)?,
+            Some(_) => continue,
+            None => {}
+        }
+        gone.push(key);
+    }
+    Ok(gone)
 }
 
 /// Has the cyclic collector track `obj` again (a state given its rare part, see
