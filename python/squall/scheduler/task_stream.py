@@ -67,11 +67,15 @@ class TaskStream:
     def add(self, worker: str, entries: Iterable[Entry], represented: int) -> None:
         """A heartbeat from ``worker`` with its sampled tasks, which stand for
         ``represented`` tasks (0 and no entries: a heartbeat with no task run)."""
-        now = self._clock()
         rows = [
             (key, worker, thread, ok, start, stop, nbytes, typename)
             for key, start, stop, thread, ok, nbytes, typename in entries
         ]
+        self._add_rows(worker, rows, represented)
+
+    def _add_rows(self, worker: str, rows: list[Row], represented: int) -> None:
+        """``add``, its rows made."""
+        now = self._clock()
         self._rows.extend(rows)
         n = len(rows)
         self._added += n
@@ -100,13 +104,15 @@ class TaskStream:
         keys = decode_keys(bytes(payload))
         if len(keys) != len(msg.stream):
             raise ValueError(f"stream: {len(keys)} keys for {len(msg.stream)} samples")
-        entries = [
-            (key, start, stop, thread, ok, nbytes, typename)
+        # Rows straight from the samples: a heartbeat carries up to a thousand of them,
+        # and a tuple per sample is all it should cost.
+        rows = [
+            (key, worker, thread, ok, start, stop, nbytes, typename)
             for key, (start, stop, thread, ok, nbytes, typename) in zip(
                 keys, msg.stream, strict=True
             )
         ]
-        self.add(worker, entries, msg.stream_tasks)
+        self._add_rows(worker, rows, msg.stream_tasks)
 
     def sampled_fraction(self) -> float:
         """Of the tasks run in the last ``RATE_WINDOW`` seconds, the fraction that has a

@@ -71,11 +71,12 @@ impl Scheduler {
 
     pub(crate) fn is_unoccupied(&self, w: WorkerId, occ: f64, p: usize) -> bool {
         let nthreads = self.worker(w).nthreads as usize;
-        if p < nthreads {
-            return true;
-        }
-        let avg = self.total_occupancy() / self.total_nthreads as f64;
-        occ < nthreads as f64 * avg / 2.0
+        p < nthreads || unoccupied(nthreads, p, occ, self.average_occupancy())
+    }
+
+    /// Occupancy per thread, cluster-wide (a sum over the task prefixes in flight).
+    fn average_occupancy(&self) -> f64 {
+        self.total_occupancy() / self.total_nthreads as f64
     }
 
     /// Free queuing slots (docs/scheduling.md#queuing); may be negative.
@@ -138,19 +139,20 @@ impl Scheduler {
         if !running {
             self.idle.remove(rank, w);
         } else {
-            // Occupancy is needed only once every thread is busy.
-            let occ = if p < nc {
-                0.0
+            // Occupancy is needed only once every thread is busy; the cluster's average
+            // is summed once for both tests (`is_unoccupied`'s, then saturation's).
+            let (occ, avg) = if p < nc {
+                (0.0, 0.0)
             } else {
-                occ.unwrap_or_else(|| self.occupancy(w))
+                let occ = occ.unwrap_or_else(|| self.occupancy(w));
+                (occ, self.average_occupancy())
             };
-            if self.is_unoccupied(w, occ, p) {
+            if unoccupied(nc, p, occ, avg) {
                 self.idle.insert(rank, w);
             } else {
                 self.idle.remove(rank, w);
                 if p > nc {
                     let pending = occ * (p - nc) as f64 / (p * nc) as f64;
-                    let avg = self.total_occupancy() / self.total_nthreads as f64;
                     if pending > 0.4 && pending > 1.9 * avg {
                         self.saturated.insert(rank, w);
                     }
@@ -164,4 +166,10 @@ impl Scheduler {
             self.idle_task_count.remove(rank, w);
         }
     }
+}
+
+/// Dask's idle test: a thread free, or under half the cluster's average occupancy per
+/// thread (`avg`) for its `nthreads` with `p` tasks processing.
+fn unoccupied(nthreads: usize, p: usize, occ: f64, avg: f64) -> bool {
+    p < nthreads || occ < nthreads as f64 * avg / 2.0
 }

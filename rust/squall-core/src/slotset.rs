@@ -16,6 +16,10 @@ pub struct SlotSet {
     by_load: BTreeMap<u64, WorkerSet>,
     /// Each member's load key, by worker index (None: not a member).
     key: Vec<Option<u64>>,
+    /// The last group emptied, kept for the next new load: a worker's load changes with
+    /// every task it is given or finishes, and a group made and dropped each time was
+    /// an allocation per task.
+    spare: WorkerSet,
 }
 
 /// The map key of a load: for non-negative floats the order of the bits is the order
@@ -47,7 +51,10 @@ impl SlotSet {
             Some(old) => self.leave_group(old, rank, w),
             None => self.members.insert(rank, w),
         }
-        self.by_load.entry(k).or_default().insert(rank, w);
+        let spare = &mut self.spare;
+        (self.by_load.entry(k))
+            .or_insert_with(|| std::mem::take(spare))
+            .insert(rank, w);
         self.key[i] = Some(k);
     }
 
@@ -62,7 +69,7 @@ impl SlotSet {
         if let Entry::Occupied(mut group) = self.by_load.entry(k) {
             group.get_mut().remove(rank, w);
             if group.get().is_empty() {
-                group.remove();
+                self.spare = group.remove();
             }
         }
     }

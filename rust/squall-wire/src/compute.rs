@@ -24,6 +24,7 @@ use crate::error::WireResult;
 use crate::keys::put_bytes;
 use crate::reader::Reader;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use squall_core::blobs::{self, Blob};
 use squall_core::{Command, Key, Priority, Scheduler, TaskId, WorkerId};
 use std::collections::BTreeMap;
@@ -357,7 +358,8 @@ impl Building {
         let table = &mut self.addresses;
         let deps = ts.dependencies.iter().map(|d| {
             let dts = s.task(d);
-            let holders: Vec<u16> = dts
+            // Inline: a dependency has few holders, and this runs per dependency.
+            let holders: SmallVec<[u16; 4]> = dts
                 .who_has
                 .iter()
                 .map(|w| table.index(w, || s.worker(w).address.clone()))
