@@ -110,8 +110,14 @@ fn sample_task() -> ComputeTask<'static> {
 }
 
 pub(crate) fn scheduler() -> (Scheduler, ClientId, WorkerId) {
+    scheduler_validating(true)
+}
+
+/// [`scheduler`], checking its invariants after every stimulus or not (a test of
+/// thousands of graphs checks them at the end instead).
+pub(crate) fn scheduler_validating(validate: bool) -> (Scheduler, ClientId, WorkerId) {
     let mut s = Scheduler::new(Config {
-        validate: true,
+        validate,
         ..Config::default()
     });
     let c = s.client_id("c");
