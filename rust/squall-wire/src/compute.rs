@@ -25,7 +25,7 @@ use crate::keys::put_bytes;
 use crate::reader::Reader;
 use rustc_hash::FxHashMap;
 use squall_core::blobs::{self, Blob};
-use squall_core::{Command, Key, Priority, Scheduler, TaskId, WorkerId};
+use squall_core::{Command, Priority, Scheduler, TaskId, WorkerId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
@@ -61,16 +61,18 @@ pub struct ComputeTask<'a> {
     pub run_id: u64,
     pub priority: Priority,
     pub actor: bool,
-    pub key: Key,
+    /// Canonical key bytes (checked well formed), borrowed from the payload.
+    pub key: &'a [u8],
     pub spec: &'a [u8],
     pub resources: Vec<(String, f64)>,
-    pub deps: Vec<ComputeDep>,
+    pub deps: Vec<ComputeDep<'a>>,
 }
 
 /// A dependency of a `compute` task: its key, size and holders' addresses.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ComputeDep {
-    pub key: Key,
+pub struct ComputeDep<'a> {
+    /// Canonical key bytes (checked well formed), borrowed from the payload.
+    pub key: &'a [u8],
     pub nbytes: i64,
     pub holders: Vec<String>,
 }
@@ -144,7 +146,7 @@ pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult
             order: r.u32("priority")?,
         };
         let [flags] = r.arr("flags")?;
-        let key = r.key()?;
+        let key = r.key_bytes()?;
         let spec = r.bytes("run spec")?;
         let n = r.u16("resource count")?.into();
         let mut resources = Vec::with_capacity(r.count(n, MIN_RESOURCE, "resources")?);
@@ -156,7 +158,7 @@ pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult
         let mut deps = Vec::with_capacity(r.count(n, MIN_DEP, "dependencies")?);
         for _ in 0..n {
             deps.push(ComputeDep {
-                key: r.key()?,
+                key: r.key_bytes()?,
                 nbytes: i64::from_le_bytes(r.arr("dependency size")?),
                 holders: read_holders(&mut r, addresses)?,
             });

@@ -2,7 +2,8 @@
 //! arguments of plain types only (None, bool, int, float, str, bytes), written byte for
 //! byte as CPython's pickler writes it, so a client makes a chunk's specs in one pass
 //! with no Python call per item and the bytes (and so the keys of a pure `map`, hashed
-//! over them) are the same as the pickler's (docs/protocol.md#run-specs).
+//! over them) are the same as the pickler's (docs/protocol.md#run-specs). A worker
+//! reads such a call back ([`read_call`]) and makes its arguments without the unpickler.
 
 /// One argument of a plain type.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -178,4 +179,92 @@ fn put_int(out: &mut Vec<u8>, i: i64) {
         out.extend_from_slice(&[LONG1, n as u8]);
         out.extend_from_slice(&bytes[..n]);
     }
+}
+
+/// The arguments of a call exactly as [`write_call`] writes it, and which earlier
+/// argument each is the same object as; None for any other bytes (even another pickle
+/// of the same call), which are left to the unpickler. Read back this way, a call
+/// gives what `pickle.loads` gives: its bytes are the pickler's own for these values.
+pub fn read_call(b: &[u8]) -> Option<(Vec<Plain<'_>>, Vec<Option<usize>>)> {
+    let mut r = b.strip_prefix(&[PROTO, 5, FRAME])?;
+    let (len, rest) = r.split_first_chunk::<8>()?;
+    if u64::from_le_bytes(*len) != rest.len() as u64 {
+        return None;
+    }
+    r = rest;
+    if let Some(rest) = r.strip_prefix(&[MARK]) {
+        r = rest;
+    }
+    let mut args = Vec::new();
+    let mut same = Vec::new();
+    // The argument each memo entry holds (strings and bytes are memoized).
+    let mut memo: Vec<usize> = Vec::new();
+    loop {
+        let (&op, rest) = r.split_first()?;
+        r = rest;
+        let arg = match op {
+            NONE => Plain::None,
+            NEWTRUE => Plain::Bool(true),
+            NEWFALSE => Plain::Bool(false),
+            BININT1 => Plain::Int(i64::from(take::<1>(&mut r)?[0])),
+            BININT2 => Plain::Int(i64::from(u16::from_le_bytes(take(&mut r)?))),
+            BININT => Plain::Int(i64::from(i32::from_le_bytes(take(&mut r)?))),
+            LONG1 => {
+                let [n] = take(&mut r)?;
+                let n = usize::from(n);
+                if n == 0 || n > 8 || r.len() < n {
+                    return None;
+                }
+                let (digits, rest) = r.split_at(n);
+                r = rest;
+                let fill = if digits[n - 1] & 0x80 != 0 { 0xff } else { 0 };
+                let mut le = [fill; 8];
+                le[..n].copy_from_slice(digits);
+                Plain::Int(i64::from_le_bytes(le))
+            }
+            BINFLOAT => Plain::Float(f64::from_be_bytes(take(&mut r)?)),
+            SHORT_BINUNICODE | BINUNICODE | SHORT_BINBYTES | BINBYTES => {
+                let n = if matches!(op, SHORT_BINUNICODE | SHORT_BINBYTES) {
+                    usize::from(take::<1>(&mut r)?[0])
+                } else {
+                    u32::from_le_bytes(take(&mut r)?) as usize
+                };
+                if r.len() < n + 1 || r[n] != MEMOIZE {
+                    return None;
+                }
+                let (data, rest) = r.split_at(n);
+                r = &rest[1..];
+                memo.push(args.len());
+                match op {
+                    SHORT_BINUNICODE | BINUNICODE => Plain::Str(std::str::from_utf8(data).ok()?),
+                    _ => Plain::Bytes(data),
+                }
+            }
+            BINGET | LONG_BINGET => {
+                let m = if op == BINGET {
+                    usize::from(take::<1>(&mut r)?[0])
+                } else {
+                    u32::from_le_bytes(take(&mut r)?) as usize
+                };
+                let j = *memo.get(m)?;
+                args.push(args[j]);
+                same.push(Some(j));
+                continue;
+            }
+            EMPTY_TUPLE | TUPLE1 | TUPLE2 | TUPLE3 | TUPLE => break,
+            _ => return None,
+        };
+        args.push(arg);
+        same.push(None);
+    }
+    // Whatever the rest is, only the pickler's own bytes for these arguments pass.
+    let mut again = Vec::with_capacity(b.len());
+    (write_call(&mut again, &args, &same) && again == b).then_some((args, same))
+}
+
+/// The next `N` bytes of `r`, taken off it.
+fn take<const N: usize>(r: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = r.split_first_chunk::<N>()?;
+    *r = rest;
+    Some(*head)
 }

@@ -126,7 +126,7 @@ impl WorkerCache {
         };
         c.tasks
             .iter()
-            .map(|t| (t.key.clone(), whole(t.spec)))
+            .map(|t| (Key::from_encoded(t.key).unwrap(), whole(t.spec)))
             .collect()
     }
 }

@@ -47,7 +47,8 @@ proptest! {
 // The expected bytes are what CPython's `pickle.dumps((args, {}), protocol=5)` writes
 // (tests/test_map_specs.py checks the binding against the pickler itself).
 mod plain_pickle {
-    use crate::plain_pickle::{write_call, Plain};
+    use crate::plain_pickle::{read_call, write_call, Plain};
+    use proptest::prelude::*;
 
     fn call(args: &[Plain<'_>], same: &[Option<usize>]) -> Vec<u8> {
         let mut out = b"prefix".to_vec();
@@ -100,5 +101,81 @@ mod plain_pickle {
         let mut out = b"keep".to_vec();
         assert!(!write_call(&mut out, &[Plain::Bytes(&big)], &[None]));
         assert_eq!(out, b"keep");
+    }
+
+    #[test]
+    fn calls_read_back_and_other_pickles_are_left_to_the_unpickler() {
+        let args = [
+            Plain::Str("é"),
+            Plain::Int(-1 << 40),
+            Plain::Str("é"),
+            Plain::None,
+        ];
+        let same = [None, None, Some(0), None];
+        let b = call(&args, &same);
+        assert_eq!(read_call(&b), Some((args.to_vec(), same.to_vec())));
+        // Equal strings that are not one object, the same bytes unmemoized, a wrong
+        // frame length, a trailing byte, an int in a longer form than the pickler's.
+        let twice = call(&[Plain::Str("x"), Plain::Str("x")], &[None, None]);
+        assert_eq!(read_call(&twice).unwrap().1, [None, None]);
+        let mut bad = call(&[Plain::Int(1)], &[None]);
+        bad[3] += 1;
+        assert_eq!(read_call(&bad), None);
+        let mut long = call(&[Plain::Int(1)], &[None]);
+        long.push(b'.');
+        assert_eq!(read_call(&long), None);
+        let wide = b"\x80\x05\x95\x0c\x00\x00\x00\x00\x00\x00\x00M\x01\x00\x85\x94}\x94\x86\x94.";
+        assert_eq!(read_call(wide), None);
+        assert_eq!(read_call(b"\x80\x05N."), None);
+        // Surrogates (the pickler's `surrogatepass`) are not UTF-8: the unpickler's.
+        let surrogate = b"\x80\x05\x95\x0c\x00\x00\x00\x00\x00\x00\x00\x8c\x03\xed\xa0\x80\x94\x85\x94}\x94\x86\x94.";
+        assert_eq!(read_call(surrogate), None);
+    }
+
+    fn plain() -> impl Strategy<Value = (u8, i64, f64, String, Vec<u8>)> {
+        (
+            0u8..6,
+            any::<i64>(),
+            any::<f64>(),
+            ".{0,300}",
+            prop::collection::vec(any::<u8>(), 0..300),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn written_calls_read_back(items in prop::collection::vec((plain(), prop::option::of(0usize..8)), 0..8)) {
+            let args: Vec<Plain<'_>> = items.iter().map(|((kind, i, f, s, b), _)| match kind {
+                0 => Plain::None,
+                1 => Plain::Bool(*i % 2 == 0),
+                2 => Plain::Int(*i),
+                3 => Plain::Float(*f),
+                4 => Plain::Str(s),
+                _ => Plain::Bytes(b),
+            }).collect();
+            // An argument repeats an earlier one it equals (as the same object).
+            let same: Vec<Option<usize>> = items.iter().enumerate().map(|(i, (_, j))| {
+                j.filter(|&j| j < i && args[j] == args[i] && matches!(args[i], Plain::Str(_) | Plain::Bytes(_)))
+            }).collect();
+            let b = call(&args, &same);
+            let (read, read_same) = read_call(&b).unwrap();
+            prop_assert_eq!(read.len(), args.len());
+            for (x, y) in read.iter().zip(&args) {
+                match (x, y) {
+                    (Plain::Float(x), Plain::Float(y)) => prop_assert_eq!(x.to_bits(), y.to_bits()),
+                    _ => prop_assert_eq!(x, y),
+                }
+            }
+            let resolved = |s: &[Option<usize>]| -> Vec<Option<usize>> {
+                s.iter().map(|j| j.map(|j| { let mut j = j; while let Some(k) = same[j] { j = k; } j })).collect()
+            };
+            prop_assert_eq!(resolved(&read_same), resolved(&same));
+        }
+
+        #[test]
+        fn random_calls_never_panic(b in prop::collection::vec(any::<u8>(), 0..48)) {
+            let _ = read_call(&[&b"\x80\x05\x95"[..], &(b.len() as u64).to_le_bytes(), &b].concat());
+            let _ = read_call(&b);
+        }
     }
 }
