@@ -33,6 +33,8 @@ const FLAG_ACTOR: u8 = 1;
 /// The least bytes one resource or one dependency takes.
 const MIN_RESOURCE: usize = 4 + 8;
 const MIN_DEP: usize = 4 + 8 + 2;
+/// The least bytes one task takes (a one-byte key, an empty spec, nothing else).
+const MIN_TASK: usize = 4 + 8 + 4 + 8 + 4 + 1 + (4 + 1) + 4 + 2 + 4;
 
 /// What a worker may hold of the blobs sent to it: beyond either bound the blobs used
 /// least recently (and not by the batch being built) are dropped.
@@ -125,6 +127,17 @@ pub fn put_task<'s, H: IntoIterator<Item = u16>>(
 
 /// Reads a whole `compute` payload, holder indices resolved against `addresses`.
 pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult<Compute<'a>> {
+    decode_compute_of(payload, addresses, 0)
+}
+
+/// [`decode_compute`] of a payload whose header announces `n` tasks: room is made for
+/// them at once (for no more than its bytes could hold), rather than by growing.
+pub fn decode_compute_of<'a>(
+    payload: &'a [u8],
+    addresses: &[String],
+    n: usize,
+) -> WireResult<Compute<'a>> {
+    let announced = n;
     let mut r = Reader::new(payload);
     let n = r.u32("dropped blob count")? as usize;
     let mut dropped = Vec::with_capacity(r.count(n, 4, "dropped blobs")?);
@@ -136,7 +149,7 @@ pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult
     for _ in 0..n {
         added.push((r.u32("blob id")?, r.bytes("blob")?));
     }
-    let mut tasks = Vec::new();
+    let mut tasks = Vec::with_capacity(announced.min(r.left() / MIN_TASK));
     while !r.done() {
         let task = r.u32("task")?;
         let run_id = u64::from_le_bytes(r.arr("run id")?);

@@ -3,7 +3,8 @@
 //! byte as CPython's pickler writes it, so a client makes a chunk's specs in one pass
 //! with no Python call per item and the bytes (and so the keys of a pure `map`, hashed
 //! over them) are the same as the pickler's (docs/protocol.md#run-specs). A worker
-//! reads such a call back ([`read_call`]) and makes its arguments without the unpickler.
+//! reads such a call back ([`read_call`]) and makes its arguments without the
+//! unpickler.
 
 /// One argument of a plain type.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -181,27 +182,39 @@ fn put_int(out: &mut Vec<u8>, i: i64) {
     }
 }
 
-/// The arguments of a call exactly as [`write_call`] writes it, and which earlier
-/// argument each is the same object as; None for any other bytes (even another pickle
-/// of the same call), which are left to the unpickler. Read back this way, a call
-/// gives what `pickle.loads` gives: its bytes are the pickler's own for these values.
-pub fn read_call(b: &[u8]) -> Option<(Vec<Plain<'_>>, Vec<Option<usize>>)> {
+/// One argument of a call read back: a value, or the same object as an earlier
+/// argument (by its index).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg<'a> {
+    Value(Plain<'a>),
+    Same(usize),
+}
+
+/// Reads a call of plain arguments as [`write_call`] writes it, handing `each`
+/// argument in order; false (after any number of arguments) for anything else, which
+/// is left to the unpickler. Only opcodes whose meaning is plain are read, strings
+/// only as UTF-8 (the unpickler also takes surrogates), and the call must end as
+/// `(args, {})` does, all in one frame: then these arguments are exactly what
+/// `pickle.loads` gives.
+pub fn read_call<'a>(b: &'a [u8], mut each: impl FnMut(Arg<'a>)) -> bool {
+    read_args(b, &mut each).is_some()
+}
+
+fn read_args<'a>(b: &'a [u8], each: &mut impl FnMut(Arg<'a>)) -> Option<()> {
     let mut r = b.strip_prefix(&[PROTO, 5, FRAME])?;
-    let (len, rest) = r.split_first_chunk::<8>()?;
-    if u64::from_le_bytes(*len) != rest.len() as u64 {
+    let len = u64::from_le_bytes(take(&mut r)?);
+    if len != r.len() as u64 {
         return None;
     }
-    r = rest;
-    if let Some(rest) = r.strip_prefix(&[MARK]) {
-        r = rest;
+    let marked = r.first() == Some(&MARK);
+    if marked {
+        r = &r[1..];
     }
-    let mut args = Vec::new();
-    let mut same = Vec::new();
-    // The argument each memo entry holds (strings and bytes are memoized).
+    let mut n = 0;
+    // The argument each memo entry holds (each string and bytes is memoized).
     let mut memo: Vec<usize> = Vec::new();
-    loop {
-        let (&op, rest) = r.split_first()?;
-        r = rest;
+    let tuple = loop {
+        let [op] = take(&mut r)?;
         let arg = match op {
             NONE => Plain::None,
             NEWTRUE => Plain::Bool(true),
@@ -210,56 +223,63 @@ pub fn read_call(b: &[u8]) -> Option<(Vec<Plain<'_>>, Vec<Option<usize>>)> {
             BININT2 => Plain::Int(i64::from(u16::from_le_bytes(take(&mut r)?))),
             BININT => Plain::Int(i64::from(i32::from_le_bytes(take(&mut r)?))),
             LONG1 => {
-                let [n] = take(&mut r)?;
-                let n = usize::from(n);
-                if n == 0 || n > 8 || r.len() < n {
+                let [k] = take(&mut r)?;
+                let k = usize::from(k);
+                if k == 0 || k > 8 || r.len() < k {
                     return None;
                 }
-                let (digits, rest) = r.split_at(n);
+                let (digits, rest) = r.split_at(k);
                 r = rest;
-                let fill = if digits[n - 1] & 0x80 != 0 { 0xff } else { 0 };
+                let fill = if digits[k - 1] & 0x80 != 0 { 0xff } else { 0 };
                 let mut le = [fill; 8];
-                le[..n].copy_from_slice(digits);
+                le[..k].copy_from_slice(digits);
                 Plain::Int(i64::from_le_bytes(le))
             }
             BINFLOAT => Plain::Float(f64::from_be_bytes(take(&mut r)?)),
             SHORT_BINUNICODE | BINUNICODE | SHORT_BINBYTES | BINBYTES => {
-                let n = if matches!(op, SHORT_BINUNICODE | SHORT_BINBYTES) {
-                    usize::from(take::<1>(&mut r)?[0])
-                } else {
-                    u32::from_le_bytes(take(&mut r)?) as usize
+                let k = match op {
+                    SHORT_BINUNICODE | SHORT_BINBYTES => usize::from(take::<1>(&mut r)?[0]),
+                    _ => u32::from_le_bytes(take(&mut r)?) as usize,
                 };
-                if r.len() < n + 1 || r[n] != MEMOIZE {
+                if r.len() <= k || r[k] != MEMOIZE {
                     return None;
                 }
-                let (data, rest) = r.split_at(n);
+                let (data, rest) = r.split_at(k);
                 r = &rest[1..];
-                memo.push(args.len());
+                memo.push(n);
                 match op {
                     SHORT_BINUNICODE | BINUNICODE => Plain::Str(std::str::from_utf8(data).ok()?),
                     _ => Plain::Bytes(data),
                 }
             }
             BINGET | LONG_BINGET => {
-                let m = if op == BINGET {
-                    usize::from(take::<1>(&mut r)?[0])
-                } else {
-                    u32::from_le_bytes(take(&mut r)?) as usize
+                let m = match op {
+                    BINGET => usize::from(take::<1>(&mut r)?[0]),
+                    _ => u32::from_le_bytes(take(&mut r)?) as usize,
                 };
-                let j = *memo.get(m)?;
-                args.push(args[j]);
-                same.push(Some(j));
+                each(Arg::Same(*memo.get(m)?));
+                n += 1;
                 continue;
             }
-            EMPTY_TUPLE | TUPLE1 | TUPLE2 | TUPLE3 | TUPLE => break,
+            EMPTY_TUPLE | TUPLE1 | TUPLE2 | TUPLE3 | TUPLE => break op,
             _ => return None,
         };
-        args.push(arg);
-        same.push(None);
-    }
-    // Whatever the rest is, only the pickler's own bytes for these arguments pass.
-    let mut again = Vec::with_capacity(b.len());
-    (write_call(&mut again, &args, &same) && again == b).then_some((args, same))
+        each(Arg::Value(arg));
+        n += 1;
+    };
+    let closes = match tuple {
+        TUPLE => marked,
+        EMPTY_TUPLE => !marked && n == 0,
+        TUPLE1 => !marked && n == 1,
+        TUPLE2 => !marked && n == 2,
+        _ => !marked && n == 3,
+    };
+    let end: &[u8] = if n == 0 {
+        &[EMPTY_DICT, MEMOIZE, TUPLE2, MEMOIZE, STOP]
+    } else {
+        &[MEMOIZE, EMPTY_DICT, MEMOIZE, TUPLE2, MEMOIZE, STOP]
+    };
+    (closes && r == end).then_some(())
 }
 
 /// The next `N` bytes of `r`, taken off it.

@@ -47,7 +47,7 @@ proptest! {
 // The expected bytes are what CPython's `pickle.dumps((args, {}), protocol=5)` writes
 // (tests/test_map_specs.py checks the binding against the pickler itself).
 mod plain_pickle {
-    use crate::plain_pickle::{read_call, write_call, Plain};
+    use crate::plain_pickle::{read_call, write_call, Arg, Plain};
     use proptest::prelude::*;
 
     fn call(args: &[Plain<'_>], same: &[Option<usize>]) -> Vec<u8> {
@@ -103,33 +103,62 @@ mod plain_pickle {
         assert_eq!(out, b"keep");
     }
 
+    /// The arguments [`read_call`] hands over, None if it refuses the call.
+    fn read(b: &[u8]) -> Option<Vec<Arg<'_>>> {
+        let mut args = Vec::new();
+        read_call(b, |a| args.push(a)).then_some(args)
+    }
+
     #[test]
     fn calls_read_back_and_other_pickles_are_left_to_the_unpickler() {
-        let args = [
-            Plain::Str("é"),
-            Plain::Int(-1 << 40),
-            Plain::Str("é"),
-            Plain::None,
+        let (e, long) = (Plain::Str("é"), Plain::Int(-1 << 40));
+        let b = call(&[e, long, e, Plain::None], &[None, None, Some(0), None]);
+        let want = [
+            Arg::Value(e),
+            Arg::Value(long),
+            Arg::Same(0),
+            Arg::Value(Plain::None),
         ];
-        let same = [None, None, Some(0), None];
-        let b = call(&args, &same);
-        assert_eq!(read_call(&b), Some((args.to_vec(), same.to_vec())));
-        // Equal strings that are not one object, the same bytes unmemoized, a wrong
-        // frame length, a trailing byte, an int in a longer form than the pickler's.
-        let twice = call(&[Plain::Str("x"), Plain::Str("x")], &[None, None]);
-        assert_eq!(read_call(&twice).unwrap().1, [None, None]);
-        let mut bad = call(&[Plain::Int(1)], &[None]);
+        assert_eq!(read(&b).unwrap(), want);
+        // Equal strings that are not one object stay two.
+        let x = Plain::Str("x");
+        let twice = call(&[x, x], &[None, None]);
+        assert_eq!(read(&twice).unwrap(), [Arg::Value(x); 2]);
+        // No arguments; many (a marked tuple).
+        assert_eq!(read(&call(&[], &[])).unwrap(), []);
+        let five = [Plain::Int(1); 5];
+        assert_eq!(
+            read(&call(&five, &[None; 5])).unwrap(),
+            [Arg::Value(Plain::Int(1)); 5]
+        );
+        // A longer form than the pickler's still means the same int.
+        let wide = b"\x80\x05\x95\x0a\x00\x00\x00\x00\x00\x00\x00M\x01\x00\x85\x94}\x94\x86\x94.";
+        assert_eq!(read(wide).unwrap(), [Arg::Value(Plain::Int(1))]);
+        // A wrong frame length, a trailing byte, a tuple of the wrong size, kwargs, no
+        // frame, a reference to an entry not made, surrogates (not UTF-8).
+        let one = call(&[Plain::Int(1)], &[None]);
+        let mut bad = one.clone();
         bad[3] += 1;
-        assert_eq!(read_call(&bad), None);
-        let mut long = call(&[Plain::Int(1)], &[None]);
-        long.push(b'.');
-        assert_eq!(read_call(&long), None);
-        let wide = b"\x80\x05\x95\x0c\x00\x00\x00\x00\x00\x00\x00M\x01\x00\x85\x94}\x94\x86\x94.";
-        assert_eq!(read_call(wide), None);
-        assert_eq!(read_call(b"\x80\x05N."), None);
-        // Surrogates (the pickler's `surrogatepass`) are not UTF-8: the unpickler's.
-        let surrogate = b"\x80\x05\x95\x0c\x00\x00\x00\x00\x00\x00\x00\x8c\x03\xed\xa0\x80\x94\x85\x94}\x94\x86\x94.";
-        assert_eq!(read_call(surrogate), None);
+        let mut trailing = one.clone();
+        trailing.push(b'.');
+        let mut pair = one.clone();
+        pair[13] = 0x86; // TUPLE2 of one argument
+        let kwargs =
+            b"\x80\x05\x95\x0f\x00\x00\x00\x00\x00\x00\x00K\x01\x85\x94}\x94(K\x01K\x02u\x86\x94.";
+        let unframed = b"\x80\x05K\x01\x85\x94}\x94\x86\x94.";
+        let dangling = b"\x80\x05\x95\x09\x00\x00\x00\x00\x00\x00\x00h\x00\x85\x94}\x94\x86\x94.";
+        let surrogate = b"\x80\x05\x95\x0d\x00\x00\x00\x00\x00\x00\x00\x8c\x03\xed\xa0\x80\x94\x85\x94}\x94\x86\x94.";
+        for b in [
+            &bad[..],
+            &trailing,
+            &pair,
+            kwargs,
+            unframed,
+            dangling,
+            surrogate,
+        ] {
+            assert_eq!(read(b), None, "{b:?}");
+        }
     }
 
     fn plain() -> impl Strategy<Value = (u8, i64, f64, String, Vec<u8>)> {
@@ -158,24 +187,23 @@ mod plain_pickle {
                 j.filter(|&j| j < i && args[j] == args[i] && matches!(args[i], Plain::Str(_) | Plain::Bytes(_)))
             }).collect();
             let b = call(&args, &same);
-            let (read, read_same) = read_call(&b).unwrap();
+            let read = read(&b).unwrap();
             prop_assert_eq!(read.len(), args.len());
-            for (x, y) in read.iter().zip(&args) {
-                match (x, y) {
-                    (Plain::Float(x), Plain::Float(y)) => prop_assert_eq!(x.to_bits(), y.to_bits()),
-                    _ => prop_assert_eq!(x, y),
+            // The first of the same objects: where a repeat points, whichever it names.
+            let first = |mut j: usize| { while let Some(k) = same[j] { j = k; } j };
+            for (i, got) in read.iter().enumerate() {
+                match (*got, args[i]) {
+                    (Arg::Same(j), _) => prop_assert_eq!(Some(first(j)), same[i].map(first)),
+                    (Arg::Value(Plain::Float(x)), Plain::Float(y)) => prop_assert_eq!(x.to_bits(), y.to_bits()),
+                    (Arg::Value(x), y) => { prop_assert_eq!(x, y); prop_assert_eq!(same[i], None); }
                 }
             }
-            let resolved = |s: &[Option<usize>]| -> Vec<Option<usize>> {
-                s.iter().map(|j| j.map(|j| { let mut j = j; while let Some(k) = same[j] { j = k; } j })).collect()
-            };
-            prop_assert_eq!(resolved(&read_same), resolved(&same));
         }
 
         #[test]
         fn random_calls_never_panic(b in prop::collection::vec(any::<u8>(), 0..48)) {
-            let _ = read_call(&[&b"\x80\x05\x95"[..], &(b.len() as u64).to_le_bytes(), &b].concat());
-            let _ = read_call(&b);
+            let _ = read(&[&b"\x80\x05\x95"[..], &(b.len() as u64).to_le_bytes(), &b].concat());
+            let _ = read(&b);
         }
     }
 }

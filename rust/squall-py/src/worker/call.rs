@@ -12,7 +12,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use squall_core::Key;
-use squall_wire::plain_pickle::{read_call, Plain};
+use squall_wire::plain_pickle::{read_call, Arg, Plain};
 use squall_wire::spec::{split_call, CallSpec};
 type Job = squall_worker::Job<Spec>;
 
@@ -167,21 +167,21 @@ impl WorkerCore {
 /// squall-wire's `plain_pickle`), made directly: what `pickle.loads` would give, without
 /// an unpickler per task. None for any other call.
 fn plain_args<'py>(py: Python<'py>, call: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let Some((args, same)) = read_call(call) else {
-        return Ok(None);
-    };
-    let mut items: Vec<Bound<'py, PyAny>> = Vec::with_capacity(args.len());
-    for (arg, same) in args.iter().zip(same) {
-        let item = match (same, *arg) {
-            (Some(j), _) => items[j].clone(),
-            (None, Plain::None) => py.None().into_bound(py),
-            (None, Plain::Bool(b)) => PyBool::new(py, b).to_owned().into_any(),
-            (None, Plain::Int(i)) => i.into_pyobject(py)?.into_any(),
-            (None, Plain::Float(f)) => PyFloat::new(py, f).into_any(),
-            (None, Plain::Str(s)) => PyString::new(py, s).into_any(),
-            (None, Plain::Bytes(b)) => PyBytes::new(py, b).into_any(),
+    let mut items: Vec<Bound<'py, PyAny>> = Vec::with_capacity(4);
+    let plain = read_call(call, |arg| {
+        let item = match arg {
+            Arg::Same(j) => items[j].clone(),
+            Arg::Value(Plain::None) => py.None().into_bound(py),
+            Arg::Value(Plain::Bool(b)) => PyBool::new(py, b).to_owned().into_any(),
+            Arg::Value(Plain::Int(i)) => PyInt::new(py, i).into_any(),
+            Arg::Value(Plain::Float(f)) => PyFloat::new(py, f).into_any(),
+            Arg::Value(Plain::Str(s)) => PyString::new(py, s).into_any(),
+            Arg::Value(Plain::Bytes(b)) => PyBytes::new(py, b).into_any(),
         };
         items.push(item);
+    });
+    if !plain {
+        return Ok(None);
     }
     PyTuple::new(py, items).map(Some)
 }
