@@ -1,7 +1,8 @@
 """A ``map`` chunk of plain arguments is encoded in one compiled call
 (``encode_map_chunk``): its specs, keys and payload must be exactly what pickling each
 item and encoding the graph give, so the scheduler, the workers and a pure map's keys
-cannot tell which path made them."""
+cannot tell which path made them. A worker makes such a call's arguments without the
+unpickler, and must give what the unpickler gives."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import cloudpickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squall._core import encode_map_chunk
+import squall
+from squall._core import RunAnswer, WorkerCore, encode_map_chunk
 from squall.client.submission import pure_token
 from squall.protocol import update_graph
-from squall.protocol.specs import call_prefix
+from squall.protocol.specs import call_prefix, fill_call, run_spec
+from squall.worker.memory import sizeof_value
 
 FUNCTION = cloudpickle.dumps(len)
 PREFIX = call_prefix(FUNCTION)
@@ -75,3 +78,48 @@ def test_anything_not_plain_is_left_to_the_pickler() -> None:
 
     for odd in ([1.0, (1,)], [1, Sub(2)], [2**64], ["\ud800"], [b"x" * 70_000], [True, [1]]):
         assert encode_map_chunk(PREFIX, [odd], "f", 0, "t") is None
+
+
+def echo(*args: Any) -> tuple[Any, ...]:
+    return args
+
+
+def run_on_a_worker(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """What ``echo`` returns on a worker core for each call, sent as a map's specs are
+    (the function as a blob, each call pickled as the client pickles it)."""
+    function = cloudpickle.dumps(echo)
+    s = squall.core.Scheduler({"validate": True, "worker-saturation": float("inf")})
+    c = s.client("c")
+    s.add_worker("tcp://127.0.0.1:1", 1, now=0.0)
+    keys = [f"echo-{i}" for i in range(len(calls))]
+    specs = [call_prefix(function) + pickle.dumps((a, {}), protocol=5) for a in calls]
+    n, keys_bytes, payload, _ = update_graph.encode(keys, specs, None, [function])
+    s.submit_wire(c, payload, n, keys_bytes, now=0.0)
+    [(addresses, batch, count)] = s.encode_compute(s.take_commands()).values()
+    core = WorkerCore("tcp://127.0.0.1:1", 1, [], 0.0, run_spec, fill_call, repr, sizeof_value, 8)
+    core.compute(batch, addresses)
+    core.add_thread()
+    done = 0
+    while done < count:  # each run returns once a result waits to be reported
+        assert core.run() == RunAnswer.WAKE
+        finished, erred, _, _ = core.take_reports()
+        assert not erred
+        done += finished[0] if finished else 0
+    core.close()
+    data = core.data()
+    return [data[k] for k in keys]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(plain, max_size=4).map(tuple), min_size=1, max_size=8))
+def test_a_worker_calls_with_what_the_unpickler_gives(calls: list[tuple[Any, ...]]) -> None:
+    """Plain calls are made without the unpickler on the worker: the same values, of
+    the same types, and one object where the call held one object twice."""
+    shared = "shared" * 3
+    calls = [*calls, (shared, shared, b"x", 2**40), (-1.5, None, True, "é"), (2**70,)]
+    for got, sent in zip(run_on_a_worker(calls), calls, strict=True):
+        want = pickle.loads(pickle.dumps(sent, protocol=5))
+        assert [type(x) for x in got] == [type(x) for x in want]
+        assert got == want
+    a, b = run_on_a_worker([(shared, shared)])[0]
+    assert a is b

@@ -631,7 +631,8 @@ class Worker:
     # ----- scheduler messages (a handler per message of the route) -------------------
 
     def _compute(self, msg: m.Compute, payload: memoryview) -> None:
-        self._core.compute(bytes(payload), msg.addresses)
+        # The header's count makes room for the tasks at once (any value is safe).
+        self._core.compute(bytes(payload), msg.addresses, min(msg.n, len(payload)))
 
     def _free_keys(self, msg: m.FreeKeys, payload: memoryview) -> None:
         tasks = bytes(payload)

@@ -140,9 +140,14 @@ impl Key {
 
     /// Checks that raw bytes are one well-formed key (for keys arriving off the wire).
     pub fn from_encoded(b: &[u8]) -> Option<Key> {
+        Self::is_encoded(b).then(|| Key(b.into()))
+    }
+
+    /// Whether raw bytes are one well-formed key ([`Self::from_encoded`] without
+    /// making the key).
+    pub fn is_encoded(b: &[u8]) -> bool {
         let mut pos = 0;
-        skip_value(b, &mut pos, 0)?;
-        (pos == b.len()).then(|| Key(b.into()))
+        skip_value(b, &mut pos, 0).is_some() && pos == b.len()
     }
 
     pub fn as_bytes(&self) -> &[u8] {

@@ -78,6 +78,12 @@ pub fn key_to_py<'py>(py: Python<'py>, key: &Key) -> PyResult<Bound<'py, PyAny>>
     }
 }
 
+/// [`key_to_py`] of canonical key bytes checked already (a decoded message's).
+pub fn key_bytes_to_py<'py>(py: Python<'py>, key: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    let key = Key::from_encoded(key).expect("checked when the message was read");
+    key_to_py(py, &key)
+}
+
 fn value_to_py<'py>(py: Python<'py>, v: &KeyValue) -> PyResult<Bound<'py, PyAny>> {
     Ok(match v {
         KeyValue::Str(s) => PyString::new(py, s).into_any(),

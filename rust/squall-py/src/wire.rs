@@ -1,6 +1,6 @@
 //! The wire codecs' Python face (formats: squall-wire, docs/protocol.md#hot-payload-layouts).
 
-use crate::convert::{key_from_py, key_to_py, put_key_from_py};
+use crate::convert::{key_bytes_to_py, key_from_py, key_to_py, put_key_from_py};
 use crate::errors::wire_error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -63,13 +63,13 @@ pub fn decode_compute<'py>(
         };
         let mut deps = Vec::with_capacity(t.deps.len());
         for d in t.deps {
-            deps.push((key_to_py(py, &d.key)?, d.nbytes, d.holders).into_pyobject(py)?);
+            deps.push((key_bytes_to_py(py, d.key)?, d.nbytes, d.holders).into_pyobject(py)?);
         }
         let p = t.priority;
         let item = (
             t.task,
             t.run_id,
-            key_to_py(py, &t.key)?,
+            key_bytes_to_py(py, t.key)?,
             (p.neg_user, p.generation, p.order),
             PyBytes::new(py, &spec),
             t.actor,

@@ -26,7 +26,7 @@ use crate::reader::Reader;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use squall_core::blobs::{self, Blob};
-use squall_core::{Command, Key, Priority, Scheduler, TaskId, WorkerId};
+use squall_core::{Command, Priority, Scheduler, TaskId, WorkerId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
@@ -34,6 +34,8 @@ const FLAG_ACTOR: u8 = 1;
 /// The least bytes one resource or one dependency takes.
 const MIN_RESOURCE: usize = 4 + 8;
 const MIN_DEP: usize = 4 + 8 + 2;
+/// The least bytes one task takes (a one-byte key, an empty spec, nothing else).
+const MIN_TASK: usize = 4 + 8 + 4 + 8 + 4 + 1 + (4 + 1) + 4 + 2 + 4;
 
 /// What a worker may hold of the blobs sent to it: beyond either bound the blobs used
 /// least recently (and not by the batch being built) are dropped.
@@ -62,16 +64,18 @@ pub struct ComputeTask<'a> {
     pub run_id: u64,
     pub priority: Priority,
     pub actor: bool,
-    pub key: Key,
+    /// Canonical key bytes (checked well formed), borrowed from the payload.
+    pub key: &'a [u8],
     pub spec: &'a [u8],
     pub resources: Vec<(String, f64)>,
-    pub deps: Vec<ComputeDep>,
+    pub deps: Vec<ComputeDep<'a>>,
 }
 
 /// A dependency of a `compute` task: its key, size and holders' addresses.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ComputeDep {
-    pub key: Key,
+pub struct ComputeDep<'a> {
+    /// Canonical key bytes (checked well formed), borrowed from the payload.
+    pub key: &'a [u8],
     pub nbytes: i64,
     pub holders: Vec<String>,
 }
@@ -124,6 +128,17 @@ pub fn put_task<'s, H: IntoIterator<Item = u16>>(
 
 /// Reads a whole `compute` payload, holder indices resolved against `addresses`.
 pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult<Compute<'a>> {
+    decode_compute_of(payload, addresses, 0)
+}
+
+/// [`decode_compute`] of a payload whose header announces `n` tasks: room is made for
+/// them at once (for no more than its bytes could hold), rather than by growing.
+pub fn decode_compute_of<'a>(
+    payload: &'a [u8],
+    addresses: &[String],
+    n: usize,
+) -> WireResult<Compute<'a>> {
+    let announced = n;
     let mut r = Reader::new(payload);
     let n = r.u32("dropped blob count")? as usize;
     let mut dropped = Vec::with_capacity(r.count(n, 4, "dropped blobs")?);
@@ -135,7 +150,7 @@ pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult
     for _ in 0..n {
         added.push((r.u32("blob id")?, r.bytes("blob")?));
     }
-    let mut tasks = Vec::new();
+    let mut tasks = Vec::with_capacity(announced.min(r.left() / MIN_TASK));
     while !r.done() {
         let task = r.u32("task")?;
         let run_id = u64::from_le_bytes(r.arr("run id")?);
@@ -145,7 +160,7 @@ pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult
             order: r.u32("priority")?,
         };
         let [flags] = r.arr("flags")?;
-        let key = r.key()?;
+        let key = r.key_bytes()?;
         let spec = r.bytes("run spec")?;
         let n = r.u16("resource count")?.into();
         let mut resources = Vec::with_capacity(r.count(n, MIN_RESOURCE, "resources")?);
@@ -157,7 +172,7 @@ pub fn decode_compute<'a>(payload: &'a [u8], addresses: &[String]) -> WireResult
         let mut deps = Vec::with_capacity(r.count(n, MIN_DEP, "dependencies")?);
         for _ in 0..n {
             deps.push(ComputeDep {
-                key: r.key()?,
+                key: r.key_bytes()?,
                 nbytes: i64::from_le_bytes(r.arr("dependency size")?),
                 holders: read_holders(&mut r, addresses)?,
             });

@@ -2,7 +2,9 @@
 //! arguments of plain types only (None, bool, int, float, str, bytes), written byte for
 //! byte as CPython's pickler writes it, so a client makes a chunk's specs in one pass
 //! with no Python call per item and the bytes (and so the keys of a pure `map`, hashed
-//! over them) are the same as the pickler's (docs/protocol.md#run-specs).
+//! over them) are the same as the pickler's (docs/protocol.md#run-specs). A worker
+//! reads such a call back ([`read_call`]) and makes its arguments without the
+//! unpickler.
 
 /// One argument of a plain type.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -178,4 +180,111 @@ fn put_int(out: &mut Vec<u8>, i: i64) {
         out.extend_from_slice(&[LONG1, n as u8]);
         out.extend_from_slice(&bytes[..n]);
     }
+}
+
+/// One argument of a call read back: a value, or the same object as an earlier
+/// argument (by its index).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg<'a> {
+    Value(Plain<'a>),
+    Same(usize),
+}
+
+/// Reads a call of plain arguments as [`write_call`] writes it, handing `each`
+/// argument in order; false (after any number of arguments) for anything else, which
+/// is left to the unpickler. Only opcodes whose meaning is plain are read, strings
+/// only as UTF-8 (the unpickler also takes surrogates), and the call must end as
+/// `(args, {})` does, all in one frame: then these arguments are exactly what
+/// `pickle.loads` gives.
+pub fn read_call<'a>(b: &'a [u8], mut each: impl FnMut(Arg<'a>)) -> bool {
+    read_args(b, &mut each).is_some()
+}
+
+fn read_args<'a>(b: &'a [u8], each: &mut impl FnMut(Arg<'a>)) -> Option<()> {
+    let mut r = b.strip_prefix(&[PROTO, 5, FRAME])?;
+    let len = u64::from_le_bytes(take(&mut r)?);
+    if len != r.len() as u64 {
+        return None;
+    }
+    let marked = r.first() == Some(&MARK);
+    if marked {
+        r = &r[1..];
+    }
+    let mut n = 0;
+    // The argument each memo entry holds (each string and bytes is memoized).
+    let mut memo: Vec<usize> = Vec::new();
+    let tuple = loop {
+        let [op] = take(&mut r)?;
+        let arg = match op {
+            NONE => Plain::None,
+            NEWTRUE => Plain::Bool(true),
+            NEWFALSE => Plain::Bool(false),
+            BININT1 => Plain::Int(i64::from(take::<1>(&mut r)?[0])),
+            BININT2 => Plain::Int(i64::from(u16::from_le_bytes(take(&mut r)?))),
+            BININT => Plain::Int(i64::from(i32::from_le_bytes(take(&mut r)?))),
+            LONG1 => {
+                let [k] = take(&mut r)?;
+                let k = usize::from(k);
+                if k == 0 || k > 8 || r.len() < k {
+                    return None;
+                }
+                let (digits, rest) = r.split_at(k);
+                r = rest;
+                let fill = if digits[k - 1] & 0x80 != 0 { 0xff } else { 0 };
+                let mut le = [fill; 8];
+                le[..k].copy_from_slice(digits);
+                Plain::Int(i64::from_le_bytes(le))
+            }
+            BINFLOAT => Plain::Float(f64::from_be_bytes(take(&mut r)?)),
+            SHORT_BINUNICODE | BINUNICODE | SHORT_BINBYTES | BINBYTES => {
+                let k = match op {
+                    SHORT_BINUNICODE | SHORT_BINBYTES => usize::from(take::<1>(&mut r)?[0]),
+                    _ => u32::from_le_bytes(take(&mut r)?) as usize,
+                };
+                if r.len() <= k || r[k] != MEMOIZE {
+                    return None;
+                }
+                let (data, rest) = r.split_at(k);
+                r = &rest[1..];
+                memo.push(n);
+                match op {
+                    SHORT_BINUNICODE | BINUNICODE => Plain::Str(std::str::from_utf8(data).ok()?),
+                    _ => Plain::Bytes(data),
+                }
+            }
+            BINGET | LONG_BINGET => {
+                let m = match op {
+                    BINGET => usize::from(take::<1>(&mut r)?[0]),
+                    _ => u32::from_le_bytes(take(&mut r)?) as usize,
+                };
+                each(Arg::Same(*memo.get(m)?));
+                n += 1;
+                continue;
+            }
+            EMPTY_TUPLE | TUPLE1 | TUPLE2 | TUPLE3 | TUPLE => break op,
+            _ => return None,
+        };
+        each(Arg::Value(arg));
+        n += 1;
+    };
+    let closes = match tuple {
+        TUPLE => marked,
+        EMPTY_TUPLE => !marked && n == 0,
+        TUPLE1 => !marked && n == 1,
+        TUPLE2 => !marked && n == 2,
+        _ => !marked && n == 3,
+    };
+    let end: &[u8] = if n == 0 {
+        &[EMPTY_DICT, MEMOIZE, TUPLE2, MEMOIZE, STOP]
+    } else {
+        &[MEMOIZE, EMPTY_DICT, MEMOIZE, TUPLE2, MEMOIZE, STOP]
+    };
+    (closes && r == end).then_some(())
+}
+
+/// The next `N` bytes of `r`, taken off it.
+fn take<const N: usize>(r: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = r.split_first_chunk::<N>()?;
+    *r = rest;
+    Some(*head)
 }

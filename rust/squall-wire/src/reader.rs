@@ -78,6 +78,12 @@ impl<'a> Reader<'a> {
         Key::from_encoded(self.bytes("key")?).ok_or(WireError::BadKey)
     }
 
+    /// A key as [`Self::key`] reads it, checked but left as the message's bytes.
+    pub(crate) fn key_bytes(&mut self) -> WireResult<&'a [u8]> {
+        let b = self.bytes("key")?;
+        Key::is_encoded(b).then_some(b).ok_or(WireError::BadKey)
+    }
+
     /// Fails unless every byte was read.
     pub(crate) fn finish(&self) -> WireResult<()> {
         match self.left() {

@@ -18,7 +18,7 @@ use squall_core::{
     ClientId, Config, DepRef, Finished, GraphOrder, Key, NewTask, Priority, RunSpec, Scheduler,
     Submission, TaskId, TaskOptions, WorkerId, WorkerSpec,
 };
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 // ----- encoders and fixtures for the tests ---------------------------------------------
 
@@ -32,7 +32,7 @@ fn encode_tasks(tasks: &[ComputeTask<'_>]) -> (Vec<String>, Vec<u8>) {
             run_id: t.run_id,
             priority: t.priority,
             actor: t.actor,
-            key: t.key.as_bytes(),
+            key: t.key,
             spec: t.spec,
             resources: &t.resources,
         };
@@ -42,7 +42,7 @@ fn encode_tasks(tasks: &[ComputeTask<'_>]) -> (Vec<String>, Vec<u8>) {
                 .iter()
                 .map(|h| table.index(h.clone(), || h.clone()))
                 .collect();
-            (d.key.as_bytes(), d.nbytes, holders)
+            (d.key, d.nbytes, holders)
         });
         put_task(&mut out, &head, deps);
     }
@@ -88,6 +88,9 @@ fn tuple_key(name: &str, i: i64) -> Key {
     e.finish()
 }
 
+/// The keys of [`sample_task`], which borrows them.
+static SAMPLE_KEYS: LazyLock<(Key, Key)> = LazyLock::new(|| (tuple_key("y", 1), key("x")));
+
 fn sample_task() -> ComputeTask<'static> {
     ComputeTask {
         task: 7,
@@ -98,11 +101,11 @@ fn sample_task() -> ComputeTask<'static> {
             order: 3,
         },
         actor: true,
-        key: tuple_key("y", 1),
+        key: SAMPLE_KEYS.0.as_bytes(),
         spec: b"spec-y",
         resources: vec![("GPU".into(), 1.0)],
         deps: vec![ComputeDep {
-            key: key("x"),
+            key: SAMPLE_KEYS.1.as_bytes(),
             nbytes: 1234,
             holders: vec!["tcp://a:1".into(), "tcp://b:2".into()],
         }],
@@ -110,8 +113,14 @@ fn sample_task() -> ComputeTask<'static> {
 }
 
 pub(crate) fn scheduler() -> (Scheduler, ClientId, WorkerId) {
+    scheduler_validating(true)
+}
+
+/// [`scheduler`], checking its invariants after every stimulus or not (a test of
+/// thousands of graphs checks them at the end instead).
+pub(crate) fn scheduler_validating(validate: bool) -> (Scheduler, ClientId, WorkerId) {
     let mut s = Scheduler::new(Config {
-        validate: true,
+        validate,
         ..Config::default()
     });
     let c = s.client_id("c");
@@ -214,8 +223,9 @@ fn compute_batches_are_encoded_from_the_scheduler() {
         (yid.0, s.task(yid).run_id, &b"sy"[..])
     );
     let holders = vec!["tcp://127.0.0.1:1".to_owned()];
+    let x = key("x");
     let dep = ComputeDep {
-        key: key("x"),
+        key: x.as_bytes(),
         nbytes: 1234,
         holders,
     };
@@ -496,11 +506,13 @@ proptest! {
         deps in prop::collection::vec(("[a-z]{1,4}", any::<i64>(), prop::collection::vec(0usize..3, 0..3)), 0..4),
     ) {
         let hosts = ["tcp://a:1", "tcp://b:2", "tcp://c:3"];
+        let name = key(&name);
+        let dep_keys: Vec<Key> = deps.iter().map(|(k, _, _)| key(k)).collect();
         let t = ComputeTask {
             task, run_id, priority: Priority { neg_user, generation, order }, actor,
-            key: key(&name), spec: &spec, resources,
-            deps: deps.into_iter().map(|(k, nbytes, hs)| ComputeDep {
-                key: key(&k), nbytes, holders: hs.into_iter().map(|h| hosts[h].to_owned()).collect(),
+            key: name.as_bytes(), spec: &spec, resources,
+            deps: deps.into_iter().zip(&dep_keys).map(|((_, nbytes, hs), k)| ComputeDep {
+                key: k.as_bytes(), nbytes, holders: hs.into_iter().map(|h| hosts[h].to_owned()).collect(),
             }).collect(),
         };
         let (addresses, payload) = encode_tasks(std::slice::from_ref(&t));

@@ -128,6 +128,8 @@ impl<S> Task<S> {
 pub struct Job<S = Vec<u8>> {
     pub id: u32,
     pub instance: u64,
+    /// Where the task's record was when taken.
+    slot: u32,
     pub key: KeyId,
     pub spec: S,
     pub deps: Vec<KeyId>,
@@ -418,9 +420,8 @@ impl<V, S: Default> Machine<V, S> {
     }
 
     pub fn compute(&mut self, t: TaskIn<S>) {
-        let known = self.keys.find(&t.key);
         if let Some(ts) = self.tasks.get_mut(&t.id) {
-            if Some(ts.key) == known && ts.state != State::Error {
+            if Some(ts.key) == self.keys.find(&t.key) && ts.state != State::Error {
                 // Re-sent (after a failed steal or a give-back, say): keep its state,
                 // but look again for dependencies nobody is fetching, at the holders
                 // the scheduler names now.
@@ -471,9 +472,9 @@ impl<V, S: Default> Machine<V, S> {
         self.note(key, "released", "waiting");
         if self.keys.get(key).value.is_some() {
             // Already held here (a private replica): it is this task's result.
-            self.track(t.id, ts);
+            let slot = self.track(t.id, ts);
             let nbytes = self.keys.get(key).nbytes;
-            self.set_memory(t.id, nbytes, 0.0);
+            self.set_memory(t.id, slot, nbytes, 0.0);
             return;
         }
         let mut todo = Todo {
@@ -498,9 +499,9 @@ impl<V, S: Default> Machine<V, S> {
         }
         let ready = todo.missing == 0;
         ts.todo = Some(Box::new(todo));
-        self.track(t.id, ts);
+        let slot = self.track(t.id, ts);
         if ready {
-            self.make_ready(t.id);
+            self.make_ready(t.id, slot);
         }
     }
 
@@ -651,6 +652,7 @@ impl<V, S: Default> Machine<V, S> {
             job = Some(Job {
                 id: e.id,
                 instance: ts.instance,
+                slot: e.slot,
                 key: ts.key,
                 spec: std::mem::take(&mut todo.spec),
                 deps: todo.deps.clone(),
@@ -674,11 +676,15 @@ impl<V, S: Default> Machine<V, S> {
         if !self.seceded.remove(&job.instance) {
             self.n_executing -= 1; // a seceded task gave its slot up already
         }
-        if self
-            .tasks
-            .get(&job.id)
-            .is_some_and(|t| t.instance == job.instance)
-        {
+        // Where the job's record is, if still tracked: mostly where it was taken (its
+        // instance names it alone), unless freed and revived meanwhile.
+        let slot = Some(job.slot)
+            .filter(|&i| self.tasks.at(i).is_some_and(|t| t.instance == job.instance))
+            .or_else(|| {
+                let (i, t) = self.tasks.get_at(&job.id)?;
+                (t.instance == job.instance).then_some(i)
+            });
+        if slot.is_some() {
             self.executing.remove(&job.id); // not a newer task of the same id
         }
         for (name, amount) in &job.resources {
@@ -697,15 +703,13 @@ impl<V, S: Default> Machine<V, S> {
             self.graveyard.extend(result.map(|r| r.0));
             return Outcome::Dropped;
         }
-        let current = self
-            .tasks
-            .get(&job.id)
-            .is_some_and(|ts| ts.instance == job.instance && ts.state == State::Executing);
-        if !current {
+        let current =
+            slot.filter(|&i| self.tasks.at(i).expect("tracked").state == State::Executing);
+        let Some(slot) = current else {
             self.graveyard.extend(result.map(|r| r.0));
             return Outcome::Dropped;
-        }
-        let ts = self.tasks.get_mut(&job.id).expect("current");
+        };
+        let ts = self.tasks.at_mut(slot).expect("current");
         let run_id = ts.run_id;
         if result.is_none() {
             ts.state = State::Error;
@@ -714,7 +718,7 @@ impl<V, S: Default> Machine<V, S> {
         match result {
             Some((value, nbytes)) => {
                 self.store(job.key, value, nbytes);
-                self.set_memory(job.id, nbytes, seconds);
+                self.set_memory(job.id, slot, nbytes, seconds);
                 Outcome::Finished
             }
             None => {
@@ -950,12 +954,13 @@ impl<V, S: Default> Machine<V, S> {
 
     // ----- bookkeeping ------------------------------------------------------------
 
-    fn track(&mut self, id: u32, ts: Task<S>) {
+    /// Tracks `ts` as task `id`'s record; returns where the record is.
+    fn track(&mut self, id: u32, ts: Task<S>) -> u32 {
         if ts.state == State::Executing {
             self.executing.insert(id);
         }
         self.keys.get_mut(ts.key).task = Some(id);
-        self.tasks.insert(id, ts);
+        self.tasks.insert(id, ts)
     }
 
     fn untrack(&mut self, id: u32) -> Option<Task<S>> {
@@ -974,9 +979,10 @@ impl<V, S: Default> Machine<V, S> {
         self.keys.collect(ts.key);
     }
 
-    fn make_ready(&mut self, id: u32) {
+    /// Queues task `id`, whose record is at `slot`.
+    fn make_ready(&mut self, id: u32, slot: u32) {
         self.waiting_for_resources = false;
-        let (slot, ts) = self.tasks.get_mut_at(&id).expect("tracked");
+        let ts = self.tasks.at_mut(slot).expect("tracked");
         let todo = ts.todo.as_deref().expect("a queued task has its todo");
         let priority = todo.priority;
         ts.state = if todo.resources.is_empty() {
@@ -994,8 +1000,9 @@ impl<V, S: Default> Machine<V, S> {
         self.note(key, "waiting", state.name());
     }
 
-    fn set_memory(&mut self, id: u32, nbytes: i64, seconds: f64) {
-        let ts = self.tasks.get_mut(&id).expect("tracked");
+    /// Task `id`, whose record is at `slot`, is done: its result is held.
+    fn set_memory(&mut self, id: u32, slot: u32, nbytes: i64, seconds: f64) {
+        let ts = self.tasks.at_mut(slot).expect("tracked");
         let from = ts.state;
         ts.state = State::Memory;
         ts.todo = None;
@@ -1013,14 +1020,14 @@ impl<V, S: Default> Machine<V, S> {
 
     fn deps_arrived(&mut self, waiters: &[(u32, u64)]) {
         for &(id, instance) in waiters {
-            let Some(ts) = self.tasks.get_mut(&id) else {
+            let Some((slot, ts)) = self.tasks.get_mut_at(&id) else {
                 continue;
             };
             if ts.instance == instance && ts.state == State::Waiting {
                 let todo = ts.todo();
                 todo.missing -= 1;
                 if todo.missing == 0 {
-                    self.make_ready(id);
+                    self.make_ready(id, slot);
                 }
             }
         }

@@ -21,12 +21,22 @@ pub(super) struct CachedBlob {
     function: PyOnceLock<Py<PyAny>>,
 }
 
-/// A task's run spec: the body, with each cached blob inserted at its offset (none:
-/// the body is the whole spec).
-#[derive(Default)]
-pub(super) struct Spec {
-    body: Box<[u8]>,
-    blobs: Box<[(usize, Arc<CachedBlob>)]>,
+/// A task's run spec, as held until it runs.
+pub(super) enum Spec {
+    /// The whole spec (it names no blob).
+    Whole(Box<[u8]>),
+    /// A call spec whose function is a cached blob (a `map`'s: the function cut out
+    /// right after the tag and length): the blob and the pickled call.
+    Call(Arc<CachedBlob>, Box<[u8]>),
+    /// Any other spec naming blobs: its body, and each blob with the offset in the
+    /// body where it goes.
+    Holed(Box<[u8]>, Box<[(usize, Arc<CachedBlob>)]>),
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Self::Whole(Box::default())
+    }
 }
 
 /// A spec as called: a call spec's function (from its cached blob) and pickled call,
@@ -37,40 +47,49 @@ pub(super) enum Parts<'a> {
 }
 
 impl Spec {
-    /// The whole spec, put back together if it holds blobs.
-    fn whole(&self) -> Cow<'_, [u8]> {
-        if self.blobs.is_empty() {
-            return Cow::Borrowed(&self.body);
+    /// A spec read off the wire, its blobs `(offset, blob)` looked up already.
+    fn new(body: &[u8], blobs: Vec<(usize, Arc<CachedBlob>)>) -> Self {
+        match <[_; 1]>::try_from(blobs) {
+            Ok([(5, blob)]) if Self::calls(body, &blob) => Self::Call(blob, body[5..].into()),
+            Ok(one) => Self::Holed(body.into(), Box::new(one)),
+            Err(blobs) if blobs.is_empty() => Self::Whole(body.into()),
+            Err(blobs) => Self::Holed(body.into(), blobs.into()),
         }
-        let mut out = Vec::with_capacity(
-            self.body.len() + self.blobs.iter().map(|(_, b)| b.bytes.len()).sum::<usize>(),
-        );
-        let mut at = 0;
-        for (offset, blob) in self.blobs.iter() {
-            out.extend_from_slice(&self.body[at..*offset]);
-            out.extend_from_slice(&blob.bytes);
-            at = *offset;
-        }
-        out.extend_from_slice(&self.body[at..]);
-        Cow::Owned(out)
     }
 
-    /// Its parts; a call spec whose function is a cached blob (a `map`'s: the function
-    /// cut out right after the tag and length) takes the function from the blob.
+    /// Whether `body` with `blob` inserted at offset 5 is a call spec whose function
+    /// is the blob.
+    fn calls(body: &[u8], blob: &CachedBlob) -> bool {
+        let len = body
+            .get(1..5)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4")));
+        body.first() == Some(&CALL_TAG) && len == Some(blob.bytes.len() as u32)
+    }
+
+    /// Its parts; a call spec whose function is a cached blob takes the function from
+    /// the blob, unpickled once.
     pub(super) fn parts(&self, py: Python<'_>) -> PyResult<Parts<'_>> {
-        if let [(5, blob)] = &self.blobs[..] {
-            let len = self
-                .body
-                .get(1..5)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4")));
-            if self.body[0] == CALL_TAG && len == Some(blob.bytes.len() as u32) {
+        match self {
+            Self::Call(blob, call) => {
                 let f = blob
                     .function
                     .get_or_try_init(py, || load_function(py, &blob.bytes))?;
-                return Ok(Parts::Call(f.clone_ref(py), &self.body[5..]));
+                Ok(Parts::Call(f.clone_ref(py), call))
+            }
+            Self::Whole(spec) => Ok(Parts::Whole(Cow::Borrowed(spec))),
+            Self::Holed(body, blobs) => {
+                let len = body.len() + blobs.iter().map(|(_, b)| b.bytes.len()).sum::<usize>();
+                let mut out = Vec::with_capacity(len);
+                let mut at = 0;
+                for (offset, blob) in blobs.iter() {
+                    out.extend_from_slice(&body[at..*offset]);
+                    out.extend_from_slice(&blob.bytes);
+                    at = *offset;
+                }
+                out.extend_from_slice(&body[at..]);
+                Ok(Parts::Whole(Cow::Owned(out)))
             }
         }
-        Ok(Parts::Whole(self.whole()))
     }
 }
 
@@ -129,25 +148,19 @@ impl BlobCache {
         let mut out = Vec::with_capacity(tasks.len());
         for t in tasks {
             let spec = match blobs::references(t.spec) {
-                None => Spec {
-                    body: t.spec.into(),
-                    blobs: Box::default(),
-                },
+                None => Spec::Whole(t.spec.into()),
                 Some(refs) => {
                     let (refs, body) = refs.map_err(PyValueError::new_err)?;
                     let blobs = (refs.into_iter())
                         .map(|(offset, id)| Ok((offset, lookup(id)?)))
                         .collect::<PyResult<_>>()?;
-                    Spec {
-                        body: body.into(),
-                        blobs,
-                    }
+                    Spec::new(body, blobs)
                 }
             };
             out.push(TaskIn {
                 id: t.task,
                 run_id: t.run_id,
-                key: t.key.as_bytes().to_vec(),
+                key: t.key.to_vec(),
                 priority: Priority {
                     neg_user: t.priority.neg_user,
                     generation: t.priority.generation,
@@ -157,7 +170,7 @@ impl BlobCache {
                 resources: t.resources,
                 deps: (t.deps.into_iter())
                     .map(|d| DepIn {
-                        key: d.key.as_bytes().to_vec(),
+                        key: d.key.to_vec(),
                         holders: d.holders,
                     })
                     .collect(),

@@ -10,8 +10,9 @@ use crate::specs::load_function;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use squall_core::Key;
+use squall_wire::plain_pickle::{read_call, Arg, Plain};
 use squall_wire::spec::{split_call, CallSpec};
 type Job = squall_worker::Job<Spec>;
 
@@ -106,6 +107,11 @@ impl WorkerCore {
                 (load_function(py, function)?, call)
             }
         };
+        if deps.is_empty() {
+            if let Some(args) = plain_args(py, call)? {
+                return Ok(func.bind(py).call1(args)?.unbind());
+            }
+        }
         let call = self.hooks.loads.call1(py, (PyBytes::new(py, call),))?;
         let mut call = call.bind(py).clone();
         if !deps.is_empty() {
@@ -155,6 +161,29 @@ impl WorkerCore {
         );
         Ok(self.pack_error(py, PyKeyError::new_err(msg)))
     }
+}
+
+/// The arguments of a call of plain values as the client writes it (a `map` item's:
+/// squall-wire's `plain_pickle`), made directly: what `pickle.loads` would give, without
+/// an unpickler per task. None for any other call.
+fn plain_args<'py>(py: Python<'py>, call: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let mut items: Vec<Bound<'py, PyAny>> = Vec::with_capacity(4);
+    let plain = read_call(call, |arg| {
+        let item = match arg {
+            Arg::Same(j) => items[j].clone(),
+            Arg::Value(Plain::None) => py.None().into_bound(py),
+            Arg::Value(Plain::Bool(b)) => PyBool::new(py, b).to_owned().into_any(),
+            Arg::Value(Plain::Int(i)) => PyInt::new(py, i).into_any(),
+            Arg::Value(Plain::Float(f)) => PyFloat::new(py, f).into_any(),
+            Arg::Value(Plain::Str(s)) => PyString::new(py, s).into_any(),
+            Arg::Value(Plain::Bytes(b)) => PyBytes::new(py, b).into_any(),
+        };
+        items.push(item);
+    });
+    if !plain {
+        return Ok(None);
+    }
+    PyTuple::new(py, items).map(Some)
 }
 
 /// The size of a result of an exact scalar type (int, float, bool, None), as

@@ -28,7 +28,7 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyDict};
 use squall_core::Key;
-use squall_wire::compute::decode_compute;
+use squall_wire::compute::decode_compute_of;
 use squall_wire::keys::{read_keys, write_keys};
 use squall_worker::{KeyId, Machine, Sampler, Slot};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -246,10 +246,19 @@ impl WorkerCore {
         Ok(())
     }
 
-    /// Takes a `compute` payload; returns how many tasks it held. A malformed payload,
-    /// or one naming a blob this worker does not hold, is refused whole.
-    fn compute(&self, py: Python<'_>, payload: &[u8], addresses: Vec<String>) -> PyResult<usize> {
-        let batch = decode_compute(payload, &addresses).map_err(wire_error)?;
+    /// Takes a `compute` payload (of `n` tasks, as its header says: a hint only, any
+    /// value taken); returns how many tasks it held. A malformed payload, or one naming
+    /// a blob this worker does not hold, is refused whole.
+    #[pyo3(signature = (payload, addresses, n=0))]
+    fn compute(
+        &self,
+        py: Python<'_>,
+        payload: &[u8],
+        addresses: Vec<String>,
+        n: i64,
+    ) -> PyResult<usize> {
+        let n = usize::try_from(n).unwrap_or(0);
+        let batch = decode_compute_of(payload, &addresses, n).map_err(wire_error)?;
         let (tasks, gone) = {
             let mut cache = self.blob_cache();
             let resolved = cache.resolve(batch)?;

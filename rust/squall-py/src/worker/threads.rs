@@ -55,8 +55,12 @@ impl WorkerCore {
     fn run(&self, py: Python<'_>) -> PyResult<RunAnswer> {
         let entered = Instant::now();
         let slot = self.call_slot();
+        // The clock as last read: when the previous task ended (one reading per task
+        // serves its end, the next one's checks and its start), else read anew.
+        let mut last = Some(entered);
         loop {
             let mut g = self.lock(py);
+            let now = last.take().unwrap_or_else(Instant::now);
             if g.closing {
                 g.threads -= 1;
                 drop(g);
@@ -66,12 +70,12 @@ impl WorkerCore {
             // Results wait up to `report_delay` for more to share their message.
             let due = g
                 .reports_since
-                .is_some_and(|t| t.elapsed() >= self.report_delay);
+                .is_some_and(|t| now.saturating_duration_since(t) >= self.report_delay);
             if due && !g.wake_pending {
                 g.wake_pending = true;
                 return Ok(RunAnswer::Wake);
             }
-            if entered.elapsed() >= SLICE {
+            if now.duration_since(entered) >= SLICE {
                 return Ok(RunAnswer::Again);
             }
             if g.reports_since.is_some() && !g.wake_pending && g.m.runnable() {
@@ -80,7 +84,8 @@ impl WorkerCore {
                 g.wake_pending = true;
                 return Ok(RunAnswer::WakeLater);
             }
-            let Some(job) = g.m.take_ready(self.now()) else {
+            let started = now.duration_since(self.epoch).as_secs_f64();
+            let Some(job) = g.m.take_ready(started) else {
                 if g.reports_since.is_some() && !g.wake_pending {
                     g.wake_pending = true; // nothing else to run here: report now
                     return Ok(RunAnswer::Wake);
@@ -116,7 +121,7 @@ impl WorkerCore {
                 _ => None,
             };
             drop(g);
-            let start = Instant::now();
+            let start = now;
             let result = match lost {
                 Some(key) => Err(self.lost_dependency(py, &key, &job)?),
                 None => match self.load_spilled(py, &mut deps, &spilled) {
@@ -131,7 +136,9 @@ impl WorkerCore {
                     }
                 },
             };
-            let seconds = start.elapsed().as_secs_f64();
+            let end = Instant::now();
+            last = Some(end);
+            let seconds = end.duration_since(start).as_secs_f64();
             drop(deps);
             let mut g = self.lock(py);
             if let (Some(record), Some(entry)) = (&mut g.record, entry) {
@@ -157,7 +164,7 @@ impl WorkerCore {
                 },
             };
             if reported && g.reports_since.is_none() {
-                g.reports_since = Some(Instant::now());
+                g.reports_since = Some(end);
             }
             self.wake_threads(&g);
             let spill = g.m.over_target();

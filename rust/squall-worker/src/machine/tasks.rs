@@ -5,6 +5,7 @@
 
 use super::Task;
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 #[derive(Default)]
 pub(super) struct Tasks<S> {
@@ -20,10 +21,21 @@ impl<S> Tasks<S> {
         self.records[i as usize].as_ref()
     }
 
+    /// The record and where it is (for [`Self::at`]).
+    pub(super) fn get_at(&self, id: &u32) -> Option<(u32, &Task<S>)> {
+        let &i = self.index.get(id)?;
+        Some((i, self.records[i as usize].as_ref()?))
+    }
+
     /// The record and where it is (for [`Self::at_mut`]).
     pub(super) fn get_mut_at(&mut self, id: &u32) -> Option<(u32, &mut Task<S>)> {
         let &i = self.index.get(id)?;
         Some((i, self.records[i as usize].as_mut()?))
+    }
+
+    /// The record at `slot`, whichever task it is now (callers check its instance).
+    pub(super) fn at(&self, slot: u32) -> Option<&Task<S>> {
+        self.records.get(slot as usize)?.as_ref()
     }
 
     /// The record at `slot`, whichever task it is now (callers check its instance).
@@ -36,12 +48,16 @@ impl<S> Tasks<S> {
         self.records[i as usize].as_mut()
     }
 
-    /// Tracks `ts` as task `id`'s record (replacing any).
-    pub(super) fn insert(&mut self, id: u32, ts: Task<S>) {
-        if let Some(&i) = self.index.get(&id) {
-            self.records[i as usize] = Some(ts);
-            return;
-        }
+    /// Tracks `ts` as task `id`'s record (replacing any); returns where it is.
+    pub(super) fn insert(&mut self, id: u32, ts: Task<S>) -> u32 {
+        let entry = match self.index.entry(id) {
+            Entry::Occupied(e) => {
+                let i = *e.get();
+                self.records[i as usize] = Some(ts);
+                return i;
+            }
+            Entry::Vacant(e) => e,
+        };
         let i = match self.free.pop() {
             Some(i) => {
                 self.records[i as usize] = Some(ts);
@@ -52,7 +68,8 @@ impl<S> Tasks<S> {
                 self.records.len() as u32 - 1
             }
         };
-        self.index.insert(id, i);
+        entry.insert(i);
+        i
     }
 
     pub(super) fn remove(&mut self, id: &u32) -> Option<Task<S>> {
