@@ -6,7 +6,9 @@ uploaded file is imported (docs/runtime.md#uploading-code)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -136,6 +138,10 @@ def import_file(path: str) -> list[ModuleType]:
         sys.path.insert(0, directory)
     if ext == ".py":
         names = [name]
+        # A new version written within the second of the old one, at the same size,
+        # looks unchanged to the bytecode cache's check: reload would run the old code.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(importlib.util.cache_from_source(path))
     elif ext in (".zip", ".egg"):
         if path in sys.path:
             # An archive uploaded again: drop the index zipimport keeps of the old one.
