@@ -6,11 +6,17 @@ from __future__ import annotations
 import ast
 import asyncio
 import pathlib
+import sys
 
 import pytest
 
 import squall
 from squall.protocol.bounded import within
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest's own dependency there
+    import tomli as tomllib
 
 PACKAGE = pathlib.Path(squall.__file__).parent
 
@@ -64,3 +70,19 @@ def test_a_bounded_wait_raises_it() -> None:
 
     with pytest.raises(squall.TimeoutError, match=r"timed out after 0\.01 s"):
         asyncio.run(late())
+
+
+def test_the_matrix_is_the_pythons_the_package_names() -> None:
+    """``.ci/pythons`` tests the wheel on every Python the package metadata names but
+    .ci/run's own (3.11)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    script = (root / ".ci" / "pythons").read_text()
+    matrix = set()
+    for name in ("FULL", "SMOKE"):
+        line = next(x for x in script.splitlines() if x.startswith(f"{name}=("))
+        matrix |= set(line.split("(", 1)[1].split(")", 1)[0].split())
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    prefix = "Programming Language :: Python :: 3."
+    named = {c.rsplit(" ", 1)[1] for c in project["classifiers"] if c.startswith(prefix)}
+    assert matrix | {"3.11"} == named
+    assert project["requires-python"] == f">={min(named, key=lambda v: int(v[2:]))}"
