@@ -35,6 +35,7 @@ from squall import (
     get_worker,
     rejoin,
     secede,
+    wait,
 )
 from squall._core import function_cache_size
 from squall.deploy.local import LocalCluster
@@ -306,6 +307,14 @@ def test_remote_tracebacks_show_the_users_frames(client: Client) -> None:
 
 
 # ----- references ---------------------------------------------------------------------------
+
+
+def test_a_future_equals_only_itself(client: Client) -> None:
+    """As distributed's: two futures of one key are two, in sets and in comparisons."""
+    a, b = client.submit(inc, 1), client.submit(inc, 1)
+    assert a.key == b.key and a._state is b._state
+    assert a == a and a != b and len({a, b, a}) == 2
+    assert wait([a, b, a], timeout=10).done == {a, b}
 
 
 def test_dropped_futures_die_at_once(client: Client) -> None:

@@ -158,6 +158,11 @@ class Future(TaskRef):
     __slots__ = ("__weakref__", "_cleared", "_client", "_state")
     _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
 
+    # As distributed's, a future equals only itself (two futures of one key are two
+    # members of a set), not its key as a TaskRef does; hashed by identity, in C.
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
     def __init__(self, key: Key, client: Client | None = None) -> None:
         self._cleared = True
         client = client if client is not None else default_client()
