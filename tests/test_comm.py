@@ -15,6 +15,7 @@ import pytest
 
 from squall.protocol import comm
 from squall.protocol import messages as m
+from squall.protocol.bounded import within
 from squall.protocol.comm import Comm
 from squall.protocol.stream import Stream, open_stream
 
@@ -129,6 +130,27 @@ def test_connections_probe_a_vanished_peer() -> None:
 
     with dask.config.set({"squall.comm.timeouts.tcp": "20s"}):
         assert asyncio.run(main()) == [1, 20_000]
+
+
+def test_a_listener_closes_with_its_connections_open() -> None:
+    """From Python 3.12 on, a server's ``wait_closed`` waits for every connection it
+    accepted: closing ends those still open (a peer that reconnected as its server
+    was closing), and the peer sees the connection end."""
+
+    async def main() -> None:
+        async def hold(c: Comm) -> None:
+            await c.read()  # until the connection ends
+
+        listener = await comm.listen("tcp://127.0.0.1:0", hold, roles=frozenset({"client"}))
+        c = await comm.connect(listener.address, role="client", info={"client": "me"})
+        await asyncio.sleep(0.05)
+        assert len(listener.live) == 1
+        await within(listener.close(), 5)
+        assert not listener.live
+        with pytest.raises(comm.CommClosedError):
+            await within(c.read(), 5)
+
+    run(main())
 
 
 def test_roundtrip_with_payload_and_hello() -> None:

@@ -17,7 +17,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
@@ -560,9 +560,19 @@ Handler = Callable[[Comm], Awaitable[None]]
 class Listener:
     server: asyncio.Server
     address: str
+    #: The connections accepted and not yet closed.
+    live: set[Comm] = field(default_factory=set)
+
+    def stop_accepting(self) -> None:
+        self.server.close()
 
     async def close(self) -> None:
+        """Stop accepting and end every connection still open: from Python 3.12 on,
+        ``wait_closed`` waits for them all (a peer that reconnected as its server was
+        closing would hold it forever)."""
         self.server.close()
+        for c in list(self.live):
+            c.abort()
         await self.server.wait_closed()
 
 
@@ -585,10 +595,19 @@ async def listen(
     tls = _transport(address, sec, server=True)
     handshake_timeout = config.seconds("comm.timeouts.connect") if timeout is None else timeout
 
+    live: set[Comm] = set()
+
     async def accept(stream: Stream) -> None:
         peer = stream.get_extra_info("peername")
         bound_silence(stream)
         comm = Comm(stream, f"tcp://{peer[0]}:{peer[1]}" if peer else "unknown")
+        live.add(comm)
+        try:
+            await serve(comm)
+        finally:
+            live.discard(comm)
+
+    async def serve(comm: Comm) -> None:
         limit, comm.max_frame_bytes = comm.max_frame_bytes, HELLO_MAX_BYTES
 
         async def handshake() -> m.Hello | None:
@@ -640,7 +659,7 @@ async def listen(
         )
     # The address others are told: never the wildcard, which names no host to reach.
     contact = _host_ip() if host in ("0.0.0.0", "::", "") else sock[0]
-    return Listener(server, format_address(contact, sock[1], scheme_of(address)))
+    return Listener(server, format_address(contact, sock[1], scheme_of(address)), live)
 
 
 def is_loopback(host: str) -> bool:

@@ -199,6 +199,10 @@ class SchedulerServer:
             )
 
     async def close(self) -> None:
+        if self._listener is not None:
+            # No peer joins a closing scheduler (a worker whose connection closes below
+            # reconnects at once).
+            self._listener.stop_accepting()
         await self.plugin_host.before_close()
         await self.preloads.teardown(self)
         await self.plugin_host.close()
