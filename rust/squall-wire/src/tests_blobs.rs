@@ -345,31 +345,47 @@ proptest! {
     }
 }
 
-/// One graph of one task in group `name`, whose spec holds `blob` (cut out and sent
-/// apart), run to the end on the one worker; the result stays held, and with it the
-/// group's blob. Checks after the batch that the worker's cache is what the scheduler
-/// records and within the bounds, and that the spec came back whole.
-fn run_one(
-    s: &mut Scheduler,
-    (c, w): (squall_core::ClientId, WorkerId),
-    sent: &mut FxHashMap<WorkerId, SentBlobs>,
-    cache: &mut WorkerCache,
-    name: &str,
-    blob: &[u8],
-) {
-    let k = [key(name)];
-    let spec = [[&b"\x80"[..], blob, b"!"].concat()];
-    let (n, kb, payload) = encode(&k, &spec, &[blob]);
-    let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
-    s.update_graph(c, submission(tasks, table), 0.0).unwrap();
-    assert_eq!(
-        run_all(s, w, sent, cache),
-        vec![(k[0].clone(), spec[0].clone())]
-    );
-    let bytes: usize = cache.blobs.values().map(Vec::len).sum();
-    assert_eq!(cache.blobs.len(), sent[&w].len());
-    assert!(cache.blobs.len() <= MAX_HELD_BLOBS, "{}", cache.blobs.len());
-    assert!(bytes <= MAX_HELD_BLOB_BYTES, "{bytes}");
+/// A scheduler with one client and one worker, the scheduler's record of the blobs
+/// sent to that worker, and the worker's cache.
+struct Rig {
+    s: Scheduler,
+    c: squall_core::ClientId,
+    w: WorkerId,
+    sent: FxHashMap<WorkerId, SentBlobs>,
+    cache: WorkerCache,
+}
+
+impl Rig {
+    fn new((s, c, w): (Scheduler, squall_core::ClientId, WorkerId)) -> Self {
+        let (sent, cache) = (FxHashMap::default(), WorkerCache::default());
+        Rig {
+            s,
+            c,
+            w,
+            sent,
+            cache,
+        }
+    }
+
+    /// One graph of one task in group `name`, whose spec holds `blob` (cut out and
+    /// sent apart), run to the end on the one worker; the result stays held, and with
+    /// it the group's blob. Checks after the batch that the worker's cache is what the
+    /// scheduler records and within the bounds, and that the spec came back whole.
+    fn run_one(&mut self, name: &str, blob: &[u8]) {
+        let k = [key(name)];
+        let spec = [[&b"\x80"[..], blob, b"!"].concat()];
+        let (n, kb, payload) = encode(&k, &spec, &[blob]);
+        let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
+        let graph = submission(tasks, table);
+        self.s.update_graph(self.c, graph, 0.0).unwrap();
+        let done = run_all(&mut self.s, self.w, &mut self.sent, &mut self.cache);
+        assert_eq!(done, vec![(k[0].clone(), spec[0].clone())]);
+        let cache = &self.cache;
+        let bytes: usize = cache.blobs.values().map(Vec::len).sum();
+        assert_eq!(cache.blobs.len(), self.sent[&self.w].len());
+        assert!(cache.blobs.len() <= MAX_HELD_BLOBS, "{}", cache.blobs.len());
+        assert!(bytes <= MAX_HELD_BLOB_BYTES, "{bytes}");
+    }
 }
 
 /// A blob unique to group `j`, `len` bytes long.
@@ -381,75 +397,40 @@ fn nth_blob(j: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn a_worker_holds_at_most_max_held_blobs_and_is_sent_an_evicted_blob_again() {
-    let (mut s, c, w) = scheduler_validating(false);
-    let (mut sent, mut cache) = (FxHashMap::default(), WorkerCache::default());
+    let mut rig = Rig::new(scheduler_validating(false));
     let groups = MAX_HELD_BLOBS + 50;
     for j in 0..groups {
-        run_one(
-            &mut s,
-            (c, w),
-            &mut sent,
-            &mut cache,
-            &format!("g{j}-a"),
-            &nth_blob(j, 64),
-        );
+        rig.run_one(&format!("g{j}-a"), &nth_blob(j, 64));
     }
     // Every group still holds its blob: the least recently used went, the rest stayed.
+    let cache = &rig.cache;
     assert_eq!((cache.added, cache.blobs.len()), (groups, MAX_HELD_BLOBS));
     let held: Vec<&Vec<u8>> = cache.blobs.values().collect();
     assert!(!held.contains(&&nth_blob(0, 64)));
     assert!(held.contains(&&nth_blob(groups - 1, 64)));
     // A new task of the first group needs its blob again: it is sent again, under a new
     // id, and another goes.
-    run_one(
-        &mut s,
-        (c, w),
-        &mut sent,
-        &mut cache,
-        "g0-b",
-        &nth_blob(0, 64),
-    );
+    rig.run_one("g0-b", &nth_blob(0, 64));
+    let cache = &rig.cache;
     assert_eq!(
         (cache.added, cache.blobs.len()),
         (groups + 1, MAX_HELD_BLOBS)
     );
     // The recently used one stays when the next blob arrives.
-    run_one(
-        &mut s,
-        (c, w),
-        &mut sent,
-        &mut cache,
-        "gnew-a",
-        &nth_blob(groups, 64),
-    );
-    assert!(cache.blobs.values().any(|b| *b == nth_blob(0, 64)));
-    s.validate().unwrap();
+    rig.run_one("gnew-a", &nth_blob(groups, 64));
+    assert!(rig.cache.blobs.values().any(|b| *b == nth_blob(0, 64)));
+    rig.s.validate().unwrap();
 }
 
 #[test]
 fn a_worker_holds_at_most_max_held_blob_bytes() {
-    let (mut s, c, w) = scheduler();
-    let (mut sent, mut cache) = (FxHashMap::default(), WorkerCache::default());
+    let mut rig = Rig::new(scheduler());
     let len = 4 << 20;
     let fit = MAX_HELD_BLOB_BYTES / len;
     for j in 0..fit + 3 {
-        run_one(
-            &mut s,
-            (c, w),
-            &mut sent,
-            &mut cache,
-            &format!("g{j}-a"),
-            &nth_blob(j, len),
-        );
+        rig.run_one(&format!("g{j}-a"), &nth_blob(j, len));
     }
-    assert_eq!((cache.added, cache.blobs.len()), (fit + 3, fit));
-    run_one(
-        &mut s,
-        (c, w),
-        &mut sent,
-        &mut cache,
-        "g0-b",
-        &nth_blob(0, len),
-    );
-    assert_eq!((cache.added, cache.blobs.len()), (fit + 4, fit));
+    assert_eq!((rig.cache.added, rig.cache.blobs.len()), (fit + 3, fit));
+    rig.run_one("g0-b", &nth_blob(0, len));
+    assert_eq!((rig.cache.added, rig.cache.blobs.len()), (fit + 4, fit));
 }
