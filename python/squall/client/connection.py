@@ -135,6 +135,10 @@ class ClientConnection:
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
         self._releasing: deque[FutureState] = deque()
         self._drain_scheduled = False
+        # Calls queued for the loop by ``call_soon`` (any thread), run in order by one
+        # callback: a burst of submits wakes the loop once, not once each.
+        self._soon: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._soon_scheduled = False
         self.peers = Peers(connect_timeout=self.timeout, security=self.security)
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
@@ -319,12 +323,32 @@ class ClientConnection:
             return self._run_sync(coro)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop, after everything scheduled before (any thread)."""
+        """Run ``fn(*args)`` on the loop, after everything queued before (any thread).
+        Lock-free: the queue is a deque, and the loop is woken only when no run of the
+        queue is pending, since each wake-up is a system call that hands the GIL over."""
         loop = self.loop
         if loop is None or loop.is_closed():
             return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(fn, *args)
+        self._soon.append((fn, args))
+        if not self._soon_scheduled:
+            self._soon_scheduled = True
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._run_soon)
+
+    def _run_soon(self) -> None:
+        """On the loop: run the queued calls in order (those they queue too). A call
+        queued after the flag is cleared is either run here or wakes the loop again."""
+        self._soon_scheduled = False
+        soon = self._soon
+        while soon:
+            fn, args = soon.popleft()
+            try:
+                fn(*args)
+            except Exception as e:  # as asyncio treats a failed callback: logged
+                assert self.loop is not None
+                self.loop.call_exception_handler(
+                    {"message": f"Exception in client callback {fn!r}", "exception": e}
+                )
 
     def send(self, msg: m.Message, payload: bytes = b"", urgent: bool = False) -> None:
         """On the loop: send one message (pending releases go first); ``urgent``: see

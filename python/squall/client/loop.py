@@ -7,6 +7,7 @@ caller's loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,7 +22,16 @@ T = TypeVar("T")
 def timeout_seconds(timeout: float | str | None) -> float | None:
     if timeout is None:
         return None
+    if isinstance(timeout, str):
+        return _parse_seconds(timeout)
     return float(parse_timedelta(timeout, default="s"))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_seconds(text: str) -> float:
+    """A duration's text in seconds: cached, since every ``submit`` parses its
+    ``fifo_timeout`` (``"100ms"``)."""
+    return float(parse_timedelta(text, default="s"))
 
 
 async def timed(aw: Awaitable[T], timeout: float | str | None) -> T:

@@ -57,7 +57,7 @@ from squall.dask.graphs import (
 from squall.diagnostics.dask_progress import dask_progress_bars
 from squall.protocol import messages as m
 from squall.protocol import update_graph
-from squall.protocol.specs import call_prefix, make_spec
+from squall.protocol.specs import call_prefix, function_prefix, make_spec
 from squall.worker import context
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ class Submission:
             if key in self.connection.futures:
                 return Future(key, client)
             future = Future(key, client)
-        spec, deps = make_spec(call_prefix(cloudpickle.dumps(func)), args, kwargs, dep_key)
+        spec, deps = make_spec(function_prefix(func), args, kwargs, dep_key)
         if actor:
             spec = actor_spec(spec, deps)
         self._send_graph(

@@ -18,6 +18,8 @@ A spec is opaque bytes to the scheduler, one of two kinds:
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "Dep",
     "call_prefix",
     "fill_call",
+    "function_prefix",
     "load_function",
     "make_spec",
     "run_spec",
@@ -46,6 +49,51 @@ class Dep:
     """Stands for the value of task ``key`` inside a spec's arguments."""
 
     key: Hashable
+
+
+#: ``function_prefix``'s cache: at most this many functions, then no more are added.
+PREFIX_CACHE_SIZE = 1024
+_prefixes: dict[Callable[..., Any], bytes] = {}
+
+
+def function_prefix(func: Callable[..., Any]) -> bytes:
+    """``call_prefix(cloudpickle.dumps(func))``, cached for a function pickled by
+    reference (its module's name and its own): a ``submit`` loop on one function
+    pickles it once. Whether it still is (its module may have been registered by value
+    since, or the name rebound) is checked on each use. A function pickled by value (a
+    lambda, a closure, one from ``__main__`` or from a module registered with
+    cloudpickle's ``register_pickle_by_value``) carries its code and globals, which
+    may change, and is pickled anew each time."""
+    prefix = _prefixes.get(func) if type(func) is types.FunctionType else None
+    if prefix is not None and _by_reference(func):
+        return prefix
+    prefix = call_prefix(cloudpickle.dumps(func))
+    if len(_prefixes) < PREFIX_CACHE_SIZE and _by_reference(func):
+        _prefixes[func] = prefix
+    return prefix
+
+
+def _by_reference(func: Callable[..., Any]) -> bool:
+    """Whether cloudpickle writes ``func`` as a reference: a Python function that its
+    module (imported, not ``__main__``, not registered by value) names. (A function's
+    hash is its identity; a builtin method's may be its object's, or fail.)"""
+    if type(func) is not types.FunctionType:
+        return False
+    name, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if not isinstance(name, str) or name == "__main__" or _registered_by_value(name):
+        return False
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj is func
+
+
+def _registered_by_value(module: str) -> bool:
+    registered = cloudpickle.list_registry_pickle_by_value()
+    return bool(registered) and any(module == r or module.startswith(r + ".") for r in registered)
 
 
 def make_spec(

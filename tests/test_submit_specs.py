@@ -1,0 +1,132 @@
+"""A ``submit`` loop on one function pickles it once (``function_prefix``): only a
+function that cloudpickle writes as a reference may come from the cache, since one
+pickled by value carries its code and globals, which can change between calls. And the
+client's queue of calls for its loop runs them in order however many threads queue
+them, waking the loop once per burst."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import squall
+from squall.protocol.specs import call_prefix, function_prefix
+from squall.tools.bench_e2e import noop
+
+SCALE = 1
+
+
+def by_reference(x: int) -> int:
+    return x
+
+
+def test_a_module_level_function_is_pickled_once() -> None:
+    first = function_prefix(by_reference)
+    assert first == call_prefix(cloudpickle.dumps(by_reference))
+    assert function_prefix(by_reference) is first
+
+
+def test_a_lambda_s_globals_are_pickled_anew_each_call() -> None:
+    global SCALE
+    scaled = lambda x: x * SCALE  # noqa: E731 (a lambda: pickled by value)
+    first = function_prefix(scaled)
+    assert first == call_prefix(cloudpickle.dumps(scaled))
+    SCALE = 2
+    try:
+        second = function_prefix(scaled)
+        assert second == call_prefix(cloudpickle.dumps(scaled))
+    finally:
+        SCALE = 1
+    assert first != second
+
+
+@pytest.fixture
+def module() -> Iterator[types.ModuleType]:
+    mod = types.ModuleType("squall_test_by_value")
+    exec("def f(x):\n    return x + 1\n", mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    yield mod
+    if mod.__name__ in cloudpickle.list_registry_pickle_by_value():
+        cloudpickle.unregister_pickle_by_value(mod)
+    del sys.modules[mod.__name__]
+
+
+def test_a_module_registered_by_value_after_a_call_is_pickled_by_value(
+    module: types.ModuleType,
+) -> None:
+    f = module.f
+    by_ref = function_prefix(f)
+    assert function_prefix(f) is by_ref
+    cloudpickle.register_pickle_by_value(module)
+    by_value = function_prefix(f)
+    assert by_value != by_ref
+    assert by_value == call_prefix(cloudpickle.dumps(f))
+
+
+def test_submitted_lambdas_see_their_globals_as_of_each_submit(
+    client: squall.Client,
+) -> None:
+    global SCALE
+    scaled = lambda x: x * SCALE  # noqa: E731
+    first = client.submit(scaled, 3, pure=False)
+    SCALE = 5
+    try:
+        second = client.submit(scaled, 3, pure=False)
+    finally:
+        SCALE = 1
+    assert client.gather([first, second]) == [3, 15]
+
+
+def test_calls_queued_for_the_loop_run_in_order_from_many_threads(
+    client: squall.Client,
+) -> None:
+    connection = client.connection
+    ran: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def queue(thread: int) -> None:
+        for i in range(2_000):
+            connection.call_soon(ran.append, (thread, i))
+
+    threads = [threading.Thread(target=queue, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    connection.call_soon(done.set)
+    assert done.wait(10)
+    assert len(ran) == 8_000
+    for thread in range(4):
+        assert [i for t, i in ran if t == thread] == list(range(2_000))
+
+
+def test_a_failing_queued_call_is_logged_and_the_rest_still_run(
+    client: squall.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    connection = client.connection
+    done = threading.Event()
+
+    def fails() -> Any:
+        raise ValueError("queued call failed")
+
+    connection.call_soon(fails)
+    connection.call_soon(done.set)
+    assert done.wait(10)
+    assert client.submit(noop, 7).result(timeout=10) == 7  # the connection still works
+    assert any("queued call failed" in str(r.exc_info) for r in caplog.records if r.exc_info)
+
+
+def test_a_function_whose_name_was_rebound_is_pickled_by_value(
+    module: types.ModuleType,
+) -> None:
+    f = module.f
+    by_ref = function_prefix(f)
+    module.f = lambda x: x  # the name now refers to another function
+    assert function_prefix(f) != by_ref
+    assert function_prefix(f) == call_prefix(cloudpickle.dumps(f))
