@@ -53,6 +53,23 @@ CONNECTION_LOST = "scheduler-connection-lost"
 MIN_CONNECT_TIMEOUT = 0.1
 
 
+#: The most payload bytes one ``call_soon_batched`` batch gathers (a larger item goes
+#: alone): far below a frame, so a batch is never refused for its size.
+BATCH_BYTES = 1 << 20
+
+
+class _Batch:
+    """Items queued for one call of ``flush(tag, items)`` on the loop."""
+
+    __slots__ = ("flush", "items", "size", "tag")
+
+    def __init__(self, flush: Callable[[Any, list[Any]], None], tag: Any) -> None:
+        self.flush = flush
+        self.tag = tag
+        self.items: list[Any] = []
+        self.size = 0
+
+
 class ClientConnection:
     """A client's connection to the scheduler and the event loop it runs on; the
     reference counts of the client's futures and the messages that change their
@@ -139,6 +156,12 @@ class ClientConnection:
         # callback: a burst of submits wakes the loop once, not once each.
         self._soon: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._soon_scheduled = False
+        #: The batch ``call_soon_batched`` adds to, until another call is queued or the
+        #: loop takes it (under ``refcount_lock``).
+        self._open_batch: _Batch | None = None
+        #: What to do when the scheduler refuses a batch's message: send its parts
+        #: again one by one, so that only those at fault fail (by request id).
+        self._apart: dict[int, Callable[[], None]] = {}
         self.peers = Peers(connect_timeout=self.timeout, security=self.security)
         self._thread: threading.Thread | None = None
         self._thread_id: int | None = None
@@ -329,11 +352,51 @@ class ClientConnection:
         loop = self.loop
         if loop is None or loop.is_closed():
             return
+        self._open_batch = None  # what is batched after this call runs after it
         self._soon.append((fn, args))
         if not self._soon_scheduled:
             self._soon_scheduled = True
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._run_soon)
+
+    def call_soon_batched(
+        self, flush: Callable[[Any, list[Any]], None], tag: Any, item: Any, size: int
+    ) -> None:
+        """Any thread: queue ``flush(tag, [item])`` as :meth:`call_soon` would, except
+        that items queued back to back for the same ``flush`` with an equal ``tag`` (no
+        other call queued between them, the loop not at them yet, at most
+        ``BATCH_BYTES`` of their ``size``) share one call. ``flush`` sends a message
+        naming futures: as after :meth:`send_soon`, their releases follow it."""
+        with self.refcount_lock:
+            batch = self._open_batch
+            if (
+                batch is None
+                or batch.flush != flush
+                or batch.tag != tag
+                or batch.size + size > BATCH_BYTES
+            ):
+                batch = _Batch(flush, tag)
+                self._unsent += 1
+                self.call_soon(self._flush_batch, batch)
+                self._open_batch = batch
+            batch.items.append(item)
+            batch.size += size
+
+    def _flush_batch(self, batch: _Batch) -> None:
+        with self.refcount_lock:
+            if self._open_batch is batch:
+                self._open_batch = None  # closed: nothing joins it from here on
+        try:
+            batch.flush(batch.tag, batch.items)
+        finally:
+            with self.refcount_lock:
+                self._unsent -= 1
+        self._drain_releasing()
+
+    def refused_apart(self, rid: int, again: Callable[[], None]) -> None:
+        """On the loop: if the scheduler refuses the graph of request ``rid`` (or it
+        cannot be sent), call ``again`` rather than failing all its futures."""
+        self._apart[rid] = again
 
     def _run_soon(self) -> None:
         """On the loop: run the queued calls in order (those they queue too). A call
@@ -366,9 +429,13 @@ class ClientConnection:
             # That call fails alone; the connection and other futures are unharmed.
             rid = msg.id if isinstance(msg, m.Request) else None
             keys = self._graphs.pop(rid, None) if rid is not None else None
-            if keys is None:
+            if keys is None or rid is None:
                 raise
-            self._graph_failed(keys, f"the graph was not sent: {e}")
+            again = self._apart.pop(rid, None)
+            if again is not None:
+                again()
+            else:
+                self._graph_failed(keys, f"the graph was not sent: {e}")
 
     #: Messages naming futures (graphs, fire-and-forget) queued for the loop but not on
     #: the stream yet, counted under the refcount lock. While there are any, released
@@ -605,8 +672,12 @@ class ClientConnection:
         """A reply to a request, matched by ``id``; a refused graph errs its futures."""
         rid = msg.id
         keys = self._graphs.pop(rid, None) if rid is not None else None
+        again = self._apart.pop(rid, None) if rid is not None else None
         if isinstance(msg, m.RequestFailed) and keys is not None:
-            self._graph_failed(keys, f"the scheduler refused the graph: {msg.error}")
+            if again is not None:
+                again()
+            else:
+                self._graph_failed(keys, f"the scheduler refused the graph: {msg.error}")
         fut = self._requests.get(rid) if rid is not None else None
         if fut is not None and not fut.done():
             if isinstance(msg, m.RequestFailed):

@@ -3,12 +3,14 @@
 
 Protocol choices (see the message table in docs/runtime.md):
 
-* ``submit`` and every batch of ``map`` send ONE ``update-graph`` (a ``map`` without
-  ``batch_size`` sends chunks of ``MAP_CHUNK`` items while it builds the next ones, each
-  chunk a new FIFO generation so they run in order). Dependencies are the
-  futures found in the arguments (also nested in lists, tuples, sets and dicts); all of
-  them are sent as *external* keys (indices ``>= n`` in ``deps``), appended after the
-  ``n`` task keys in the keys payload. Keys this client already holds a future for are
+* every batch of ``map`` sends ONE ``update-graph`` (a ``map`` without ``batch_size``
+  sends chunks of ``MAP_CHUNK`` items while it builds the next ones, each chunk a new
+  FIFO generation so they run in order), and so does a burst of ``submit`` calls with
+  the same options that the loop has not come to yet (docs/runtime.md#submit).
+  Dependencies are the futures found in the arguments (also nested in lists, tuples,
+  sets and dicts); those not defined by the graph itself are sent as *external* keys
+  (indices ``>= n`` in ``deps``), appended after the ``n`` task keys in the keys
+  payload. Keys this client already holds a future for are
   not resubmitted.
 * Run specs are :mod:`squall.protocol.specs` call specs (the pickled function's bytes,
   then ``pickle((args, kwargs))`` with ``Dep`` markers). ``map`` pickles the function
@@ -135,6 +137,10 @@ def mark_actors(g: Graph, actors: Iterable[Key]) -> None:
     g.task_options = classes
 
 
+#: A ``submit`` call waiting for the loop: its key, spec and dependencies.
+Submitted = tuple[Key, bytes, list[Key]]
+
+
 class Submission:
     """The methods of :class:`~squall.client.client.Client` that submit work, over its
     connection; the futures they make are ``client``'s, and ``data`` gathers the
@@ -238,12 +244,50 @@ class Submission:
                 return Future(key, client)
             future = Future(key, client)
         spec, deps = make_spec(function_prefix(func), args, kwargs, dep_key)
-        if actor:
-            spec = actor_spec(spec, deps)
-        self._send_graph(
-            [key], [spec], [deps], options, task_options=[(ACTOR, [0])] if actor else None
-        )
+        if actor or task_metadata.active:
+            if actor:
+                spec = actor_spec(spec, deps)
+            self._send_graph(
+                [key], [spec], [deps], options, task_options=[(ACTOR, [0])] if actor else None
+            )
+        else:
+            # A burst of submits with the same options leaves as one graph.
+            header, call = options.header(), (key, spec, deps)
+            self.connection.call_soon_batched(self._send_submits, header, call, len(spec))
         return future
+
+    def _send_submits(self, header: dict[str, Any], calls: list[Submitted]) -> None:
+        """On the loop: one ``update-graph`` of a burst of ``submit`` calls, in their
+        order. If the scheduler refuses it (a call depends on a key it no longer has),
+        each call still held is sent again alone, so that only those at fault fail."""
+        msg, payload = self._submits_graph(header, calls)
+        if len(calls) > 1 and msg.id is not None:
+            again = functools.partial(self._send_apart, header, calls)
+            self.connection.refused_apart(msg.id, again)
+        self.connection.send(msg, payload)
+
+    def _send_apart(self, header: dict[str, Any], calls: list[Submitted]) -> None:
+        futures = self.connection.futures
+        with self.connection.refcount_lock:
+            held = [call for call in calls if call[0] in futures]
+        for call in held:
+            self.connection.send(*self._submits_graph(header, [call]))
+
+    def _submits_graph(
+        self, header: dict[str, Any], calls: list[Submitted]
+    ) -> tuple[m.UpdateGraph, bytes]:
+        keys = [key for key, _, _ in calls]
+        n, keys_bytes, payload, _ = update_graph.encode(
+            keys, [spec for _, spec, _ in calls], [deps for _, _, deps in calls]
+        )
+        msg = m.UpdateGraph(
+            id=self.connection.track_graph(keys),
+            n=n,
+            keys_bytes=keys_bytes,
+            order="sequential",
+            **header,
+        )
+        return msg, payload
 
     def map(
         self,

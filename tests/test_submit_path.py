@@ -1,8 +1,9 @@
-"""A ``submit`` loop on one function pickles it once (``function_prefix``): only a
-function that cloudpickle writes as a reference may come from the cache, since one
-pickled by value carries its code and globals, which can change between calls. And the
-client's queue of calls for its loop runs them in order however many threads queue
-them, waking the loop once per burst."""
+"""The path of a ``submit`` loop (docs/runtime.md#submit). One function is pickled once
+(``function_prefix``): only a function that cloudpickle writes as a reference may come
+from the cache, since one pickled by value carries its code and globals, which can
+change between calls. The client's queue of calls for its loop runs them in order
+however many threads queue them. A burst of submits leaves as one graph, and if the
+scheduler refuses it, only the calls at fault fail."""
 
 from __future__ import annotations
 
@@ -10,26 +11,26 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import cloudpickle
 import pytest
 
 import squall
+from squall import Future, SchedulerPlugin
 from squall.protocol.specs import call_prefix, function_prefix
 from squall.tools.bench_e2e import noop
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SCALE = 1
 
 
-def by_reference(x: int) -> int:
-    return x
-
-
 def test_a_module_level_function_is_pickled_once() -> None:
-    first = function_prefix(by_reference)
-    assert first == call_prefix(cloudpickle.dumps(by_reference))
-    assert function_prefix(by_reference) is first
+    first = function_prefix(noop)  # this test module is pickled by value: not its own
+    assert first == call_prefix(cloudpickle.dumps(noop))
+    assert function_prefix(noop) is first
 
 
 def test_a_lambda_s_globals_are_pickled_anew_each_call() -> None:
@@ -130,3 +131,71 @@ def test_a_function_whose_name_was_rebound_is_pickled_by_value(
     module.f = lambda x: x  # the name now refers to another function
     assert function_prefix(f) != by_ref
     assert function_prefix(f) == call_prefix(cloudpickle.dumps(f))
+
+
+class GraphCounter(SchedulerPlugin):
+    """The tasks of each ``update-graph`` the scheduler takes in."""
+
+    name = "graph-counter"
+
+    def __init__(self) -> None:
+        self.graphs: list[list[Any]] = []
+
+    def update_graph(self, scheduler: Any, *, tasks: list[Any], **kwargs: Any) -> None:
+        self.graphs.append(sorted(tasks))
+
+
+def graphs_seen(client: squall.Client) -> list[list[Any]]:
+    def read(dask_scheduler: Any) -> list[list[Any]]:
+        return list(dask_scheduler.plugins[GraphCounter.name].graphs)
+
+    graphs: list[list[Any]] = client.run_on_scheduler(read)
+    return graphs
+
+
+@contextmanager
+def loop_held(client: squall.Client) -> Iterator[None]:
+    """The client's event loop kept busy inside the block: what is queued for it
+    meanwhile waits, as it does behind a loop still busy with earlier work."""
+    go, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        go.wait(10)
+
+    client.connection.call_soon(hold)
+    assert holding.wait(10)
+    try:
+        yield
+    finally:
+        go.set()
+
+
+@pytest.fixture
+def counted(client: squall.Client) -> Iterator[squall.Client]:
+    client.register_scheduler_plugin(GraphCounter())
+    yield client
+    client.unregister_scheduler_plugin(GraphCounter.name)
+
+
+def test_a_burst_of_submits_leaves_as_one_graph_in_order(counted: squall.Client) -> None:
+    with loop_held(counted):
+        futures = [counted.submit(noop, i, key=f"burst-{i}") for i in range(50)]
+        other = counted.submit(noop, 0, key="burst-other", priority=1)  # other options
+    assert counted.gather(futures) == list(range(50))
+    assert other.result(timeout=10) == 0
+    graphs = [g for g in graphs_seen(counted) if any(str(k).startswith("burst-") for k in g)]
+    assert graphs == [sorted(f.key for f in futures), ["burst-other"]]
+
+
+def test_a_refused_burst_fails_only_the_call_at_fault(counted: squall.Client) -> None:
+    lost = Future("refused-no-such-key", counted)  # a key the scheduler does not have
+    with loop_held(counted):
+        before = counted.submit(noop, 1, key="refused-before")
+        bad = counted.submit(noop, lost, key="refused-bad")
+        after = counted.submit(noop, 2, key="refused-after")
+    assert counted.gather([before, after]) == [1, 2]
+    with pytest.raises(RuntimeError, match="refused the graph"):
+        bad.result(timeout=10)
+    graphs = [g for g in graphs_seen(counted) if any("refused-" in str(k) for k in g)]
+    assert graphs == [["refused-before"], ["refused-after"]]  # the bad one never taken in
