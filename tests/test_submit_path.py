@@ -107,6 +107,27 @@ def test_calls_queued_for_the_loop_run_in_order_from_many_threads(
         assert [i for t, i in ran if t == thread] == list(range(2_000))
 
 
+def test_a_call_queued_by_a_queued_call_waits_for_the_loop_s_other_work(
+    client: squall.Client,
+) -> None:
+    # Were the queue run until empty, a thread queueing without pause would keep the
+    # loop from reading and writing: what is queued during a run waits for the next.
+    connection = client.connection
+    ran: list[str] = []
+    done = threading.Event()
+
+    def first() -> None:
+        ran.append("first")
+        assert connection.loop is not None
+        connection.loop.call_soon(ran.append, "loop's own")
+        connection.call_soon(ran.append, "queued by first")
+        connection.call_soon(done.set)
+
+    connection.call_soon(first)
+    assert done.wait(10)
+    assert ran == ["first", "loop's own", "queued by first"]
+
+
 def test_a_failing_queued_call_is_logged_and_the_rest_still_run(
     client: squall.Client, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -399,11 +399,12 @@ class ClientConnection:
         self._apart[rid] = again
 
     def _run_soon(self) -> None:
-        """On the loop: run the queued calls in order (those they queue too). A call
-        queued after the flag is cleared is either run here or wakes the loop again."""
+        """On the loop: run the calls queued so far, in order. One queued meanwhile
+        (after the flag is cleared) schedules the next run: a thread submitting
+        without pause cannot keep the loop from its reads and writes."""
         self._soon_scheduled = False
         soon = self._soon
-        while soon:
+        for _ in range(len(soon)):
             fn, args = soon.popleft()
             try:
                 fn(*args)
