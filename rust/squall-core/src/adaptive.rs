@@ -4,7 +4,7 @@
 //! sample of the queue; neither walks the tasks.
 
 use crate::ids::{TaskId, WorkerId};
-use crate::state::{is_queued, Scheduler};
+use crate::state::{queued_entry, Scheduler};
 
 /// Queued tasks whose durations are summed; the rest are assumed alike.
 const QUEUE_SAMPLE: usize = 100;
@@ -24,7 +24,7 @@ impl Scheduler {
         let tasks = &self.tasks;
         let sample: Vec<TaskId> = self
             .queued
-            .iter_live(|t, seq| is_queued(tasks, t, seq))
+            .iter_live(|t| queued_entry(tasks, t))
             .chain(self.unrunnable.values().map(|&(t, _)| t))
             .take(QUEUE_SAMPLE)
             .collect();

@@ -34,6 +34,7 @@ mod task;
 mod transitions;
 mod validate;
 mod worker;
+mod workerset;
 
 // The public API is what is re-exported here; modules stay private so that their
 // helpers do not become API by accident.

@@ -107,10 +107,7 @@ impl Scheduler {
             return by_count;
         }
         let tasks = &self.tasks;
-        let Some(head) = self
-            .queued
-            .first(|t, seq| crate::state::is_queued(tasks, t, seq))
-        else {
+        let Some(head) = self.queued.first(|t| crate::state::queued_entry(tasks, t)) else {
             return by_count;
         };
         let p = self.prefix_of(head);

@@ -6,7 +6,7 @@
 //! (docs/core.md#many-workers).
 
 use crate::ids::WorkerId;
-use crate::state::WorkerSet;
+use crate::workerset::WorkerSet;
 use std::collections::btree_map::{BTreeMap, Entry};
 
 #[derive(Clone, Debug, Default)]

@@ -13,51 +13,11 @@ use crate::stealing::Stealing;
 use crate::story::TransitionLog;
 use crate::task::{RunSpec, Task, TaskState};
 use crate::worker::{IdIndexMap, Worker};
+use crate::workerset::WorkerSet;
 use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
-
-/// Workers kept in address order (the order Dask iterates `idle` and `workers` in).
-#[derive(Clone, Debug, Default)]
-pub struct WorkerSet {
-    /// (address rank, id), sorted.
-    items: Vec<(u32, WorkerId)>,
-}
-
-impl WorkerSet {
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-    pub fn contains(&self, rank: u32, w: WorkerId) -> bool {
-        self.items.binary_search(&(rank, w)).is_ok()
-    }
-    pub fn insert(&mut self, rank: u32, w: WorkerId) {
-        if let Err(i) = self.items.binary_search(&(rank, w)) {
-            self.items.insert(i, (rank, w));
-        }
-    }
-    pub fn remove(&mut self, rank: u32, w: WorkerId) {
-        if let Ok(i) = self.items.binary_search(&(rank, w)) {
-            self.items.remove(i);
-        }
-    }
-    pub fn iter(&self) -> impl Iterator<Item = WorkerId> + '_ {
-        self.items.iter().map(|&(_, w)| w)
-    }
-    pub fn get(&self, i: usize) -> WorkerId {
-        self.items[i].1
-    }
-    pub(crate) fn rerank(&mut self, rank: &[u32]) {
-        for item in &mut self.items {
-            item.0 = rank[item.1.idx()];
-        }
-        self.items.sort_unstable();
-    }
-}
 
 /// Space between consecutive worker ranks after a renumbering (see `rank_joined`).
 const RANK_GAP: u64 = 1 << 16;
@@ -765,7 +725,7 @@ impl Scheduler {
     /// The queued tasks, best first.
     pub fn queued_tasks(&self) -> Vec<TaskId> {
         let tasks = &self.tasks;
-        self.queued.sorted(|t, seq| is_queued(tasks, t, seq))
+        self.queued.sorted(|t| queued_entry(tasks, t))
     }
 }
 
@@ -801,11 +761,16 @@ fn digit_stem(key: &Key) -> Option<&[u8]> {
     (digits > 0 && payload[dash] == b'-').then(|| &payload[..dash])
 }
 
-/// Whether queue entry (t, seq) is current: the task is queued under that sequence.
-pub(crate) fn is_queued(tasks: &[Option<Task>], t: TaskId, seq: u64) -> bool {
+/// A queued task's priority and current queue sequence, None if `t` is not queued:
+/// what the queue reads to order and recognise its entries (`queue::Current`).
+pub(crate) fn queued_entry(
+    tasks: &[Option<Task>],
+    t: TaskId,
+) -> Option<(squall_priority::Priority, u64)> {
     tasks[t.idx()]
         .as_ref()
-        .is_some_and(|ts| ts.state == TaskState::Queued && ts.queue_seq == seq)
+        .filter(|ts| ts.state == TaskState::Queued)
+        .map(|ts| (ts.priority, ts.queue_seq))
 }
 
 #[cfg(test)]

@@ -151,10 +151,7 @@ impl Scheduler {
             .fold(0i64, |a, b| a.saturating_add(b));
         for _ in 0..slots {
             let tasks = &self.tasks;
-            let Some(head) = self
-                .queued
-                .first(|t, seq| crate::state::is_queued(tasks, t, seq))
-            else {
+            let Some(head) = self.queued.first(|t| crate::state::queued_entry(tasks, t)) else {
                 break;
             };
             let mut recs = self.new_recs();

@@ -301,7 +301,9 @@ impl Scheduler {
         let ts = self.tm(t);
         ts.queue_seq = seq;
         let p = ts.priority;
-        self.queued.insert(p, seq, t);
+        let tasks = &self.tasks;
+        self.queued
+            .insert(p, seq, t, |t| crate::state::queued_entry(tasks, t));
     }
 
     fn leave_queued(&mut self, t: TaskId) {
@@ -309,8 +311,7 @@ impl Scheduler {
         // no entry has sequence 0.
         self.tm(t).queue_seq = 0;
         let tasks = &self.tasks;
-        self.queued
-            .remove(|t, seq| crate::state::is_queued(tasks, t, seq));
+        self.queued.remove(|t| crate::state::queued_entry(tasks, t));
     }
 
     fn enter_no_worker(&mut self, t: TaskId) {
