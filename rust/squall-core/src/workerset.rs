@@ -49,9 +49,7 @@ impl WorkerSet {
     pub fn insert(&mut self, rank: u32, w: WorkerId) {
         let x = (rank, w);
         if self.blocks.is_empty() {
-            self.blocks.push(vec![x]);
-            self.len = 1;
-            return;
+            self.blocks.push(Vec::new());
         }
         // Past every member: it goes to the end of the last block.
         let b = self.block_of(x).min(self.blocks.len() - 1);
