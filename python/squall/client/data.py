@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import cloudpickle  # type: ignore[import-untyped]
 from dask.base import tokenize
 
-from squall._core import encode_keys
+from squall._core import distinct_objects, encode_keys
 from squall.client.connection import ClientConnection
 from squall.client.futures import (
     Future,
@@ -93,8 +93,11 @@ class DataMovement:
             foreign = True
         if foreign:
             raise ValueError("Cannot gather Futures created by another client")
-        # Each key once: the futures of a key share its state.
-        states = list(dict.fromkeys(map(_STATE, found)))
+        # Each key once: the futures of a key share its state. A map's states are
+        # distinct, checked without a dict of millions of entries.
+        states = list(map(_STATE, found))
+        if not distinct_objects(states):
+            states = list(dict.fromkeys(states))
         keys = list(map(_KEY, states))
         if found is futures and len(states) == len(found):
             # A map's futures, each its own key: no dict of their values.

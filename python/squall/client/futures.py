@@ -71,6 +71,11 @@ class _RareField(Generic[T]):
             setattr(st._more(), self.name, value)
 
 
+# The ids of the futures released (``Future.release``) and not yet collected, whose
+# ``__del__`` must not release them again.
+_RELEASED: set[int] = set()
+
+
 class FutureState:
     """State shared by all futures of one key in one client; mutated on the loop.
 
@@ -155,7 +160,9 @@ class Future(TaskRef):
     is a ``TaskRef``, so dask collections built on futures depend on their keys."""
 
     # Slots: a map makes one future per item (faster to build, a third of the memory).
-    __slots__ = ("__weakref__", "_cleared", "_client", "_state")
+    # No flag for "released": the few futures released before they are dropped are
+    # listed in ``_RELEASED`` instead, which keeps each future at 64 bytes, not 80.
+    __slots__ = ("__weakref__", "_client", "_state")
     _cb_executor: ClassVar[concurrent.futures.ThreadPoolExecutor | None] = None
 
     # As distributed's, a future equals only itself (two futures of one key are two
@@ -164,7 +171,6 @@ class Future(TaskRef):
     __eq__ = object.__eq__
 
     def __init__(self, key: Key, client: Client | None = None) -> None:
-        self._cleared = True
         client = client if client is not None else default_client()
         connection = client.connection
         with connection.refcount_lock:
@@ -176,7 +182,6 @@ class Future(TaskRef):
         self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
         self._client = client
         self._state = state
-        self._cleared = False
 
     @property
     def client(self) -> Client:
@@ -261,14 +266,18 @@ class Future(TaskRef):
         connection.call_soon(connection.watch, self, lambda f: executor.submit(run, f))
 
     def release(self) -> None:
-        if not self._cleared:
-            self._cleared = True
+        if id(self) not in _RELEASED:
+            _RELEASED.add(id(self))
             self._client.connection.release_soon(self._state)
 
     def __del__(self) -> None:
-        # try rather than contextlib.suppress: this runs once per future of a map.
+        if _RELEASED and id(self) in _RELEASED:
+            _RELEASED.discard(id(self))  # released already; its id may be reused now
+            return
+        # try rather than contextlib.suppress: this runs once per future of a map. A
+        # future whose __init__ failed, or an unpickled one, has nothing to release.
         try:  # noqa: SIM105
-            self.release()
+            self._client.connection.release_soon(self._state)
         except Exception:
             pass
 
@@ -295,7 +304,9 @@ class _FutureRef(Future):
 
     def __init__(self, key: Key) -> None:
         self.key = key  # type: ignore[assignment]  # dask types keys narrower than Hashable
-        self._cleared = True  # nothing to release
+
+    def release(self) -> None:
+        pass  # nothing to release
 
     client = executor = status = type = property(lambda self: None)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.client.default import default_client
-from squall.client.futures import Future, FutureState, flat_futures, futures_of
+from squall.client.futures import Future, Status, flat_futures, futures_of
 from squall.client.loop import timed, timeout_seconds
 from squall.errors import TimeoutError
 from squall.protocol.tracebacks import user_frames
@@ -44,8 +44,9 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
             "  Bad:  wait(x, y, z)\n"
             "  Good: wait([x, y, z])"
         )
-    # A future listed twice is harmless here: no need for futures_of's pass over them.
-    futures = list(fs) if flat_futures(fs) else futures_of(fs)
+    # A future listed twice is harmless here: no need for futures_of's pass over them,
+    # nor for a copy of a list of them.
+    futures = (fs if type(fs) is list else list(fs)) if flat_futures(fs) else futures_of(fs)
     with user_frames():
         return _client_of(futures).sync(_wait, futures, return_when, callback_timeout=timeout)
 
@@ -55,23 +56,28 @@ _STATUS = operator.attrgetter("status")
 _DONE = frozenset({"finished", "error", "cancelled"})
 
 
-def _not_done(states: list[FutureState]) -> list[FutureState]:
-    """The states not done yet (``not st.done()``, in C loops)."""
-    return list(itertools.compress(states, map(operator.not_, _done_flags(states))))
+def _not_done(fs: list[Future]) -> list[Future]:
+    """The futures not done yet (``not f.done()``, in C loops)."""
+    return list(itertools.compress(fs, map(operator.not_, _done_flags(fs))))
 
 
-def _done_flags(states: list[FutureState]) -> Iterator[bool]:
-    return map(_DONE.__contains__, map(_STATUS, states))
+def _statuses(fs: list[Future]) -> Iterator[Status]:
+    return map(_STATUS, map(_STATE, fs))
+
+
+def _done_flags(fs: list[Future]) -> Iterator[bool]:
+    return map(_DONE.__contains__, _statuses(fs))
 
 
 async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
-    states = list(map(_STATE, fs))  # a future's state never changes
+    # Passes over the futures rather than a list of their states: a wait on a map of
+    # millions allocates nothing per future until its result set.
     if return_when == ALL_COMPLETED:
-        pending = states
+        pending = fs
         while pending:
             # The last one tends to finish last (tasks run in order): one wake-up, and
             # one pass over the others, for most waits.
-            await pending[-1].wait()
+            await pending[-1]._state.wait()
             pending = _not_done(pending)
     elif return_when in (FIRST_COMPLETED, FIRST_EXCEPTION):
         first = return_when == FIRST_COMPLETED
@@ -91,13 +97,13 @@ async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:
                     t.cancel()
     else:
         raise ValueError(f"unknown return_when {return_when!r}")
-    if "cancelled" in map(_STATUS, states):
-        exc = next(st.exception for st in states if st.status == "cancelled")
+    if "cancelled" in _statuses(fs):
+        exc = next(f._state.exception for f in fs if f._state.status == "cancelled")
         assert exc is not None
         raise exc
     if return_when == ALL_COMPLETED:
         return DoneAndNotDoneFutures(set(fs), set())
-    flags = list(_done_flags(states))
+    flags = list(_done_flags(fs))
     return DoneAndNotDoneFutures(
         set(itertools.compress(fs, flags)),
         set(itertools.compress(fs, map(operator.not_, flags))),
