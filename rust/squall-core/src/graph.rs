@@ -267,12 +267,11 @@ impl Scheduler {
     ) {
         let ts = self.task(t);
         let g = ts.group;
-        let Some(spec) = ts.run_spec.as_ref().filter(|s| blobs::is_holed(s)) else {
+        if !ts.run_spec.as_ref().is_some_and(|s| blobs::is_holed(s)) {
             return;
-        };
-        // The spec usually came off the wire just now, held only here: rewritten in place.
-        let mut spec = spec.clone();
-        self.tm(t).run_spec = None;
+        }
+        // Rewritten in place, taken out of the task meanwhile (the group is borrowed too).
+        let mut spec = self.tm(t).run_spec.take().expect("a holed spec");
         let group = self.groups[g.idx()].as_mut().expect("live group");
         let mut map = |b: u32| {
             *adopted.entry((g, b)).or_insert_with(|| {
@@ -284,14 +283,7 @@ impl Scheduler {
                 }) as u32
             })
         };
-        match Arc::get_mut(&mut spec) {
-            Some(bytes) => blobs::remap(bytes, &mut map),
-            None => {
-                let mut bytes = spec.to_vec();
-                blobs::remap(&mut bytes, &mut map);
-                spec = bytes.into();
-            }
-        }
+        blobs::remap(&mut spec, &mut map);
         self.tm(t).run_spec = Some(spec);
     }
 

@@ -9,7 +9,6 @@ use crate::stimuli::Scattered;
 use crate::task::RunSpec;
 use crate::worker::WorkerSpec;
 use crate::{Config, DepRef};
-use std::sync::Arc;
 use std::time::Instant;
 
 fn worker(i: usize, nthreads: u32) -> WorkerSpec {
@@ -23,7 +22,7 @@ fn worker(i: usize, nthreads: u32) -> WorkerSpec {
 }
 
 fn spec() -> RunSpec {
-    Arc::from(&b"f"[..])
+    b"f"[..].into()
 }
 
 /// Independent tasks `prefix-i`, as `client.map` submits them.

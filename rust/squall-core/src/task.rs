@@ -55,8 +55,10 @@ impl TaskState {
     }
 }
 
-/// An opaque run specification: the scheduler never looks inside.
-pub type RunSpec = Arc<[u8]>;
+/// An opaque run specification: the scheduler never looks inside (save the blob
+/// references of docs/protocol.md#run-specs). Owned by its task alone: a map's tasks
+/// hold millions, and a box is 16 bytes a task less than shared bytes (no counts).
+pub type RunSpec = Box<[u8]>;
 
 /// Hard (or, with `loose`, preferred) placement constraints.
 #[derive(Clone, Debug, Default, PartialEq)]

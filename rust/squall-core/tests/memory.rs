@@ -6,7 +6,6 @@
 use squall_core::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
-use std::sync::Arc;
 
 /// glibc's chunk for a request: the request plus an 8-byte header, rounded up to 16,
 /// at least 32.
@@ -50,7 +49,7 @@ fn map(n: usize) -> Submission {
     let tasks = (0..n)
         .map(|i| {
             let key = Key::str(&format!("noop-b81b3c299250405caa5723ea5099fcb5-{i}"));
-            let spec: RunSpec = Arc::from(&[1u8; 40][..]);
+            let spec: RunSpec = [1u8; 40][..].into();
             NewTask::new(key, Vec::new(), Some(spec))
         })
         .collect();
@@ -99,10 +98,10 @@ fn bytes_per_map_task() {
     );
     let sample = Key::str("noop-b81b3c299250405caa5723ea5099fcb5-123456");
     println!(
-        "heap per task: key {} B in a {} B chunk, spec (40 B + Arc counts) in a {} B chunk",
+        "heap per task: key {} B in a {} B chunk, spec 40 B in a {} B chunk",
         sample.as_bytes().len(),
         chunk(sample.as_bytes().len()),
-        chunk(40 + 16),
+        chunk(40),
     );
 
     // Queued: no worker yet.

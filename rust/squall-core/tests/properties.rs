@@ -40,7 +40,6 @@ use proptest::test_runner::Config as PtConfig;
 use squall_core::TaskState as S;
 use squall_core::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 // ----- scenario generation -------------------------------------------------------------
 
@@ -744,7 +743,7 @@ impl World {
                 let mut nt = NewTask::new(
                     Key::str(&gt.key),
                     gt.deps.iter().map(|d| DepRef::Local(local[d])).collect(),
-                    Some(Arc::from(gt.key.as_bytes())),
+                    Some(gt.key.as_bytes().into()),
                 );
                 let restrictions = match gt.restrict {
                     1 => Some(Restrictions {

@@ -12,7 +12,6 @@ use squall_core::{
     heartbeat_interval, Config, CoreError, DepRef, Finished, NewTask, Outcome, Scheduler,
     Submission, TaskState, WorkerSpec,
 };
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 enum Event {
@@ -367,7 +366,7 @@ impl Simulation {
                 .tasks
                 .into_iter()
                 .map(|t| NewTask {
-                    run_spec: Some(Arc::from(t.key.as_bytes())),
+                    run_spec: Some(t.key.as_bytes().into()),
                     key: t.key,
                     deps: t.deps,
                     options: t.options.map(Box::new),

@@ -22,7 +22,6 @@ use memchr::memmem::Finder;
 use rustc_hash::FxHashMap;
 use squall_core::blobs::{Blob, BLOB_TAG};
 use squall_core::{DepRef, NewTask, RunSpec};
-use std::sync::Arc;
 
 /// An encoded graph, to be written out as its payload ([`write_to`](Self::write_to)
 /// a buffer of [`size`](Self::size) bytes, such as the bytes object the binding fills, or
@@ -376,7 +375,7 @@ pub fn decode_update_graph(
             -1 => None,
             len if len >= 0 => {
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                Some(Arc::from(r.take(len, "run spec")?))
+                Some(r.take(len, "run spec")?.into())
             }
             len => return Err(WireError::NegativeSize(len)),
         };

@@ -18,7 +18,7 @@ use squall_core::{
     ClientId, Config, DepRef, Finished, GraphOrder, Key, NewTask, Priority, RunSpec, Scheduler,
     Submission, TaskId, TaskOptions, WorkerId, WorkerSpec,
 };
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 // ----- encoders and fixtures for the tests ---------------------------------------------
 
@@ -174,7 +174,7 @@ pub(crate) fn submission(tasks: Vec<NewTask>, blobs: Vec<squall_core::blobs::Blo
 }
 
 fn spec(b: &[u8]) -> Option<RunSpec> {
-    Some(Arc::from(b))
+    Some(b.into())
 }
 
 /// Every proper prefix of `payload` fails to decode.

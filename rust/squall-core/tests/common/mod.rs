@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 use squall_core::*;
-use std::sync::Arc;
 
 pub struct H {
     pub s: Scheduler,
@@ -23,7 +22,7 @@ pub fn cfg() -> Config {
 }
 
 pub fn spec(data: &str) -> Option<RunSpec> {
-    Some(Arc::from(data.as_bytes()))
+    Some(data.as_bytes().into())
 }
 
 pub fn key(k: &str) -> Key {

@@ -122,7 +122,7 @@ fn spec_of(ob: &Bound<'_, PyAny>) -> PyResult<Option<RunSpec>> {
     if ob.is_none() {
         Ok(None)
     } else {
-        Ok(Some(Arc::from(ob.cast::<PyBytes>()?.as_bytes())))
+        Ok(Some(ob.cast::<PyBytes>()?.as_bytes().into()))
     }
 }
 
@@ -234,9 +234,8 @@ impl Scheduler {
             }
             // Without specs every task is computable with an empty spec.
             None => {
-                let empty: RunSpec = Arc::from(&[][..]);
                 for t in &mut tasks {
-                    t.run_spec = Some(empty.clone());
+                    t.run_spec = Some(RunSpec::default());
                 }
             }
         }
