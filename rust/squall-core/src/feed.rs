@@ -32,7 +32,11 @@ pub(crate) struct TransitionFeed {
 }
 
 fn key_of(tasks: &[Option<Task>], t: TaskId) -> Key {
-    tasks[t.idx()].as_ref().expect("fed task slot").key.clone()
+    tasks[t.idx()]
+        .as_ref()
+        .expect("fed task slot")
+        .key()
+        .to_owned()
 }
 
 impl TransitionFeed {

@@ -5,7 +5,7 @@ use crate::blobs::{self, Blob};
 use crate::commands::Command;
 use crate::error::{CoreError, CoreResult};
 use crate::ids::{ClientId, GroupId, TaskId};
-use crate::key::Key;
+use crate::key::{Key, KeyRef};
 use crate::recs::Recs;
 use crate::state::Scheduler;
 use crate::stimuli::Slots;
@@ -238,15 +238,19 @@ impl Scheduler {
     /// other dependencies are worth a warning (docs/scheduling.md#bad-input-is-an-error).
     fn redefines(&self, e: TaskId, ds: &[Resolved], sub: &Submission) -> bool {
         let ets = self.task(e);
-        if ets.run_spec.is_none() {
+        if ets.run_spec().is_none() {
             return false;
         }
-        let mut old: Vec<&Key> = ets.dependencies.iter().map(|d| &self.task(d).key).collect();
-        let mut new: Vec<&Key> = ds
+        let mut old: Vec<&KeyRef> = ets
+            .dependencies
+            .iter()
+            .map(|d| self.task(d).key())
+            .collect();
+        let mut new: Vec<&KeyRef> = ds
             .iter()
             .map(|d| match d {
-                Resolved::Local(j) => &sub.tasks[*j as usize].key,
-                Resolved::Known(k) => &self.task(*k).key,
+                Resolved::Local(j) => &*sub.tasks[*j as usize].key,
+                Resolved::Known(k) => self.task(*k).key(),
             })
             .collect();
         old.sort();
@@ -267,11 +271,15 @@ impl Scheduler {
     ) {
         let ts = self.task(t);
         let g = ts.group;
-        if !ts.run_spec.as_ref().is_some_and(|s| blobs::is_holed(s)) {
+        if !ts.run_spec().is_some_and(blobs::is_holed) {
             return;
         }
-        // Rewritten in place, taken out of the task meanwhile (the group is borrowed too).
-        let mut spec = self.tm(t).run_spec.take().expect("a holed spec");
+        // Rewritten in place.
+        let spec = self.tasks[t.idx()]
+            .as_mut()
+            .expect("live task")
+            .run_spec_mut();
+        let spec = spec.expect("a holed spec");
         let group = self.groups[g.idx()].as_mut().expect("live group");
         let mut map = |b: u32| {
             *adopted.entry((g, b)).or_insert_with(|| {
@@ -283,8 +291,7 @@ impl Scheduler {
                 }) as u32
             })
         };
-        blobs::remap(&mut spec, &mut map);
-        self.tm(t).run_spec = Some(spec);
+        blobs::remap(spec, &mut map);
     }
 
     fn apply_submission(
@@ -316,8 +323,8 @@ impl Scheduler {
             }
             match existing[i] {
                 Some(e) => {
-                    if self.task(e).run_spec.is_none() && t.run_spec.is_some() {
-                        self.tm(e).run_spec = t.run_spec.clone();
+                    if self.task(e).run_spec().is_none() && t.run_spec.is_some() {
+                        self.tm(e).set_run_spec(t.run_spec.as_deref());
                         self.adopt_blobs(e, &sub.blobs, &mut adopted);
                     }
                     ids.push(e);
@@ -402,7 +409,7 @@ impl Scheduler {
         recs.reserve(touched.len());
         for &t in &touched {
             let ts = self.task(t);
-            if ts.state == S::Released && ts.run_spec.is_some() {
+            if ts.state == S::Released && ts.run_spec().is_some() {
                 // A task nothing wants nor depends on is an orphan (the new dependencies
                 // of a key that kept its first definition): not worth running.
                 let needed = !ts.who_wants.is_empty() || !ts.dependents.is_empty();
@@ -521,12 +528,12 @@ impl Scheduler {
                     }
                     g.dep_ends.push(g.deps.len());
                     g.is_task.push(if created[i] {
-                        self.task(ids[i]).run_spec.is_some()
+                        self.task(ids[i]).run_spec().is_some()
                     } else {
                         sub.tasks[i].run_spec.is_some()
                     });
                 }
-                match squall_order::order_flat_named(&g, |i| self.task(ids[i]).key.python_str()) {
+                match squall_order::order_flat_named(&g, |i| self.task(ids[i]).key().python_str()) {
                     Ok(o) => o.into_iter().map(u64::from).collect(),
                     // Validation already proved the graph acyclic.
                     Err(_) => (0..n as u64).collect(),

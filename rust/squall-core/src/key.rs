@@ -8,10 +8,38 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use ref_cast::RefCast;
+
 /// (`Default` is an empty placeholder left behind when a key is moved out; it is not a
 /// valid key and is never stored.)
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(Box<[u8]>);
+
+/// A key borrowed: its canonical bytes, as `str` is to `String`. A task record lends
+/// its key this way out of the one allocation that holds its key and its spec.
+#[derive(RefCast, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct KeyRef([u8]);
+
+impl std::ops::Deref for Key {
+    type Target = KeyRef;
+    fn deref(&self) -> &KeyRef {
+        KeyRef::ref_cast(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<KeyRef> for Key {
+    fn borrow(&self) -> &KeyRef {
+        self
+    }
+}
+
+impl ToOwned for KeyRef {
+    type Owned = Key;
+    fn to_owned(&self) -> Key {
+        Key(self.0.into())
+    }
+}
 
 /// A decoded key, for building keys and for handing them back to Python.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,6 +178,20 @@ impl Key {
         skip_value(b, &mut pos, 0).is_some() && pos == b.len()
     }
 
+    /// The length of the key that `b` starts with (a key's encoding delimits itself),
+    /// None unless it starts with a well-formed one.
+    pub fn encoded_len(b: &[u8]) -> Option<usize> {
+        let mut pos = 0;
+        skip_value(b, &mut pos, 0).map(|()| pos)
+    }
+}
+
+impl KeyRef {
+    /// The key that `b` is the encoding of (checked by whoever made `b`).
+    pub fn of_encoded(b: &[u8]) -> &KeyRef {
+        KeyRef::ref_cast(b)
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -230,7 +272,7 @@ impl Key {
     }
 }
 
-impl std::fmt::Debug for Key {
+impl std::fmt::Debug for KeyRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.decode() {
             KeyValue::Str(s) => write!(f, "'{s}'"),
@@ -239,9 +281,21 @@ impl std::fmt::Debug for Key {
     }
 }
 
-impl std::fmt::Display for Key {
+impl std::fmt::Display for KeyRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.python_str())
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&**self, f)
     }
 }
 
@@ -407,7 +461,7 @@ fn angle_name(s: &str) -> &str {
 }
 
 /// Dask's `key_split`: the task prefix name of a key.
-pub fn key_split(key: &Key) -> Cow<'_, str> {
+pub fn key_split(key: &KeyRef) -> Cow<'_, str> {
     let name = match key.head_borrowed() {
         Some(h) => split_name(h),
         None => split_name(&key.head_str()).map(|n| Cow::Owned(n.into_owned())),
@@ -458,7 +512,7 @@ fn split_name(s: &str) -> Option<Cow<'_, str>> {
 }
 
 /// Distributed's `key_split_group`: the task group name of a key.
-pub fn key_split_group(key: &Key) -> Cow<'_, str> {
+pub fn key_split_group(key: &KeyRef) -> Cow<'_, str> {
     if key.is_tuple() {
         return match key.head_borrowed() {
             Some(h) => Cow::Borrowed(h),
@@ -477,7 +531,7 @@ pub fn key_split_group(key: &Key) -> Cow<'_, str> {
     }
 }
 
-fn group_of_str<'a>(s: &'a str, key: &'a Key) -> Cow<'a, str> {
+fn group_of_str<'a>(s: &'a str, key: &'a KeyRef) -> Cow<'a, str> {
     if s.starts_with('(') {
         Cow::Borrowed(
             s.split(',')

@@ -47,7 +47,7 @@ pub use graph::{DepRef, GraphOrder, NewTask, Submission, SubmitResult, TaskOptio
 pub use group::{TaskGroup, TaskPrefix};
 pub use ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
 pub use idset::{IdSet, IdSetIter};
-pub use key::{Key, KeyValue};
+pub use key::{Key, KeyRef, KeyValue};
 pub use links::{Holders, Links, Wanters};
 pub use progress::{PrefixProgress, ProgressWatch};
 pub use replicas::{Measure, Rebalance, RebalanceSettings};
@@ -62,7 +62,7 @@ pub use worker::{Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus};
 
 impl Scheduler {
     /// The retained transitions of `key`, oldest first.
-    pub fn story(&self, key: &Key) -> Vec<LogEntry> {
+    pub fn story(&self, key: &KeyRef) -> Vec<LogEntry> {
         self.log.story(key, &self.tasks)
     }
 

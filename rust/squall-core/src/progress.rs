@@ -50,7 +50,7 @@ pub struct ProgressWatch {
 }
 
 fn key_at(ts: &Task) -> usize {
-    ts.key.as_bytes().as_ptr() as usize
+    ts.key().as_bytes().as_ptr() as usize
 }
 
 /// A set of task ids as bits.

@@ -497,7 +497,9 @@ impl Scheduler {
             !asked.is_empty()
         });
         keys.sort_unstable();
-        keys.into_iter().map(|t| self.task(t).key.clone()).collect()
+        keys.into_iter()
+            .map(|t| self.task(t).key().to_owned())
+            .collect()
     }
 
     /// The active memory manager's ReduceReplicas pass, once: of each result in memory

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::feed::TransitionFeed;
 use crate::group::{TaskGroup, TaskPrefix};
 use crate::ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
-use crate::key::{key_split, key_split_group, Key};
+use crate::key::{key_split, key_split_group, Key, KeyRef};
 use crate::stealing::Stealing;
 use crate::story::TransitionLog;
 use crate::task::{RunSpec, Task, TaskState};
@@ -231,7 +231,7 @@ impl Scheduler {
         self.task(t).state
     }
 
-    pub fn lookup(&self, key: &Key) -> Option<TaskId> {
+    pub fn lookup(&self, key: &KeyRef) -> Option<TaskId> {
         let f = self.key_fragment(key);
         let tasks = &self.tasks;
         // Entries of forgotten tasks linger (see `remove_task`): only a live task with
@@ -241,13 +241,13 @@ impl Scheduler {
                 g == f
                     && tasks[t.idx()]
                         .as_ref()
-                        .is_some_and(|ts| ts.state != TaskState::Forgotten && ts.key == *key)
+                        .is_some_and(|ts| ts.state != TaskState::Forgotten && ts.key() == key)
             })
             .map(|&(_, t)| t)
     }
 
     /// The 32 bits of a key's hash its index entry keeps.
-    fn key_fragment(&self, key: &Key) -> u32 {
+    fn key_fragment(&self, key: &KeyRef) -> u32 {
         let h = self.hasher.hash_one(key.as_bytes());
         (h ^ (h >> 32)) as u32
     }
@@ -286,7 +286,7 @@ impl Scheduler {
         let mut index = HashTable::with_capacity((live + n).max(2 * live));
         for (i, ts) in self.tasks.iter().enumerate() {
             if let Some(ts) = ts.as_ref().filter(|ts| ts.state != TaskState::Forgotten) {
-                let f = self.key_fragment(&ts.key);
+                let f = self.key_fragment(ts.key());
                 index.insert_unique(index_hash(f), (f, TaskId(i as u32)), |_| {
                     unreachable!("sized")
                 });
@@ -375,7 +375,7 @@ impl Scheduler {
         }
     }
 
-    fn group_for(&mut self, key: &Key) -> GroupId {
+    fn group_for(&mut self, key: &KeyRef) -> GroupId {
         // `key_split_group` ignores a final all-digit word of a str key, so `stem-<digits>`
         // keys all belong to the group found for the last key with that stem.
         let stem = digit_stem(key);
@@ -406,7 +406,7 @@ impl Scheduler {
 
     /// The recent group named by `key`'s start, if `key` is `<its name>-<a word
     /// with a digit>…`: `key_split` stops at such a word.
-    fn group_by_stem(&self, key: &Key) -> Option<GroupId> {
+    fn group_by_stem(&self, key: &KeyRef) -> Option<GroupId> {
         let s = key.as_str()?.as_bytes();
         self.group_stems.iter().find_map(|&(g, uid)| {
             let group = self.groups[g.idx()].as_ref().filter(|x| x.uid == uid)?;
@@ -432,7 +432,7 @@ impl Scheduler {
         }
     }
 
-    fn group_for_slow(&mut self, key: &Key) -> GroupId {
+    fn group_for_slow(&mut self, key: &KeyRef) -> GroupId {
         if let Some(g) = self.group_by_stem(key) {
             self.last_group = Some(g);
             return g;
@@ -445,7 +445,7 @@ impl Scheduler {
         g
     }
 
-    fn group_by_name(&mut self, key: &Key) -> GroupId {
+    fn group_by_name(&mut self, key: &KeyRef) -> GroupId {
         let name = key_split_group(key);
         // Consecutive tasks of a submission usually share a group.
         if let Some(g) = self.last_group {
@@ -737,7 +737,7 @@ fn index_hash(fragment: u32) -> u64 {
 }
 
 /// For a str key `stem-<digits>` (one or more ASCII digits), the stem's bytes.
-fn digit_stem(key: &Key) -> Option<&[u8]> {
+fn digit_stem(key: &KeyRef) -> Option<&[u8]> {
     let b = key.as_bytes();
     if b.first() != Some(&b'S') {
         return None;

@@ -516,7 +516,9 @@ impl Scheduler {
             if ts.state != S::Processing || !in_bin {
                 return Err(format!(
                     "{:?} has steal level {} but is {:?}, not in its worker's bin",
-                    ts.key, ts.steal_level, ts.state
+                    ts.key(),
+                    ts.steal_level,
+                    ts.state
                 ));
             }
         }
@@ -533,7 +535,7 @@ impl Scheduler {
                     let ts = self.task_slot(t);
                     return Err(format!(
                         "bin {level} of worker {w} holds {t:?}, {:?}",
-                        ts.map(|ts| (&ts.key, ts.state, ts.steal_level, ts.processing_on()))
+                        ts.map(|ts| (ts.key(), ts.state, ts.steal_level, ts.processing_on()))
                     ));
                 }
             }

@@ -322,7 +322,7 @@ impl Scheduler {
                     recs.shift_remove(&t);
                     let text = format!(
                         "Attempted to run task {} on {} different workers, but all those workers died while running it. The last worker that attempt to run the task was {}.",
-                        ts.key,
+                        ts.key(),
                         allowed + 1,
                         address
                     );
@@ -337,7 +337,7 @@ impl Scheduler {
             self.remove_replica(t, w);
             let ts = self.task(t);
             if ts.who_has.is_empty() {
-                let target = if ts.run_spec.is_some() {
+                let target = if ts.run_spec().is_some() {
                     S::Released
                 } else {
                     S::Forgotten
@@ -460,7 +460,7 @@ impl Scheduler {
                 return (Ok(Outcome::Applied), Slots::MayHaveOpened);
             }
             let stale = CoreError::StaleRunId {
-                key: ts.key.clone(),
+                key: ts.key().to_owned(),
                 got: report.run_id,
                 current: ts.run_id,
             };
@@ -526,7 +526,7 @@ impl Scheduler {
             }
             if ts.run_id != run_id && ts.processing_on() != Some(w) {
                 let stale = CoreError::StaleRunId {
-                    key: ts.key.clone(),
+                    key: ts.key().to_owned(),
                     got: run_id,
                     current: ts.run_id,
                 };
@@ -993,12 +993,12 @@ impl Scheduler {
             let text = match kind {
                 ErrorKind::NoValidWorker => format!(
                     "Task {} has no valid worker: its restrictions {:?} match no running worker, for longer than no-workers-timeout ({timeout}s)",
-                    self.task(t).key,
+                    self.task(t).key(),
                     self.task(t).restrictions()
                 ),
                 _ => format!(
                     "Task {} could not run: there were no workers for longer than no-workers-timeout ({timeout}s)",
-                    self.task(t).key
+                    self.task(t).key()
                 ),
             };
             let err = ErrorInfo {

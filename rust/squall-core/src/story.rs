@@ -1,7 +1,7 @@
 //! The bounded transition log behind `story(key)` (Dask's `transition_log`).
 
 use crate::ids::TaskId;
-use crate::key::Key;
+use crate::key::KeyRef;
 use crate::task::{Task, TaskState};
 use std::hash::BuildHasher;
 
@@ -29,12 +29,12 @@ pub struct TransitionLog {
     pending: usize,
 }
 
-pub(crate) fn key_hash(key: &Key) -> u64 {
+pub(crate) fn key_hash(key: &KeyRef) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key.as_bytes())
 }
 
 fn hash_of(tasks: &[Option<Task>], t: TaskId) -> u64 {
-    key_hash(&tasks[t.idx()].as_ref().expect("logged task slot").key)
+    key_hash(tasks[t.idx()].as_ref().expect("logged task slot").key())
 }
 
 impl TransitionLog {
@@ -106,7 +106,7 @@ impl TransitionLog {
     }
 
     /// The retained transitions of `key`, oldest first.
-    pub(crate) fn story(&self, key: &Key, tasks: &[Option<Task>]) -> Vec<LogEntry> {
+    pub(crate) fn story(&self, key: &KeyRef, tasks: &[Option<Task>]) -> Vec<LogEntry> {
         let h = key_hash(key);
         let n = self.entries.len();
         (0..n)
@@ -131,6 +131,7 @@ impl TransitionLog {
 mod tests {
     use super::*;
     use crate::ids::GroupId;
+    use crate::key::Key;
 
     #[test]
     fn ring_keeps_the_newest_and_resolves_lazily() {

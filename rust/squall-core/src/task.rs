@@ -2,7 +2,7 @@
 
 use crate::ids::{GroupId, TaskId, WorkerId};
 use crate::idset::IdSet;
-use crate::key::Key;
+use crate::key::{Key, KeyRef};
 use crate::links::{Holders, Wanters};
 use squall_priority::Priority;
 use std::sync::Arc;
@@ -125,6 +125,8 @@ pub(crate) const F_HAS_LOST_DEPS: u8 = 1;
 pub(crate) const F_DATA_PRODUCER: u8 = 2;
 pub(crate) const F_HAS_PRIORITY: u8 = 4;
 pub(crate) const F_LONG_RUNNING: u8 = 8;
+/// It has a run spec (the bytes of `Task::text` after its key).
+const F_HAS_SPEC: u8 = 16;
 
 /// `Task::steal_level` of a task in no stealing bin.
 pub(crate) const NOT_BINNED: u8 = u8::MAX;
@@ -132,8 +134,15 @@ pub(crate) const NOT_BINNED: u8 = u8::MAX;
 /// `Task::processing_on` of a task assigned to no worker (worker ids never reach it).
 const NOT_PROCESSING: u32 = u32::MAX;
 
+/// A task's `text`: its key's encoding, then its spec's bytes if it has one.
+fn joined(key: &[u8], spec: Option<&[u8]>) -> Box<[u8]> {
+    [key, spec.unwrap_or_default()].concat().into_boxed_slice()
+}
+
 pub struct Task {
-    pub key: Key,
+    /// Its key's encoding, then its run spec's bytes: one allocation for both (a
+    /// key's encoding delimits itself), see docs/core.md#memory-per-task.
+    text: Box<[u8]>,
     pub priority: Priority,
     pub dependencies: IdSet<TaskId>,
     pub dependents: IdSet<TaskId>,
@@ -141,8 +150,6 @@ pub struct Task {
     pub waiters: IdSet<TaskId>,
     pub who_has: Holders,
     pub who_wants: Wanters,
-    /// None ⇒ pure data (scattered): cannot be recomputed.
-    pub run_spec: Option<RunSpec>,
     /// Result size in bytes, −1 while unknown.
     pub nbytes: i64,
     /// The current run: fresh for every compute-task, so a worker's report of an
@@ -182,14 +189,13 @@ impl Task {
 
     pub(crate) fn new(key: Key, group: GroupId, run_spec: Option<RunSpec>) -> Task {
         Task {
-            key,
+            text: joined(key.as_bytes(), run_spec.as_deref()),
             priority: Priority::default(),
             dependencies: IdSet::new(),
             dependents: IdSet::new(),
             waiters: IdSet::new(),
             who_has: Holders::default(),
             who_wants: Wanters::default(),
-            run_spec,
             nbytes: -1,
             run_id: 0,
             queue_seq: 0,
@@ -199,9 +205,36 @@ impl Task {
             waiting_on: 0,
             state: TaskState::Released,
             suspicious: 0,
-            flags: 0,
+            flags: if run_spec.is_some() { F_HAS_SPEC } else { 0 },
             steal_level: NOT_BINNED,
         }
+    }
+
+    /// Its key.
+    #[inline]
+    pub fn key(&self) -> &KeyRef {
+        KeyRef::of_encoded(&self.text[..self.key_len()])
+    }
+
+    #[inline]
+    fn key_len(&self) -> usize {
+        Key::encoded_len(&self.text).expect("a task's text starts with its key")
+    }
+
+    /// Its run spec; None for pure data (scattered), which cannot be recomputed.
+    pub fn run_spec(&self) -> Option<&[u8]> {
+        self.flag(F_HAS_SPEC).then(|| &self.text[self.key_len()..])
+    }
+
+    /// Its run spec, to rewrite in place.
+    pub(crate) fn run_spec_mut(&mut self) -> Option<&mut [u8]> {
+        let at = self.key_len();
+        self.flag(F_HAS_SPEC).then(|| &mut self.text[at..])
+    }
+
+    pub(crate) fn set_run_spec(&mut self, spec: Option<&[u8]>) {
+        self.text = joined(self.key().as_bytes(), spec);
+        self.set_flag(F_HAS_SPEC, spec.is_some());
     }
 
     #[inline]
@@ -270,6 +303,6 @@ mod tests {
         // Budget: ≤ 300 bytes per live task including key, table and arena overhead
         // (docs/core.md#memory-per-task).
         let size = std::mem::size_of::<super::Task>();
-        assert!(size <= 152, "Task grew to {size} bytes");
+        assert!(size <= 136, "Task grew to {size} bytes");
     }
 }

@@ -445,7 +445,7 @@ impl Scheduler {
         if limit > 0 && dep_bytes as u64 > limit && self.config.memory_terminate {
             let text = format!(
                 "Task {} has {} bytes of dependencies, more than the memory limit of {} ({} bytes)",
-                self.task(t).key,
+                self.task(t).key(),
                 dep_bytes,
                 self.worker(w).address,
                 limit
@@ -752,7 +752,7 @@ impl Scheduler {
             self.emit(Command::LostData { client: c, task: t });
         }
         let ts = self.task(t);
-        if ts.run_spec.is_none() || ts.has_lost_dependencies() {
+        if ts.run_spec().is_none() || ts.has_lost_dependencies() {
             recs.insert(t, S::Forgotten);
         } else if !ts.who_wants.is_empty() || !ts.waiters.is_empty() {
             if ts.dependencies.iter().any(|d| self.state_of(d) == S::Erred) {

@@ -31,14 +31,14 @@ impl Scheduler {
             queued += usize::from(ts.state == S::Queued);
             unrunnable += usize::from(ts.state == S::NoWorker);
             replicated += usize::from(ts.who_has.len() >= 2);
-            if let Some(spec) = &ts.run_spec {
+            if let Some(spec) = &ts.run_spec() {
                 crate::blobs::check(spec, self.group(ts.group).blobs.len())
-                    .map_err(|e| format!("{:?}: {e} (its group's blobs)", ts.key))?;
+                    .map_err(|e| format!("{:?}: {e} (its group's blobs)", ts.key()))?;
             }
             ensure!(
-                self.lookup(&ts.key) == Some(t),
+                self.lookup(ts.key()) == Some(t),
                 "{:?} is not indexed under its key",
-                ts.key
+                ts.key()
             );
         }
         self.validate_stealing()?;
@@ -96,7 +96,7 @@ impl Scheduler {
             ensure!(
                 asked.iter().all(|c| c.then_drop != Some(c.dest)),
                 "{:?}: a move to its own sender",
-                self.task(t).key
+                self.task(t).key()
             );
         }
         ensure!(
@@ -165,7 +165,7 @@ impl Scheduler {
 
     fn validate_task(&self, t: TaskId) -> Result<(), String> {
         let ts = self.task(t);
-        let k = &ts.key;
+        let k = ts.key();
         for d in ts.dependencies.iter() {
             let dts = self
                 .get_task(d)
@@ -173,7 +173,7 @@ impl Scheduler {
             ensure!(
                 dts.dependents.contains(t),
                 "{k:?} -> {:?} lacks the reverse edge",
-                dts.key
+                dts.key()
             );
         }
         for d in ts.dependents.iter() {
@@ -183,7 +183,7 @@ impl Scheduler {
             ensure!(
                 dts.dependencies.contains(t),
                 "{:?} <- {k:?} lacks the reverse edge",
-                dts.key
+                dts.key()
             );
         }
         for d in ts.waiters.iter() {
@@ -305,7 +305,7 @@ impl Scheduler {
                     ensure!(
                         ts.waiters.contains(d) == want,
                         "{k:?}: waiter set disagrees with dependent {:?} in {}",
-                        self.task(d).key,
+                        self.task(d).key(),
                         self.state_of(d).name()
                     );
                 }
@@ -322,7 +322,7 @@ impl Scheduler {
     /// that built it (others hold handles); it never queues (docs/actors.md).
     fn validate_actor(&self, t: TaskId) -> Result<(), String> {
         let ts = self.task(t);
-        let k = &ts.key;
+        let k = ts.key();
         ensure!(ts.state != S::Queued, "{k:?}: an actor is queued");
         let homes = self
             .worker_ids()
@@ -360,7 +360,7 @@ impl Scheduler {
             let ts = self
                 .get_task(t)
                 .ok_or_else(|| format!("{a}: lists a forgotten actor"))?;
-            ensure!(ts.is_actor(), "{a}: lists {:?} as an actor", ts.key);
+            ensure!(ts.is_actor(), "{a}: lists {:?} as an actor", ts.key());
         }
         ensure!(
             ws.status != WorkerStatus::Closed,
@@ -375,7 +375,7 @@ impl Scheduler {
             ensure!(
                 ts.processing_on() == Some(w),
                 "{a}: lists {:?} which processes elsewhere",
-                ts.key
+                ts.key()
             );
             if !ts.is_long_running() {
                 *prefix_counts.entry(self.prefix_of(t)).or_insert(0) += 1;
@@ -419,7 +419,7 @@ impl Scheduler {
             ensure!(
                 ts.who_has.contains(w),
                 "{a}: holds {:?} which does not list it",
-                ts.key
+                ts.key()
             );
             nbytes += self.eff_nbytes(t);
         }

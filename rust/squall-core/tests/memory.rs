@@ -98,10 +98,9 @@ fn bytes_per_map_task() {
     );
     let sample = Key::str("noop-b81b3c299250405caa5723ea5099fcb5-123456");
     println!(
-        "heap per task: key {} B in a {} B chunk, spec 40 B in a {} B chunk",
+        "heap per task: key {} B and spec 40 B in one {} B chunk",
         sample.as_bytes().len(),
-        chunk(sample.as_bytes().len()),
-        chunk(40),
+        chunk(sample.as_bytes().len() + 40),
     );
 
     // Queued: no worker yet.

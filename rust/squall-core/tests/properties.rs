@@ -394,7 +394,7 @@ struct World {
 }
 
 fn render(s: &Scheduler, c: &Command) -> (String, Ev) {
-    let k = |t: &TaskId| s.task(*t).key.as_str().unwrap_or("?").to_string();
+    let k = |t: &TaskId| s.task(*t).key().as_str().unwrap_or("?").to_string();
     let a = |w: &WorkerId| s.get_worker(*w).map_or("?".into(), |ws| ws.address.clone());
     match c {
         Command::ComputeTask {
@@ -685,7 +685,7 @@ impl World {
             .client(self.client)
             .wants_what
             .iter()
-            .map(|&t| self.s.task(t).key.as_str().unwrap().to_string())
+            .map(|&t| self.s.task(t).key().as_str().unwrap().to_string())
             .collect();
         assert_eq!(wants, self.wanted, "{ctx}: client wants disagree");
     }
@@ -1347,7 +1347,7 @@ impl World {
                 .s
                 .get_task(b)
                 .unwrap_or_else(|| panic!("P2: {cur} blames a forgotten task"))
-                .key
+                .key()
                 .as_str()
                 .unwrap()
                 .to_string();

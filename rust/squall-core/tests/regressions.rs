@@ -71,7 +71,7 @@ fn a_superseded_erred_recommendation_leaves_no_stale_blame() {
         assert!(
             ts.state == S::Erred || ts.exception_blame().is_none(),
             "{:?} is {} but blamed",
-            ts.key,
+            ts.key(),
             ts.state.name()
         );
     }

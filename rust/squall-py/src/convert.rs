@@ -5,7 +5,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFloat, PyInt, PyString, PyTuple};
 use squall_core::key::KeyEncoder;
-use squall_core::{Key, KeyValue};
+use squall_core::{Key, KeyRef, KeyValue};
 use squall_wire::packed::Packed;
 
 /// Encodes a Dask key (str, bytes, int, float, or a tuple of those) without building
@@ -70,7 +70,7 @@ fn index_of(ob: &Bound<'_, PyAny>) -> Option<PyResult<i64>> {
     Some(i.extract::<i64>())
 }
 
-pub fn key_to_py<'py>(py: Python<'py>, key: &Key) -> PyResult<Bound<'py, PyAny>> {
+pub fn key_to_py<'py>(py: Python<'py>, key: &KeyRef) -> PyResult<Bound<'py, PyAny>> {
     // A str key (a map's, most of a graph's) straight from its bytes: no decoded copy.
     match key.as_str() {
         Some(s) => Ok(PyString::new(py, s).into_any()),

@@ -1,7 +1,7 @@
 //! What clients submit: tasks with their simulated cost, grouped in submissions.
 
 use rustc_hash::FxHashMap;
-use squall_core::{DepRef, GraphOrder, Key, TaskOptions};
+use squall_core::{DepRef, GraphOrder, Key, KeyRef, TaskOptions};
 
 /// One task of a simulated graph.
 #[derive(Clone, Debug, PartialEq)]
@@ -152,7 +152,7 @@ impl TaskTable {
         Ok(i)
     }
 
-    pub fn get(&self, key: &Key) -> Option<usize> {
+    pub fn get(&self, key: &KeyRef) -> Option<usize> {
         self.index.get(key).copied()
     }
 

@@ -68,7 +68,7 @@ pub(crate) fn translate(
 ) -> Vec<Outgoing> {
     let idx = |t: TaskId| {
         tasks
-            .get(&s.task(t).key)
+            .get(s.task(t).key())
             .expect("every scheduler task came from a simulated submission")
     };
     let wk = |w: WorkerId| sim_worker[w.idx()].expect("known worker");

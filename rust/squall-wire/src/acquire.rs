@@ -38,7 +38,7 @@ pub fn encode_acquire(s: &Scheduler, cmds: &[Command]) -> Vec<Acquire> {
             ..Default::default()
         });
         m.tasks.push(task.0);
-        put_key(&mut m.keys, ts.key.as_bytes());
+        put_key(&mut m.keys, ts.key().as_bytes());
     }
     out.into_values().collect()
 }

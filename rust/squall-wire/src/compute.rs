@@ -347,7 +347,7 @@ impl Building {
 
     fn push(&mut self, s: &Scheduler, t: TaskId, run_id: u64) {
         let ts = s.task(t);
-        let stored = ts.run_spec.as_deref().unwrap_or(&[]);
+        let stored = ts.run_spec().unwrap_or_default();
         let spec = if blobs::is_holed(stored) {
             let table = &s.group(ts.group).blobs;
             let (sent, added) = (&mut self.sent, &mut self.added);
@@ -363,7 +363,7 @@ impl Building {
             run_id,
             priority: ts.priority,
             actor: ts.is_actor(),
-            key: ts.key.as_bytes(),
+            key: ts.key().as_bytes(),
             spec,
             resources: ts
                 .restrictions()
@@ -379,7 +379,7 @@ impl Building {
                 .iter()
                 .map(|w| table.index(w, || s.worker(w).address.clone()))
                 .collect();
-            (dts.key.as_bytes(), dts.nbytes, holders)
+            (dts.key().as_bytes(), dts.nbytes, holders)
         });
         put_task(&mut self.payload, &head, deps);
         self.count += 1;

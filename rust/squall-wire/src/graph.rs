@@ -156,7 +156,7 @@ fn put_u32s(out: &mut [u8], xs: &[u32]) {
 /// share (the functions pickled once per graph), sent once and cut out of each spec
 /// wherever they appear.
 ///
-/// `put` appends a key's canonical bytes (as [`Key::as_bytes`](squall_core::Key::as_bytes))
+/// `put` appends a key's canonical bytes (as [`KeyRef::as_bytes`](squall_core::KeyRef::as_bytes))
 /// to a buffer, so that the binding writes Python keys straight into it, with no
 /// allocation per key; its first error is returned.
 ///

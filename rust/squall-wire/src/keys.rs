@@ -10,7 +10,7 @@ pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-/// Appends one key (canonical bytes, as [`Key::as_bytes`]).
+/// Appends one key (canonical bytes, as [`KeyRef::as_bytes`](squall_core::KeyRef::as_bytes)).
 pub fn put_key(out: &mut Vec<u8>, key: &[u8]) {
     put_bytes(out, key);
 }

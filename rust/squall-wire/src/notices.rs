@@ -33,7 +33,10 @@ pub fn encode_notices(s: &Scheduler, cmds: &[Command]) -> Notices {
         if matches!(c, Command::FreeKeys { .. } | Command::RemoveReplicas { .. }) {
             packed::put(n.to_workers.entry((to, op)).or_default(), task.0);
         } else if let Some(ts) = s.task_slot(task) {
-            put_key(n.to_clients.entry((to, op)).or_default(), ts.key.as_bytes());
+            put_key(
+                n.to_clients.entry((to, op)).or_default(),
+                ts.key().as_bytes(),
+            );
         }
     }
     n

@@ -235,7 +235,7 @@ fn compute_batches_are_encoded_from_the_scheduler() {
 #[test]
 fn keys_round_trip() {
     let keys = [key("a"), tuple_key("b", -3), key("")];
-    let payload = write_keys(keys.iter().map(Key::as_bytes));
+    let payload = write_keys(keys.iter().map(|k| k.as_bytes()));
     assert_eq!(read_keys(&payload).unwrap(), keys);
 }
 
@@ -454,7 +454,7 @@ proptest! {
         (key("a"), Some(&b"sa"[..]), vec![]),
         (tuple_key("b", 2), None, vec![key("a"), key("ext")]),
     ]).0), n in 0usize..4) {
-        let keys_bytes = write_keys([key("a"), tuple_key("b", 2), key("ext")].iter().map(Key::as_bytes)).len();
+        let keys_bytes = write_keys([key("a"), tuple_key("b", 2), key("ext")].iter().map(|k| k.as_bytes())).len();
         decode_all(&b, n, keys_bytes);
     }
 

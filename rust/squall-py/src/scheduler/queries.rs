@@ -24,7 +24,7 @@ impl Scheduler {
             .inner
             .task_slot(TaskId(task))
             .ok_or_else(|| unknown_task(task))?;
-        key_to_py(py, &ts.key)
+        key_to_py(py, ts.key())
     }
 
     /// The state name of a key ("forgotten" if unknown).
@@ -44,7 +44,7 @@ impl Scheduler {
             .ok_or_else(|| unknown_task(task))?;
         let s = &self.inner;
         let d = PyDict::new(py);
-        d.set_item("key", key_to_py(py, &ts.key)?)?;
+        d.set_item("key", key_to_py(py, ts.key())?)?;
         d.set_item("state", ts.state.name())?;
         d.set_item(
             "priority",
@@ -70,7 +70,7 @@ impl Scheduler {
         let deps: Vec<Bound<'py, PyAny>> = ts
             .dependencies
             .iter()
-            .map(|t| key_to_py(py, &s.task(t).key))
+            .map(|t| key_to_py(py, s.task(t).key()))
             .collect::<PyResult<_>>()?;
         d.set_item("dependencies", deps)?;
         d.set_item("suspicious", ts.suspicious)?;
@@ -83,7 +83,7 @@ impl Scheduler {
             d.set_item("traceback_text", &e.traceback_text)?;
             d.set_item("error_kind", format!("{:?}", e.kind))?;
         }
-        if let Some(spec) = &ts.run_spec {
+        if let Some(spec) = &ts.run_spec() {
             let whole = squall_core::blobs::join(spec, &s.group(ts.group).blobs);
             d.set_item("run_spec", PyBytes::new(py, &whole))?;
         }
@@ -104,7 +104,7 @@ impl Scheduler {
     fn task_keys<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         self.inner
             .task_ids()
-            .map(|t| key_to_py(py, &self.inner.task(t).key))
+            .map(|t| key_to_py(py, self.inner.task(t).key()))
             .collect()
     }
 
@@ -142,7 +142,7 @@ impl Scheduler {
             .into_iter()
             .map(|t| {
                 let ts = self.inner.task(t);
-                Ok((key_to_py(py, &ts.key)?, ts.nbytes))
+                Ok((key_to_py(py, ts.key())?, ts.nbytes))
             })
             .collect()
     }

@@ -162,7 +162,7 @@ impl Scheduler {
         let r = self.core(py, move |s| s.update_graph(ClientId(client), sub, now))?;
         let inner = &self.inner;
         self.redefined
-            .extend(r.redefined.iter().map(|&t| inner.task(t).key.clone()));
+            .extend(r.redefined.iter().map(|&t| inner.task(t).key().to_owned()));
         let ids = squall_wire::packed::encode(r.ids.iter().map(|t| t.0));
         Ok(PyBytes::new(py, &ids).unbind())
     }
