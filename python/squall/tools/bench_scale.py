@@ -129,8 +129,8 @@ def main(n: int, as_json: bool = False) -> ScaleReport:
     for k in r.cpu_us:
         print(
             f"  {k:10} CPU {r.cpu_us[k]:6.2f} us/task (+{r.release_cpu_us[k]:.2f} release)"
-            f"   peak RSS {r.peak_rss_mb[k]:8,.0f} MB"
+            f"   peak RSS {r.peak_rss_mb[k]:8,.0f} MiB"
             f"   {r.peak_rss_b_per_task[k]:7,.0f} B/task over idle"
         )
-    print(f"  peak RSS, all three: {total:,.0f} MB ({total * 2**20 / n:,.0f} B/task)")
+    print(f"  peak RSS, all three: {total:,.0f} MiB ({total * 2**20 / n:,.0f} B/task)")
     return r
