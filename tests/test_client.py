@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import pickle
+import re
 import struct
 import threading
 import time
@@ -247,7 +248,8 @@ def test_map_sends_one_graph_per_batch(client: Client, cluster: Cluster) -> None
     before = cluster.graphs
     futures = client.map(inc, range(2000))
     assert len({f.key for f in futures}) == 2000
-    assert futures[0].key.startswith("inc-") and futures[7].key.endswith("-7")
+    # {funcname}-{token}{index:08x}: 32 hex digits, the item's index last
+    assert re.fullmatch("inc-[0-9a-f]{24}00000007", futures[7].key)
     assert client.gather(futures) == list(range(1, 2001))
     assert cluster.graphs == before + 1
     # the same pure map again: same keys, nothing sent
@@ -259,6 +261,7 @@ def test_map_sends_one_graph_per_batch(client: Client, cluster: Cluster) -> None
     assert cluster.graphs == before + 4
     chained = client.map(add, futures[:3], y=100)
     assert client.gather(chained) == [101, 102, 103]
+    assert re.fullmatch("add-[0-9a-f]{24}00000002", chained[2].key)  # the general path's
     assert client.map(inc, [1, 2], key=["a", "b"])[1].key == "b"
     assert client.map(inc, [1], pure=False)[0].key != client.map(inc, [1], pure=False)[0].key
 
@@ -269,7 +272,7 @@ def test_map_streams_chunks_that_all_land_in_order(
     monkeypatch.setattr(squall.client.submission, "MAP_CHUNK", 100)
     before = cluster.graphs
     futures = client.map(inc, range(1050))
-    assert len({f.key for f in futures}) == 1050 and futures[1049].key.endswith("-1049")
+    assert len({f.key for f in futures}) == 1050 and futures[1049].key.endswith("00000419")
     assert client.gather(futures) == list(range(1, 1051))
     assert cluster.graphs == before + 11  # one update-graph per chunk
     # Each chunk is a new FIFO generation: the map's tasks are prioritised in item order.

@@ -16,9 +16,10 @@ Protocol choices (see the message table in docs/runtime.md):
   then ``pickle((args, kwargs))`` with ``Dep`` markers). ``map`` pickles the function
   once and every per-item spec shares those bytes; workers unpickle the function once
   per process (cached by content).
-* ``map`` keys are ``{funcname}-{token}-{i}`` (``i`` the item's index in the map); the
-  token is one hash per batch over the pickled function and the batch's specs (pure) or
-  a uuid (``pure=False``).
+* ``map`` keys are ``{funcname}-{token}{i:08x}`` (``map_keys``): 24 hex digits of token,
+  one hash per batch over the pickled function and the batch's specs (pure) or 96
+  random bits (``pure=False``), then the item's index in the map in hex (32 hex digits
+  in all, as long as a uuid's, below 2**32 items).
 * ``submit`` and ``map`` keep no reference to their futures, which die on ``del``. A
   ``map`` makes its futures and states in bulk, under one lock acquisition per batch
   and without cyclic GC runs while it does.
@@ -29,7 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import uuid
+import secrets
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -106,12 +107,29 @@ class CallOptions(NamedTuple):
 ACTOR: dict[str, Any] = {"actor": True}
 
 
+#: Hex digits of a ``map`` chunk's key token (96 bits).
+MAP_TOKEN_DIGITS = 24
+
+
 def pure_token(function: bytes, specs: bytes) -> str:
     """A pure ``map`` chunk's key token: a digest of the pickled function, then of the
-    chunk's specs (concatenated), 32 hex digits long as a uuid's."""
+    chunk's specs (concatenated)."""
     h = hashlib.sha1(function, usedforsecurity=False)
     h.update(specs)
-    return h.hexdigest()[:32]
+    return h.hexdigest()[:MAP_TOKEN_DIGITS]
+
+
+def random_token() -> str:
+    """An impure ``map`` chunk's key token."""
+    return secrets.token_hex(MAP_TOKEN_DIGITS // 2)
+
+
+def map_keys(name: str, token: str, start: int, n: int) -> list[Key]:
+    """The keys of items ``start`` to ``start + n`` of a ``map`` whose chunk has
+    ``token``; ``encode_map_chunk`` names the keys of a plain chunk alike (a key
+    string of 80 bytes, not 96, for a short function name: docs/runtime.md#map)."""
+    head = f"{name}-{token}"
+    return [f"{head}{i:08x}" for i in range(start, start + n)]
 
 
 def mark_actors(g: Graph, actors: Iterable[Key]) -> None:
@@ -344,7 +362,7 @@ class Submission:
                 fast = None
                 token_of = functools.partial(pure_token, blob) if pure else None
                 if not kwargs and keys_given is None and not actor:
-                    token = token_of or uuid.uuid4().hex
+                    token = token_of or random_token()
                     fast = encode_map_chunk(prefix_spec, columns, prefix, start, token)
                 specs: list[bytes] | None = None
                 deps: list[list[Key]] | None = None
@@ -355,9 +373,8 @@ class Submission:
                     keys = keys_given[start : start + n]
                 else:
                     specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
-                    token = token_of(b"".join(specs)) if token_of else uuid.uuid4().hex
-                    head = f"{prefix}-{token}-"
-                    keys = list(map(head.__add__, map(str, range(start, start + n))))
+                    token = token_of(b"".join(specs)) if token_of else random_token()
+                    keys = map_keys(prefix, token, start, n)
                 futures, fresh = self.connection.acquire_many(keys, self.client)
                 out += futures
                 if fast is not None and fresh is None:

@@ -37,7 +37,8 @@ type EncodedChunk<'py> = (Bound<'py, PyList>, usize, usize, Bound<'py, PyBytes>)
 /// The `update-graph` of one `map` chunk whose arguments are all plain, as
 /// `(keys, n, keys_bytes, payload)`; None if one is not (the caller then pickles the
 /// chunk itself). Item `i` (of `columns[*][i]`) runs `prefix` (a call prefix) on its
-/// arguments; its key is `f"{name}-{token}-{start + i}"`. `token` is a str, or a
+/// arguments; its key is `f"{name}-{token}{start + i:08x}"`, as Python's `map_keys`
+/// names it (docs/runtime.md#map). `token` is a str, or a
 /// function of every spec of the chunk, concatenated in order (a pure map's token).
 #[pyfunction]
 pub fn encode_map_chunk<'py>(
@@ -76,13 +77,13 @@ pub fn encode_map_chunk<'py>(
         Ok(s) => s.to_str()?.to_owned(),
         Err(_) => token.call1((PyBytes::new(py, &arena),))?.extract()?,
     };
-    let head = format!("{name}-{token}-");
+    let head = format!("{name}-{token}");
     let mut key = String::with_capacity(head.len() + 20);
     let mut keys = Vec::with_capacity(n);
     for i in 0..n {
         key.clear();
         key.push_str(&head);
-        write!(key, "{}", start + i).expect("writing to a String");
+        write!(key, "{:08x}", start + i).expect("writing to a String");
         keys.push(PyString::new(py, &key).into_any());
     }
     let mut at = 0;
