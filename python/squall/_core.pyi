@@ -1,6 +1,6 @@
 """Type stubs for squall._core, the Rust scheduling core's Python face."""
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, final
 
 __version__: str
@@ -35,7 +35,7 @@ __all__ = [
     "core_settings",
     "decode_compute",
     "decode_keys",
-    "distinct_objects",
+    "distinct_attributes",
     "encode_keys",
     "encode_map_chunk",
     "encode_update_graph",
@@ -125,7 +125,7 @@ def hold_keys(
     state_type: type,
     client: object,
 ) -> tuple[list[Any], list[int] | None]: ...
-def distinct_objects(items: list[Any]) -> bool: ...
+def distinct_attributes(items: Collection[Any], name: str) -> bool: ...
 def finish_keys(table: dict[Any, Any], payload: bytes, state_type: type) -> list[Any]: ...
 def gc_track(obj: object) -> None: ...
 def release_states(table: dict[Any, Any], states: list[Any], state_type: type) -> list[Any]: ...

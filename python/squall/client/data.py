@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import operator
@@ -17,15 +18,16 @@ import random
 import time
 import uuid
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask.base import tokenize
 
-from squall._core import distinct_objects, encode_keys
+from squall._core import distinct_attributes, encode_keys
 from squall.client.connection import ClientConnection
 from squall.client.futures import (
+    DONE,
     Future,
     FutureState,
     Key,
@@ -94,26 +96,29 @@ class DataMovement:
         if foreign:
             raise ValueError("Cannot gather Futures created by another client")
         # Each key once: the futures of a key share its state. A map's states are
-        # distinct, checked without a dict of millions of entries.
-        states = list(map(_STATE, found))
-        if not distinct_objects(states):
-            states = list(dict.fromkeys(states))
-        keys = list(map(_KEY, states))
-        if found is futures and len(states) == len(found):
-            # A map's futures, each its own key: no dict of their values.
-            values = await self._in_order(keys, states, errors)
-            if values is not None:
-                return values if type(futures) is list else type(futures)(values)
+        # distinct, checked without a dict of millions of entries, and the fast path
+        # makes no list of them (docs/runtime.md#futures-in-bulk).
+        if distinct_attributes(found, "_state"):
+            keys = list(map(_KEY, found))  # a future's key is its state's
+            if found is futures:  # a map's futures, each its own key: no dict of values
+                values = await self._in_order(keys, found, errors)
+                if values is not None:
+                    return values if type(futures) is list else type(futures)(values)
+            states = list(map(_STATE, found))
+        else:
+            states = list(dict.fromkeys(map(_STATE, found)))
+            keys = list(map(_KEY, states))
         data = await self.gather_keys(keys, states, errors)
         return pack_results(futures, data)
 
     async def _in_order(
-        self, keys: list[Key], states: list[FutureState], errors: str
+        self, keys: list[Key], futures: Collection[Future], errors: str
     ) -> list[Any] | None:
-        """The values of ``keys`` (of these states) in their order, fetched in one round
-        once every state is finished; None if one is not (erred or cancelled) or a
-        value did not come: :meth:`gather_keys`'s rounds then take over, asking again."""
-        if (await _settled(states, errors)).count("finished") != len(keys):
+        """The values of ``keys`` (of these futures, one per key) in their order,
+        fetched in one round once every one is finished; None if one is not (erred or
+        cancelled) or a value did not come: :meth:`gather_keys`'s rounds then take
+        over, asking again."""
+        if not await _settled(functools.partial(map, _STATE, futures), errors):
             return None
         values, failed = await self._fetch(keys)
         if failed or any(map(operator.is_, values, itertools.repeat(_MISSING))):
@@ -133,7 +138,8 @@ class DataMovement:
         delay = 0.02  # between rounds that miss keys, doubling: no busy loop
         unreachable = Unreachable(self.connection.timeout)
         while keys:
-            statuses = await _settled(states, errors)
+            await _settled(functools.partial(iter, states), errors)
+            statuses = list(map(_STATUS, states))
             if statuses.count("finished") == len(keys):
                 want = keys
             else:
@@ -381,26 +387,27 @@ _SKIPPED = object()
 _MISSING = object()
 
 
-_DONE = frozenset({"finished", "error", "cancelled"})  # FutureState.done()
 _STATUS = operator.attrgetter("status")
 _KEY, _STATE, _CLIENT = map(operator.attrgetter, ("key", "_state", "_client"))
 _FAILED = frozenset({"error", "cancelled"})
 
 
-async def _settled(states: list[FutureState], errors: str) -> list[str]:
-    """The statuses of ``states`` once each is done; with ``errors="raise"``, the
-    first failed one (in their order) raises its exception."""
-    pending = map(operator.not_, map(_DONE.__contains__, map(_STATUS, states)))
-    for st in itertools.compress(states, pending):
+async def _settled(states: Callable[[], Iterator[FutureState]], errors: str) -> bool:
+    """Whether all of ``states`` (a fresh iterator of them per call) are finished,
+    once each is done; with ``errors="raise"``, the first failed one (in their order)
+    raises its exception. Passes in C over the states, which may be millions."""
+    pending = map(operator.not_, map(DONE.__contains__, map(_STATUS, states())))
+    for st in itertools.compress(states(), pending):
         await st.wait()
         if st.status in _FAILED and errors == "raise":
             break  # raised below, the first failed in key order
-    statuses = list(map(_STATUS, states))
-    if errors == "raise" and not _FAILED.isdisjoint(statuses):
-        st = states[next(i for i, s in enumerate(statuses) if s in _FAILED)]
-        assert st.exception is not None
-        raise st.exception.with_traceback(st.traceback)
-    return statuses
+    if errors == "raise":
+        failing = map(_FAILED.__contains__, map(_STATUS, states()))
+        failed = next(itertools.compress(states(), failing), None)
+        if failed is not None:
+            assert failed.exception is not None
+            raise failed.exception.with_traceback(failed.traceback)
+    return all(map("finished".__eq__, map(_STATUS, states())))
 
 
 class Unreachable:

@@ -35,6 +35,8 @@ Key = Hashable
 Status = Literal["pending", "finished", "error", "cancelled", "lost"]
 
 _KEY = operator.attrgetter("key")
+#: The statuses of a done future (``Future.done()``).
+DONE: frozenset[Status] = frozenset({"finished", "error", "cancelled"})
 T = TypeVar("T")
 
 
@@ -146,7 +148,7 @@ class FutureState:
         self._signal()
 
     def done(self) -> bool:
-        return self.status in ("finished", "error", "cancelled")
+        return self.status in DONE
 
     async def wait(self) -> None:
         await self._get_event().wait()

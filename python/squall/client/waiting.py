@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.client.default import default_client
-from squall.client.futures import Future, Status, flat_futures, futures_of
+from squall.client.futures import DONE, Future, Status, flat_futures, futures_of
 from squall.client.loop import timed, timeout_seconds
 from squall.errors import TimeoutError
 from squall.protocol.tracebacks import user_frames
@@ -53,7 +53,6 @@ def wait(fs: Any, timeout: float | str | None = None, return_when: str = ALL_COM
 
 _STATE = operator.attrgetter("_state")
 _STATUS = operator.attrgetter("status")
-_DONE = frozenset({"finished", "error", "cancelled"})
 
 
 def _not_done(fs: list[Future]) -> list[Future]:
@@ -66,7 +65,7 @@ def _statuses(fs: list[Future]) -> Iterator[Status]:
 
 
 def _done_flags(fs: list[Future]) -> Iterator[bool]:
-    return map(_DONE.__contains__, _statuses(fs))
+    return map(DONE.__contains__, _statuses(fs))
 
 
 async def _wait(fs: list[Future], return_when: str) -> DoneAndNotDoneFutures:

@@ -4,7 +4,7 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyType};
+use pyo3::types::{PyDict, PyList, PyString, PyType};
 use pyo3::{ffi, intern};
 use squall_wire::keys::read_keys;
 
@@ -265,13 +265,17 @@ pub fn gc_track(obj: &Bound<'_, PyAny>) {
     }
 }
 
-/// Whether no object is in `items` twice (by identity): a gather's states, which
+/// Whether the `name` attributes of `items` (a sized iterable, each item's attribute
+/// alive while the items are) are distinct objects, by identity: a gather's states, which
 /// repeat only when futures of one key (or one future) are given twice. Sorting their
-/// addresses costs a word per item, where a dict of them costs four or more.
+/// addresses costs a word per item, where a dict or a list of them costs more.
 #[pyfunction]
-pub fn distinct_objects(items: &Bound<'_, PyList>) -> bool {
-    let mut addresses: Vec<usize> = items.iter().map(|o| o.as_ptr() as usize).collect();
+pub fn distinct_attributes(items: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<bool> {
+    let mut addresses: Vec<usize> = Vec::with_capacity(items.len()?);
+    for item in items.try_iter()? {
+        addresses.push(item?.getattr(name)?.as_ptr() as usize);
+    }
     // A stable sort: the states of a map were allocated in ascending runs.
     addresses.sort();
-    addresses.windows(2).all(|w| w[0] != w[1])
+    Ok(addresses.windows(2).all(|w| w[0] != w[1]))
 }

@@ -38,7 +38,7 @@ mod _core {
         UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
     };
     #[pymodule_export]
-    use super::futures::{distinct_objects, finish_keys, gc_track, hold_keys, release_states};
+    use super::futures::{distinct_attributes, finish_keys, gc_track, hold_keys, release_states};
     #[pymodule_export]
     use super::lifeline::watch_stdin;
     #[pymodule_export]
