@@ -42,13 +42,14 @@ fn live() -> (i64, i64) {
     (LIVE.load(Relaxed), COUNT.load(Relaxed))
 }
 
-/// A map's tasks as the client sends them: `noop-<token>-<i>` keys and a spec whose
+/// A map's tasks as the client sends them: `noop-<token><i:08x>` keys (32 hex digits,
+/// docs/runtime.md#map) and a spec whose
 /// function was cut out into the graph's blob table (a 40-byte holed spec, the size
 /// of a one-int-argument `map` item's).
 fn map(n: usize) -> Submission {
     let tasks = (0..n)
         .map(|i| {
-            let key = Key::str(&format!("noop-b81b3c299250405caa5723ea5099fcb5-{i}"));
+            let key = Key::str(&format!("noop-b81b3c299250405caa5723ea{i:08x}"));
             let spec: RunSpec = [1u8; 40][..].into();
             NewTask::new(key, Vec::new(), Some(spec))
         })
@@ -96,7 +97,7 @@ fn bytes_per_map_task() {
         std::mem::size_of::<Option<RunSpec>>(),
         std::mem::size_of::<Priority>(),
     );
-    let sample = Key::str("noop-b81b3c299250405caa5723ea5099fcb5-123456");
+    let sample = Key::str("noop-b81b3c299250405caa5723ea0001e240");
     println!(
         "heap per task: key {} B and spec 40 B in one {} B chunk",
         sample.as_bytes().len(),

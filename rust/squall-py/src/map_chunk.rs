@@ -8,7 +8,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString};
 use squall_wire::plain_pickle::{write_call, Plain};
 use squall_wire::spec::split_call;
-use std::fmt::Write;
 
 /// One item's argument as a plain value, or None where it is not of a plain type
 /// (exactly: a subclass pickles otherwise) or is an int beyond 64 bits.
@@ -28,6 +27,15 @@ fn plain<'a>(ob: &'a Bound<'_, PyAny>) -> Option<Plain<'a>> {
         Some(Plain::Bytes(ob.cast::<PyBytes>().ok()?.as_bytes()))
     } else {
         None
+    }
+}
+
+/// Appends `i` as `format!("{i:08x}")` does, without the formatter (a call per key).
+fn push_index(key: &mut String, i: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - i.leading_zeros()).div_ceil(4).max(8);
+    for d in (0..digits).rev() {
+        key.push(char::from(HEX[(i >> (4 * d)) & 15]));
     }
 }
 
@@ -78,12 +86,12 @@ pub fn encode_map_chunk<'py>(
         Err(_) => token.call1((PyBytes::new(py, &arena),))?.extract()?,
     };
     let head = format!("{name}-{token}");
-    let mut key = String::with_capacity(head.len() + 20);
+    let mut key = String::with_capacity(head.len() + 16);
     let mut keys = Vec::with_capacity(n);
     for i in 0..n {
         key.clear();
         key.push_str(&head);
-        write!(key, "{:08x}", start + i).expect("writing to a String");
+        push_index(&mut key, start + i);
         keys.push(PyString::new(py, &key).into_any());
     }
     let mut at = 0;
