@@ -126,8 +126,8 @@ def random_token() -> str:
 
 def map_keys(name: str, token: str, start: int, n: int) -> list[Key]:
     """The keys of items ``start`` to ``start + n`` of a ``map`` whose chunk has
-    ``token``; ``encode_map_chunk`` names the keys of a plain chunk alike (a key
-    string of 80 bytes, not 96, for a short function name: docs/runtime.md#map)."""
+    ``token``; ``encode_map_chunk`` names the keys of a plain chunk alike
+    (docs/runtime.md#map)."""
     head = f"{name}-{token}"
     return [f"{head}{i:08x}" for i in range(start, start + n)]
 
