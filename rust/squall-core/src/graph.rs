@@ -13,7 +13,6 @@ use crate::task::{Restrictions, RunSpec, TaskState as S, F_DATA_PRODUCER, F_HAS_
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 use squall_priority::Priority;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// A dependency: another task of the same submission (by index) or a known key.
@@ -140,7 +139,7 @@ impl Scheduler {
         let n = sub.tasks.len();
         let mut first_of: Vec<u32> = (0..n as u32).collect();
         let mut local: HashTable<u32> = HashTable::with_capacity(n);
-        let h = |k: &Key| self.hasher.hash_one(k.as_bytes());
+        let h = |k: &Key| squall_hash::neighbour_hash(k.as_bytes());
         for (i, t) in sub.tasks.iter().enumerate() {
             if let Some(spec) = &t.run_spec {
                 blobs::check(spec, sub.blobs.len())

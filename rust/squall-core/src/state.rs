@@ -15,9 +15,8 @@ use crate::task::{RunSpec, Task, TaskState};
 use crate::worker::{IdIndexMap, Worker};
 use crate::workerset::WorkerSet;
 use hashbrown::HashTable;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::hash::BuildHasher;
 
 /// Space between consecutive worker ranks after a renumbering (see `rank_joined`).
 const RANK_GAP: u64 = 1 << 16;
@@ -49,7 +48,6 @@ pub struct Scheduler {
     pub(crate) key_index: HashTable<(u32, TaskId)>,
     /// Entries of forgotten tasks in `key_index`.
     pub(crate) stale_keys: usize,
-    pub(crate) hasher: FxBuildHasher,
     pub(crate) n_tasks_live: usize,
 
     pub(crate) groups: Vec<Option<TaskGroup>>,
@@ -149,7 +147,6 @@ impl Scheduler {
             recyclable: Vec::new(),
             key_index: HashTable::new(),
             stale_keys: 0,
-            hasher: FxBuildHasher,
             n_tasks_live: 0,
             groups: Vec::new(),
             free_groups: Vec::new(),
@@ -232,7 +229,7 @@ impl Scheduler {
     }
 
     pub fn lookup(&self, key: &KeyRef) -> Option<TaskId> {
-        let f = self.key_fragment(key);
+        let f = key_fragment(key);
         let tasks = &self.tasks;
         // Entries of forgotten tasks linger (see `remove_task`): only a live task with
         // this very key is an answer, and there is at most one.
@@ -244,12 +241,6 @@ impl Scheduler {
                         .is_some_and(|ts| ts.state != TaskState::Forgotten && ts.key() == key)
             })
             .map(|&(_, t)| t)
-    }
-
-    /// The 32 bits of a key's hash its index entry keeps.
-    fn key_fragment(&self, key: &KeyRef) -> u32 {
-        let h = self.hasher.hash_one(key.as_bytes());
-        (h ^ (h >> 32)) as u32
     }
 
     /// Number of tasks the scheduler knows (not forgotten).
@@ -286,7 +277,7 @@ impl Scheduler {
         let mut index = HashTable::with_capacity((live + n).max(2 * live));
         for (i, ts) in self.tasks.iter().enumerate() {
             if let Some(ts) = ts.as_ref().filter(|ts| ts.state != TaskState::Forgotten) {
-                let f = self.key_fragment(ts.key());
+                let f = key_fragment(ts.key());
                 index.insert_unique(index_hash(f), (f, TaskId(i as u32)), |_| {
                     unreachable!("sized")
                 });
@@ -299,7 +290,7 @@ impl Scheduler {
     /// Creates a released task; the caller guarantees the key is new.
     pub(crate) fn create_task(&mut self, key: Key, run_spec: Option<RunSpec>) -> TaskId {
         let group = self.group_for(&key);
-        let f = self.key_fragment(&key);
+        let f = key_fragment(&key);
         let task = Task::new(key, group, run_spec);
         self.reserve_keys(1);
         let t = match self.free_tasks.pop() {
@@ -729,11 +720,17 @@ impl Scheduler {
     }
 }
 
-/// The key index's hash of a stored fragment: multiplying by an odd constant keeps
-/// the fragment's low bits (the bucket) as distinct as they were and fills the top
-/// bits, which the table's probe filter reads, from all 32.
+/// The 32 bits of a key's hash its index entry keeps.
+fn key_fragment(key: &KeyRef) -> u32 {
+    squall_hash::neighbour_hash(key.as_bytes()) as u32
+}
+
+/// The key index's hash of a stored fragment. A fragment keeps the place its key's
+/// hash gives within a run of sixteen (its low four bits) and names the run in the
+/// rest, so hashing it as a task id keeps a map's neighbouring keys in one run of
+/// buckets (docs/core.md#hashing-neighbours).
 fn index_hash(fragment: u32) -> u64 {
-    u64::from(fragment).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    squall_hash::id_hash(fragment)
 }
 
 /// For a str key `stem-<digits>` (one or more ASCII digits), the stem's bytes.

@@ -2,8 +2,6 @@
 //! task computes it, how many local tasks still need it and how it is being fetched.
 
 use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
-use std::hash::BuildHasher;
 
 /// Index of an interned key; reused once the key is forgotten.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -160,8 +158,9 @@ impl<V> Default for Keys<V> {
     }
 }
 
+/// A map's neighbouring keys hash into one run of buckets (docs/core.md#hashing-neighbours).
 fn hash(bytes: &[u8]) -> u64 {
-    FxBuildHasher.hash_one(bytes)
+    squall_hash::neighbour_hash(bytes)
 }
 
 /// The bytes of live key `k` in `slots`.

@@ -4,12 +4,14 @@
 //! entry; the slab grows in place (docs/runtime.md#memory).
 
 use super::Task;
-use rustc_hash::FxHashMap;
+use squall_hash::BuildIdHasher;
 use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 
 #[derive(Default)]
 pub(super) struct Tasks<S> {
-    index: FxHashMap<u32, u32>,
+    /// Hashed so that consecutive ids (a map's) share runs of buckets.
+    index: HashMap<u32, u32, BuildIdHasher>,
     records: Vec<Option<Task<S>>>,
     /// Slab entries to reuse.
     free: Vec<u32>,
