@@ -9,6 +9,7 @@ import operator
 import pickle
 import sys
 import types
+import weakref
 from collections.abc import Hashable
 from typing import Any
 
@@ -17,10 +18,18 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
+from dask._task_spec import (
+    Alias,
+    DataNode,
+    Task,
+    TaskRef,
+    _execute_subgraph,
+    convert_legacy_graph,
+)
 
 from squall.dask import graphs as graph
 from squall.dask.gc_pause import gc_paused
+from squall.dask.subgraph import execute_subgraph
 from squall.protocol.specs import run_spec
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -102,6 +111,60 @@ def test_functions_are_pickled_once_per_graph(monkeypatch: pytest.MonkeyPatch) -
     # One lambda shared by the leaves, one by the sums, each pickled once.
     assert len(calls) == 2
     assert _run(g, keys[0]) == sum(range(50))
+
+
+def test_fused_tasks_run_squalls_subgraph_to_dasks_values() -> None:
+    # dask fuses blockwise chains into tasks running an inner graph; squall pickles its
+    # execute_subgraph in place of dask's (ordered by squall.order, not dask.order).
+    x = da.arange(144, chunks=4).reshape((12, 12)).rechunk(4)
+    y = ((x + x.T) * 2 - 1).sum(axis=0)
+    g, keys = _materialize(y)
+    funcs = [getattr(pickle.loads(spec), "func", None) for spec in g.specs]
+    assert execute_subgraph in funcs
+    assert _execute_subgraph not in funcs
+    (expected,) = dask.compute(y, scheduler="sync")
+    got = [_run(g, k) for k in keys]
+    np.testing.assert_array_equal(np.concatenate(got), expected)
+
+
+_seen: list[weakref.ref[Any]] = []
+
+
+class _Value:
+    """A value a weak reference can watch."""
+
+
+def _make() -> _Value:
+    v = _Value()
+    _seen.append(weakref.ref(v))
+    return v
+
+
+def _alive(_: Any) -> bool:
+    gc.collect()
+    return _seen[-1]() is not None
+
+
+def test_execute_subgraph_gives_dasks_value_and_drops_spent_values() -> None:
+    # a -> b -> c -> out: by the time c runs, a's value is gone (b and c need only
+    # their own input), as dask's execute_graph drops it.
+    inner = {
+        "a": Task("a", _make),
+        "b": Task("b", _alive, TaskRef("a")),
+        "c": Task("c", _alive, TaskRef("b")),
+        "out": Task("out", operator.add, TaskRef("c"), TaskRef("inp")),
+    }
+    assert execute_subgraph(inner, "out", ("inp",), 10) == 10  # c saw a gone: False + 10
+    assert _execute_subgraph(inner, "out", ("inp",), 10) == 10
+
+
+def test_execute_subgraph_raises_the_inner_tasks_error() -> None:
+    inner = {
+        "a": Task("a", operator.truediv, TaskRef("inp"), 0),
+        "b": Task("b", operator.neg, TaskRef("a")),
+    }
+    with pytest.raises(ZeroDivisionError):
+        execute_subgraph(inner, "b", ("inp",), 1)
 
 
 def test_delayed_graphs_cull_as_dask_optimizes_them() -> None:

@@ -57,15 +57,24 @@ pub fn order_mapping<'py>(
     Ok(out)
 }
 
-/// Orders without the GIL, drops the placeholders' numbers and maps errors;
-/// `describe` shows a node in a cycle report.
+/// Graphs this small are ordered holding the GIL: releasing it costs more than their
+/// ordering, and hands it to another thread (a worker's fused task orders its inner
+/// graph of a few nodes at every call, docs/runtime.md#fused-tasks).
+const DETACH_FROM: usize = 1024;
+
+/// Orders (without the GIL unless the graph is small), drops the placeholders' numbers
+/// and maps errors; `describe` shows a node in a cycle report.
 fn run(
     py: Python<'_>,
     order: impl FnOnce() -> Result<Vec<u32>, OrderError> + Send,
     describe: impl Fn(usize) -> String,
     n_internal: usize,
 ) -> PyResult<Vec<u32>> {
-    let ordered = py.detach(|| order().map(|p| drop_placeholders(p, n_internal)));
+    let ordered = if n_internal < DETACH_FROM {
+        order().map(|p| drop_placeholders(p, n_internal))
+    } else {
+        py.detach(|| order().map(|p| drop_placeholders(p, n_internal)))
+    };
     ordered.map_err(|e| match e {
         OrderError::Cycle(ref idx) => crate::errors::CycleError::new_err(format!(
             "cycle detected in task graph through keys [{}] (each depends on the next)",
