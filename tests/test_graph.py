@@ -27,6 +27,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
+from squall._core import restore_task
 from squall.dask import graphs as graph
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
@@ -125,6 +126,18 @@ def test_fused_tasks_run_squalls_subgraph_to_dasks_values() -> None:
     (expected,) = dask.compute(y, scheduler="sync")
     got = [_run(g, k) for k in keys]
     np.testing.assert_array_equal(np.concatenate(got), expected)
+
+
+def test_tasks_unpickle_to_their_slots_and_refuse_another_dasks_state() -> None:
+    task = Task(("t", 0), operator.add, TaskRef("a"), 1, _data_producer=True)
+    (g,) = [graph.pack({task.key: task}, {})]
+    back = pickle.loads(g.specs[0])
+    assert type(back) is Task
+    assert {s: getattr(back, s) for s in Task.get_all_slots()} == {
+        s: getattr(task, s) for s in Task.get_all_slots()
+    }
+    with pytest.raises(ValueError, match="different dask versions"):
+        restore_task((1, 2))
 
 
 _seen: list[weakref.ref[Any]] = []

@@ -14,7 +14,6 @@ Ordering happens in the scheduler's core.
 from __future__ import annotations
 
 import copy
-import copyreg
 import functools
 import io
 import operator
@@ -36,6 +35,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
+from squall._core import restore_task
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
 from squall.protocol.nested import DESCEND, rebuild
@@ -52,13 +52,14 @@ _SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.parti
 _CONTAINERS = frozenset({tuple, frozenset, dict, list, set})
 
 
-# Task's own reduction (``__newobj__`` and its ``__getstate__``, a tuple of every
-# slot) with the state read by one C call instead of dask's generator.
+# Task's state (its ``__getstate__``, a tuple of every slot) read by one C call instead
+# of dask's generator, and rebuilt on the worker by one compiled call instead of
+# dask's ``__setstate__`` loop.
 _TASK_STATE = operator.attrgetter(*Task.get_all_slots())
 
 
 def _reduce_task(task: Task) -> tuple[Any, ...]:
-    return copyreg.__newobj__, (Task,), _TASK_STATE(task)  # type: ignore[attr-defined]
+    return restore_task, (_TASK_STATE(task),)
 
 
 # Task-spec nodes are most of a graph's objects; reducing them here skips the generic

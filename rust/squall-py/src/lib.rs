@@ -12,6 +12,7 @@ mod errors;
 mod futures;
 mod lifeline;
 mod map_chunk;
+mod nodes;
 mod order;
 mod scheduler;
 mod sim;
@@ -43,6 +44,8 @@ mod _core {
     use super::lifeline::watch_stdin;
     #[pymodule_export]
     use super::map_chunk::encode_map_chunk;
+    #[pymodule_export]
+    use super::nodes::restore_task;
     #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]
