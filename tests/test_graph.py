@@ -27,7 +27,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
-from squall._core import restore_task
+from squall._core import CycleError, restore_task
 from squall.dask import graphs as graph
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
@@ -169,6 +169,22 @@ def test_execute_subgraph_gives_dasks_value_and_drops_spent_values() -> None:
     }
     assert execute_subgraph(inner, "out", ("inp",), 10) == 10  # c saw a gone: False + 10
     assert _execute_subgraph(inner, "out", ("inp",), 10) == 10
+    # Not a chain (squall.order's order): a diamond whose two sides need a; at the
+    # end a's value is gone, the sides' values too.
+    diamond = {
+        "a": Task("a", _make),
+        "l": Task("l", _alive, TaskRef("a")),
+        "r": Task("r", _alive, TaskRef("a")),
+        "end": Task("end", lambda x, y, z: (x, y, _alive(z)), TaskRef("l"), TaskRef("r"), 0),
+    }
+    assert execute_subgraph(diamond, "end", ()) == (True, True, False)
+    assert _execute_subgraph(diamond, "end", ()) == (True, True, False)
+
+
+def test_execute_subgraph_refuses_a_cycle() -> None:
+    loop = {"a": Task("a", operator.neg, TaskRef("b")), "b": Task("b", operator.neg, TaskRef("a"))}
+    with pytest.raises(CycleError):
+        execute_subgraph(loop, "a", ())
 
 
 def test_execute_subgraph_raises_the_inner_tasks_error() -> None:

@@ -1,4 +1,4 @@
-"""Fused tasks run in an order from squall's compiled ``order``.
+"""Fused tasks run without dask's per-call ordering.
 
 dask's blockwise fusion makes one task per output chunk that runs a small inner graph
 (``dask._task_spec._execute_subgraph``). dask orders that inner graph with its
@@ -24,22 +24,25 @@ def execute_subgraph(
     inner_dsk: Mapping[Key, GraphNode], outkey: Key, inkeys: tuple[Key, ...], *dependencies: Any
 ) -> Any:
     """The value of ``outkey`` in ``inner_dsk``, whose inputs ``inkeys`` have the values
-    ``dependencies``. Nodes run in the order ``squall.order`` gives the inner graph
-    (its inputs are data outside it); a value is dropped once the nodes that need it
-    have run, as dask drops it."""
+    ``dependencies``. A chain (each node needing at most one other) runs in its only
+    order; other graphs in the order ``squall.order`` gives them (their inputs are
+    data outside them). A value is dropped once the nodes that need it have run, as
+    dask drops it."""
     dsk = inner_dsk if type(inner_dsk) is dict else dict(inner_dsk)
-    priority = order_mapping(dsk)
-    keys = sorted(priority, key=priority.__getitem__)
     cache: dict[Key, Any] = dict(zip(inkeys, dependencies, strict=False))  # as dask's
-    if len(keys) <= 2:  # nothing to drop before the end
-        for key in keys:
+    chain = _chain(dsk, outkey)
+    if chain is not None:
+        for before, key in zip([None, *chain], chain, strict=False):
             cache[key] = dsk[key](cache)
+            if before is not None:
+                del cache[before]  # a chain's link is needed by the next one only
         return cache[outkey]
+    priority = order_mapping(dsk)
     left: dict[Key, int] = {}
     for node in dsk.values():
         for dep in node.dependencies:
             left[dep] = left.get(dep, 0) + 1
-    for key in keys:
+    for key in sorted(priority, key=priority.__getitem__):
         node = dsk[key]
         cache[key] = node(cache)
         for dep in node.dependencies:
@@ -47,3 +50,22 @@ def execute_subgraph(
             if not left[dep] and dep != outkey:
                 del cache[dep]
     return cache[outkey]
+
+
+def _chain(dsk: dict[Key, GraphNode], outkey: Key) -> list[Key] | None:
+    """The keys of ``dsk`` in dependency order if it is one chain ending at ``outkey``
+    (each node needs at most one other node of it), else None."""
+    chain: list[Key] = []
+    key: Key | None = outkey
+    while key is not None:
+        if len(chain) == len(dsk):
+            return None  # a cycle: squall.order reports it
+        chain.append(key)
+        inside = [d for d in dsk[key].dependencies if d in dsk]
+        if len(inside) > 1:
+            return None
+        key = inside[0] if inside else None
+    if len(chain) != len(dsk):
+        return None  # nodes off the chain
+    chain.reverse()
+    return chain
