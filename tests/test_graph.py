@@ -123,6 +123,8 @@ def test_fused_tasks_run_squalls_subgraph_to_dasks_values() -> None:
     funcs = [getattr(pickle.loads(spec), "func", None) for spec in g.specs]
     assert execute_subgraph in funcs
     assert _execute_subgraph not in funcs
+    # The sum's toolz compositions are shared functions: a blob each, not in every spec.
+    assert any(b"Compose" in blob for blob in g.blobs)
     (expected,) = dask.compute(y, scheduler="sync")
     got = [_run(g, k) for k in keys]
     np.testing.assert_array_equal(np.concatenate(got), expected)

@@ -34,6 +34,7 @@ from dask._task_spec import (
     _execute_subgraph,
     convert_legacy_graph,
 )
+from toolz.functoolz import Compose  # type: ignore[import-untyped]
 
 from squall._core import restore_task
 from squall.dask.gc_pause import gc_paused
@@ -43,9 +44,10 @@ from squall.protocol.specs import load_function
 
 Key = Hashable
 
-# Functions pickled by value (lambdas, closures, methods) are the costly part of a
-# task's pickle and are shared by every task of a layer.
-_SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial})
+# Functions pickled by value (lambdas, closures, methods, and toolz's compositions of
+# them, which dask's reductions use) are the costly part of a task's pickle and are
+# shared by every task of a layer.
+_SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial, Compose})
 
 # Built-in containers: the C pickler's own code handles them (their items still get
 # reducer_override).
