@@ -7,6 +7,7 @@ import functools
 import gc
 import operator
 import pickle
+import pickletools
 import sys
 import types
 import weakref
@@ -27,7 +28,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
-from squall._core import CycleError, restore_task
+from squall._core import CycleError, restore_node
 from squall.dask import graphs as graph
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
@@ -125,9 +126,26 @@ def test_fused_tasks_run_squalls_subgraph_to_dasks_values() -> None:
     assert _execute_subgraph not in funcs
     # The sum's toolz compositions are shared functions: a blob each, not in every spec.
     assert any(b"Compose" in blob for blob in g.blobs)
+    # Nodes and functions come back through one global, not one per class.
+    named = set().union(*map(_globals_of, g.specs))
+    assert ("squall._core", "restore_node") in named
+    per_class = {("dask._task_spec", c) for c in ("Task", "TaskRef", "DataNode", "Alias")}
+    assert not named & (per_class | {("squall._core", "load_function")})
     (expected,) = dask.compute(y, scheduler="sync")
     got = [_run(g, k) for k in keys]
     np.testing.assert_array_equal(np.concatenate(got), expected)
+
+
+def _globals_of(spec: bytes) -> set[tuple[str, str]]:
+    """The (module, name) globals a pickle names (not those inside its blobs)."""
+    strings: list[str] = []
+    out = set()
+    for op, arg, _ in pickletools.genops(spec):
+        if isinstance(arg, str):
+            strings.append(arg)
+        elif op.name == "STACK_GLOBAL":
+            out.add((strings[-2], strings[-1]))
+    return out
 
 
 def test_tasks_unpickle_to_their_slots_and_refuse_another_dasks_state() -> None:
@@ -139,7 +157,9 @@ def test_tasks_unpickle_to_their_slots_and_refuse_another_dasks_state() -> None:
         s: getattr(task, s) for s in Task.get_all_slots()
     }
     with pytest.raises(ValueError, match="different dask versions"):
-        restore_task((1, 2))
+        restore_node(0, (1, 2))
+    with pytest.raises(ValueError, match="no node kind 9"):
+        restore_node(9)
 
 
 _seen: list[weakref.ref[Any]] = []

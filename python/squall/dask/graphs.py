@@ -36,11 +36,10 @@ from dask._task_spec import (
 )
 from toolz.functoolz import Compose  # type: ignore[import-untyped]
 
-from squall._core import restore_task
+from squall._core import restore_node
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
 from squall.protocol.nested import DESCEND, rebuild
-from squall.protocol.specs import load_function
 
 Key = Hashable
 
@@ -54,6 +53,12 @@ _SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.parti
 _CONTAINERS = frozenset({tuple, frozenset, dict, list, set})
 
 
+# Nodes and shared functions are rebuilt on the worker through one global,
+# ``restore_node(kind, *args)``, whose kinds these are (rust/squall-py/src/nodes.rs:
+# keep in step): a pickle names that one global instead of one per class, and each
+# global costs an import and a lookup to pickle and to unpickle.
+_TASK, _TASK_REF, _DATA_NODE, _ALIAS, _FUNCTION = range(5)
+
 # Task's state (its ``__getstate__``, a tuple of every slot) read by one C call instead
 # of dask's generator, and rebuilt on the worker by one compiled call instead of
 # dask's ``__setstate__`` loop.
@@ -61,7 +66,19 @@ _TASK_STATE = operator.attrgetter(*Task.get_all_slots())
 
 
 def _reduce_task(task: Task) -> tuple[Any, ...]:
-    return restore_task, (_TASK_STATE(task),)
+    return restore_node, (_TASK, _TASK_STATE(task))
+
+
+def _reduce_task_ref(ref: TaskRef) -> tuple[Any, ...]:
+    return restore_node, (_TASK_REF, ref.key)
+
+
+def _reduce_data_node(node: DataNode) -> tuple[Any, ...]:
+    return restore_node, (_DATA_NODE, *node.__reduce__()[1])  # type: ignore[no-untyped-call]
+
+
+def _reduce_alias(alias: Alias) -> tuple[Any, ...]:
+    return restore_node, (_ALIAS, *alias.__reduce__()[1])  # type: ignore[no-untyped-call]
 
 
 # Task-spec nodes are most of a graph's objects; reducing them here skips the generic
@@ -69,9 +86,9 @@ def _reduce_task(task: Task) -> tuple[Any, ...]:
 # ...) keep that path for their own ``__getstate__``.
 _NODE_REDUCERS: dict[type, Callable[[Any], Any]] = {
     Task: _reduce_task,
-    Alias: Alias.__reduce__,
-    DataNode: DataNode.__reduce__,
-    TaskRef: TaskRef.__reduce__,
+    Alias: _reduce_alias,
+    DataNode: _reduce_data_node,
+    TaskRef: _reduce_task_ref,
 }
 
 
@@ -136,12 +153,12 @@ class _GraphPickler(pickle.Pickler):
                 execute_subgraph if obj is _execute_subgraph else obj, protocol=5
             )
             self.blobs.append(blob)
-            value: Any = (load_function, (blob,))
+            value: Any = (restore_node, (_FUNCTION, blob))
         elif isinstance(obj, type):
             # NotImplemented (by reference) unless cloudpickle must send it by value.
             value = self._classes.reducer_override(obj)
         elif isinstance(obj, TaskRef):
-            return TaskRef, (obj.key,)  # a client's future travels as its key
+            return _reduce_task_ref(obj)  # a client's future travels as its key
         else:
             return NotImplemented
         self._once[id(obj)] = (obj, value)
