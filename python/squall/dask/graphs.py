@@ -48,6 +48,24 @@ Key = Hashable
 # shared by every task of a layer.
 _SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial, Compose})
 
+# Functions pickled by reference are shared too: naming a global costs an import and a
+# lookup per task's pickle to write and to read, a shared blob a cache hit. numpy's
+# functions and ufuncs by their types' names (numpy need not be imported).
+_NUMPY_FUNCTION_TYPES = frozenset({("numpy", "ufunc"), ("numpy", "_ArrayFunctionDispatcher")})
+
+
+def _shared(obj: Any, t: type) -> bool:
+    """Whether ``obj`` (of type ``t``) is a function every task of a layer shares."""
+    if t in _SHARED_TYPES:
+        return True
+    if t is types.BuiltinFunctionType:
+        # A module's function (``operator.add``, ``len``), not a method bound to an
+        # object (``some_list.append``), which tasks could mutate through, nor the
+        # global that shared functions are rebuilt through.
+        return isinstance(obj.__self__, types.ModuleType) and obj is not restore_node
+    return (t.__module__, t.__qualname__) in _NUMPY_FUNCTION_TYPES
+
+
 # Built-in containers: the C pickler's own code handles them (their items still get
 # reducer_override).
 _CONTAINERS = frozenset({tuple, frozenset, dict, list, set})
@@ -147,7 +165,7 @@ class _GraphPickler(pickle.Pickler):
         entry = self._once.get(id(obj))
         if entry is not None:
             return entry[1]
-        if t in _SHARED_TYPES:
+        if _shared(obj, t):
             # A fused task's function: squall's runs it faster, to the same value.
             blob = cloudpickle.dumps(
                 execute_subgraph if obj is _execute_subgraph else obj, protocol=5
