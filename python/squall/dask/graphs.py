@@ -166,7 +166,7 @@ class _GraphPickler(pickle.Pickler):
         if entry is not None:
             return entry[1]
         if _shared(obj, t):
-            # A fused task's function: squall's runs it faster, to the same value.
+            # dask's fused-task function travels as squall's (faster, the same value).
             blob = cloudpickle.dumps(
                 execute_subgraph if obj is _execute_subgraph else obj, protocol=5
             )

@@ -70,10 +70,11 @@ fn run(
     describe: impl Fn(usize) -> String,
     n_internal: usize,
 ) -> PyResult<Vec<u32>> {
+    let ordered = move || order().map(|p| drop_placeholders(p, n_internal));
     let ordered = if n_internal < DETACH_FROM {
-        order().map(|p| drop_placeholders(p, n_internal))
+        ordered()
     } else {
-        py.detach(|| order().map(|p| drop_placeholders(p, n_internal)))
+        py.detach(ordered)
     };
     ordered.map_err(|e| match e {
         OrderError::Cycle(ref idx) => crate::errors::CycleError::new_err(format!(
