@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import squall
 from squall._core import RunAnswer, WorkerCore, encode_map_chunk
-from squall.client.submission import map_keys, pure_token
+from squall.client.submission import map_head, map_keys, pure_token
 from squall.protocol import update_graph
 from squall.protocol.specs import call_prefix, fill_call, run_spec
 from squall.worker.memory import sizeof_value
@@ -39,7 +39,7 @@ def by_pickler(columns: list[list[Any]], name: str, start: int, token: str) -> A
     specs = [PREFIX + pickle.dumps((args, {}), protocol=5) for args in zip(*columns, strict=True)]
     keys = map_keys(name, token, start, len(specs))
     # The function's bytes travel once, in the graph's blob table.
-    return keys, *update_graph.encode(keys, specs, None, [FUNCTION])[:3]
+    return keys, *update_graph.encode(keys, specs, None, [FUNCTION])[:3], map_head(name, token)
 
 
 @settings(max_examples=300, deadline=None)

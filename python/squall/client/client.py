@@ -187,8 +187,10 @@ class Client:
 
     @property
     def futures(self) -> dict[Key, FutureState]:
-        """The state of each key this client holds futures for."""
-        return self.connection.futures
+        """The state of each key this client holds futures for (a copy: the table
+        itself is the connection's, read and changed under its lock)."""
+        with self.connection.refcount_lock:
+            return dict(self.connection.futures.items())
 
     @property
     def refcount(self) -> dict[Key, int]:

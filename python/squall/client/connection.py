@@ -22,7 +22,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from squall import config
-from squall._core import decode_keys, encode_keys, finish_keys, hold_keys, release_states
+from squall._core import (
+    FutureTable,
+    decode_keys,
+    encode_keys,
+    finish_keys,
+    hold_keys,
+    release_states,
+)
 from squall.client.events import DEFAULT_HANDLERS, Handler
 from squall.client.futures import Future, FutureState, Key
 from squall.client.loop import require_running_loop, timed, timeout_seconds
@@ -124,8 +131,9 @@ class ClientConnection:
         #: what it holds of the primitives comes back when that worker is removed.
         self.on_worker = task_worker_address()
         self.status = "newly-created"
-        #: The state of every key this client holds futures for, under ``refcount_lock``.
-        self.futures: dict[Key, FutureState] = {}
+        #: The state of every key this client holds futures for, under ``refcount_lock``
+        #: (a map's keys in runs, docs/runtime.md#the-table-of-states).
+        self.futures = FutureTable()
         self.generation = 0  # restarts so far
         self.refcount_lock = threading.RLock()
         self._on_closed = on_closed
@@ -507,13 +515,14 @@ class ClientConnection:
             return st
 
     def acquire_many(
-        self, keys: list[Key], client: Client
+        self, keys: list[Key], client: Client, run: tuple[str, int] | None = None
     ) -> tuple[list[Future], list[int] | None]:
         """Futures of ``client`` for ``keys`` (a bulk ``Future(key, client)``, one lock
         acquisition and one compiled loop) and the indices of the keys it did not hold
-        before (None: all). A held key (or one earlier in ``keys``) keeps its state."""
+        before (None: all). A held key (or one earlier in ``keys``) keeps its state.
+        ``run``, ``(head, start)``: key ``i`` is ``f"{head}{start + i:08x}"`` (a map's)."""
         with self.refcount_lock:
-            return hold_keys(self.futures, keys, Future, FutureState, client)
+            return hold_keys(self.futures, keys, Future, FutureState, client, run)
 
     def release_soon(self, state: FutureState) -> None:
         """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's

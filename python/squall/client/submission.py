@@ -124,11 +124,16 @@ def random_token() -> str:
     return secrets.token_hex(MAP_TOKEN_DIGITS // 2)
 
 
+def map_head(name: str, token: str) -> str:
+    """What every key of a ``map`` chunk with ``token`` starts with."""
+    return f"{name}-{token}"
+
+
 def map_keys(name: str, token: str, start: int, n: int) -> list[Key]:
     """The keys of items ``start`` to ``start + n`` of a ``map`` whose chunk has
     ``token``; ``encode_map_chunk`` names the keys of a plain chunk alike
     (docs/runtime.md#map)."""
-    head = f"{name}-{token}"
+    head = map_head(name, token)
     return [f"{head}{i:08x}" for i in range(start, start + n)]
 
 
@@ -366,16 +371,17 @@ class Submission:
                     fast = encode_map_chunk(prefix_spec, columns, prefix, start, token)
                 specs: list[bytes] | None = None
                 deps: list[list[Key]] | None = None
+                run: tuple[str, int] | None = None  # the keys' head and first index
                 if fast is not None:
-                    keys = fast[0]
+                    keys, run = fast[0], (fast[4], start)
                 elif keys_given is not None:
                     specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
                     keys = keys_given[start : start + n]
                 else:
                     specs, deps = update_graph.call_specs(prefix_spec, columns, kwargs, dep_key)
                     token = token_of(b"".join(specs)) if token_of else random_token()
-                    keys = map_keys(prefix, token, start, n)
-                futures, fresh = self.connection.acquire_many(keys, self.client)
+                    keys, run = map_keys(prefix, token, start, n), (map_head(prefix, token), start)
+                futures, fresh = self.connection.acquire_many(keys, self.client, run)
                 out += futures
                 if fast is not None and fresh is None:
                     self._send_encoded(keys, (fast[1], fast[2], fast[3]), chunk_options(start))

@@ -4,12 +4,14 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyType};
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyList, PyString, PyType};
 use pyo3::{ffi, intern};
 use squall_wire::keys::read_keys;
 
 use crate::convert::key_to_py;
 use crate::errors::wire_error;
+use crate::future_table::{FutureTable, Held};
 
 /// A new instance of `ty` with its slots unset, as `object.__new__(ty)`: the type's
 /// own allocator, no `__init__`.
@@ -116,78 +118,81 @@ fn fill<'py, const N: usize>(
     Ok(())
 }
 
-/// `table[key]`, None if absent: one probe, no KeyError made (`dict.get`).
-fn dict_get<'py>(
-    table: &Bound<'py, PyDict>,
-    key: &Bound<'py, PyAny>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let py = table.py();
-    // SAFETY: live dict and key; the result is borrowed from the dict (or NULL: not
-    // there, or an error set for an unhashable key), owned here before anything runs.
-    unsafe {
-        let p = ffi::PyDict_GetItemWithError(table.as_ptr(), key.as_ptr());
-        if p.is_null() {
-            PyErr::take(py).map_or(Ok(None), Err)
-        } else {
-            Ok(Some(Bound::from_borrowed_ptr(py, p)))
-        }
-    }
-}
-
 /// `ClientConnection.acquire_many` under its lock: a future of `future_type` for each
 /// of `keys`, bound to `client` and to the key's state in `table` (a new one of
-/// `state_type` for a key it lacks; a held one counts one more
-/// reference). Returns the futures and the indices of the keys that got a new state
-/// (None: all did). The slots are written as `ClientConnection.hold` and `Future._bind`
-/// would, with no `__init__` (docs/runtime.md#futures-in-bulk).
+/// `state_type` for a key it lacks; a held one counts one more reference). Returns the
+/// futures and the indices of the keys that got a new state (None: all did). The slots
+/// are written as `ClientConnection.hold` and `Future._bind` would, with no `__init__`
+/// (docs/runtime.md#futures-in-bulk). `run`, `(head, start)`, says that key `i` is
+/// `head` followed by `start + i` in eight hex digits (a `map` chunk's): the keys are
+/// then held as one run of the table if it can be made
+/// (docs/runtime.md#the-table-of-states).
 ///
 /// A new state holds only atoms (its key, its count, its status) until its rare part is
 /// made: it is left untracked by the cyclic collector, as CPython leaves a dict of
 /// atoms (`FutureState._more` tracks it again).
 #[pyfunction]
+#[pyo3(signature = (table, keys, future_type, state_type, client, run = None))]
 pub fn hold_keys<'py>(
-    table: &Bound<'py, PyDict>,
+    table: &Bound<'py, FutureTable>,
     keys: &Bound<'py, PyList>,
     future_type: &Bound<'py, PyType>,
     state_type: &Bound<'py, PyType>,
     client: &Bound<'py, PyAny>,
+    run: Option<(PyBackedStr, u64)>,
 ) -> PyResult<(Bound<'py, PyList>, Option<Vec<usize>>)> {
     let py = table.py();
+    let mut table = table.borrow_mut();
     let future_slots = slots(future_type, ["key", "_client", "_state"])?;
     let state_slots = slots(state_type, ["key", "refs", "status", "_rare"])?;
     let refs_name = intern!(py, "refs");
     let pending = intern!(py, "pending").as_any();
     let one = 1i64.into_pyobject(py)?.into_any();
     let none = py.None().into_bound(py);
-    let keys: Vec<Bound<'py, PyAny>> = keys.iter().collect();
-    let mut futures = Vec::with_capacity(keys.len());
-    let mut fresh: Option<Vec<usize>> = None;
-    for (i, key) in keys.iter().enumerate() {
+    let new_state = |key: &Bound<'py, PyAny>| -> PyResult<Bound<'py, PyAny>> {
         let made = alloc(state_type)?;
         fill(&made, &state_slots, [key, &one, pending, &none])?;
-        // One lookup when the key is held, two when it is new (the stable ABI has no
-        // `setdefault` in C before 3.13).
-        let state = match dict_get(table, key)? {
-            Some(state) => state,
-            None => {
-                table.set_item(key, &made)?;
-                made.clone()
-            }
-        };
-        if state.is(&made) {
-            // SAFETY: `made` is a live object of a GC type (a class with slots) and is
-            // tracked (its allocator tracked it); it refers only to atoms.
-            unsafe { ffi::PyObject_GC_UnTrack(made.as_ptr().cast()) };
-            if let Some(fresh) = fresh.as_mut() {
-                fresh.push(i);
-            }
-        } else {
-            let refs = state.getattr(refs_name)?.add(&one)?;
-            state.setattr(refs_name, refs)?;
-            fresh.get_or_insert_with(|| (0..i).collect());
+        // SAFETY: `made` is a live object of a GC type (a class with slots) and is
+        // tracked (its allocator tracked it); it refers only to atoms.
+        unsafe { ffi::PyObject_GC_UnTrack(made.as_ptr().cast()) };
+        Ok(made)
+    };
+    let keys: Vec<Bound<'py, PyAny>> = keys.iter().collect();
+    let mut states = Vec::with_capacity(keys.len());
+    let mut fresh: Option<Vec<usize>> = None;
+    let in_run = match &run {
+        Some((head, start)) => table.hold_run(py, head, *start, &keys, &mut |i| {
+            let st = new_state(&keys[i])?;
+            states.push(st.clone());
+            Ok(st.unbind())
+        })?,
+        None => false,
+    };
+    if !in_run {
+        for (i, key) in keys.iter().enumerate() {
+            let state = match table.get(key)? {
+                Held::State(state) => {
+                    let refs = state.getattr(refs_name)?.add(&one)?;
+                    state.setattr(refs_name, refs)?;
+                    fresh.get_or_insert_with(|| (0..i).collect());
+                    state
+                }
+                Held::Absent => {
+                    let made = new_state(key)?;
+                    table.insert(key, &made)?;
+                    if let Some(fresh) = fresh.as_mut() {
+                        fresh.push(i);
+                    }
+                    made
+                }
+            };
+            states.push(state);
         }
+    }
+    let mut futures = Vec::with_capacity(keys.len());
+    for (key, state) in keys.iter().zip(&states) {
         let future = alloc(future_type)?;
-        fill(&future, &future_slots, [key, client, &state])?;
+        fill(&future, &future_slots, [key, client, state])?;
         futures.push(future);
     }
     Ok((PyList::new(py, futures)?, fresh))
@@ -195,20 +200,26 @@ pub fn hold_keys<'py>(
 
 /// A `key-in-memory` notice applied: each of the keys in `payload` (a key list) that
 /// `table` holds a state of (of `state_type`) is finished, in one loop with no Python
-/// call per key. Returns the states among them that have a rare part (`_rare`), whose
-/// events the caller sets (docs/runtime.md#futures-in-bulk).
+/// call per key (and no Python string for a key of a run). Returns the states among
+/// them that have a rare part (`_rare`), whose events the caller sets
+/// (docs/runtime.md#futures-in-bulk).
 #[pyfunction]
 pub fn finish_keys<'py>(
-    table: &Bound<'py, PyDict>,
+    table: &Bound<'py, FutureTable>,
     payload: &[u8],
     state_type: &Bound<'py, PyType>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let py = table.py();
+    let mut table = table.borrow_mut();
     let [status, rare] = slots(state_type, ["status", "_rare"])?;
     let finished = intern!(py, "finished").as_any();
     let mut signal = Vec::new();
     for key in read_keys(payload).map_err(wire_error)? {
-        let Some(state) = dict_get(table, &key_to_py(py, &key)?)? else {
+        let held = match key.as_str() {
+            Some(text) => table.get_str(py, text)?,
+            None => table.get(&key_to_py(py, &key)?)?,
+        };
+        let Held::State(state) = held else {
             continue;
         };
         status.put(&state, finished)?;
@@ -226,11 +237,12 @@ pub fn finish_keys<'py>(
 /// 0 (futures from before a restart, which zeroed it) frees nothing.
 #[pyfunction]
 pub fn release_states<'py>(
-    table: &Bound<'py, PyDict>,
+    table: &Bound<'py, FutureTable>,
     states: &Bound<'py, PyList>,
     state_type: &Bound<'py, PyType>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let py = table.py();
+    let mut table = table.borrow_mut();
     let [key_slot, refs_slot] = slots(state_type, ["key", "refs"])?;
     let mut gone = Vec::new();
     for state in states.iter() {
@@ -240,12 +252,10 @@ pub fn release_states<'py>(
             continue;
         }
         let key = key_slot.get(&state)?;
-        match dict_get(table, &key)? {
-            Some(held) if held.is(&state) => table.del_item(&key)?,
-            Some(_) => continue,
-            None => {}
+        match table.remove(&key, Some(&state))? {
+            Held::State(held) if !held.is(&state) => continue,
+            _ => gone.push(key),
         }
-        gone.push(key);
     }
     Ok(gone)
 }

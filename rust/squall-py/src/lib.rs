@@ -9,6 +9,7 @@ mod config;
 mod convert;
 mod coordination;
 mod errors;
+mod future_table;
 mod futures;
 mod lifeline;
 mod map_chunk;
@@ -38,6 +39,8 @@ mod _core {
         CycleError, DuplicateKeyError, InternalError, SchedulerError, StaleReportError,
         UnknownDependencyError, UnknownKeyError, UnknownTaskError, UnknownWorkerError,
     };
+    #[pymodule_export]
+    use super::future_table::FutureTable;
     #[pymodule_export]
     use super::futures::{distinct_attributes, finish_keys, gc_track, hold_keys, release_states};
     #[pymodule_export]

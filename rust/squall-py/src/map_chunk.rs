@@ -39,11 +39,18 @@ fn push_index(key: &mut String, i: usize) {
     }
 }
 
-/// A chunk's keys, then `update-graph`'s `n`, `keys_bytes` and payload.
-type EncodedChunk<'py> = (Bound<'py, PyList>, usize, usize, Bound<'py, PyBytes>);
+/// A chunk's keys, then `update-graph`'s `n`, `keys_bytes` and payload, and what the
+/// keys start with (their head).
+type EncodedChunk<'py> = (
+    Bound<'py, PyList>,
+    usize,
+    usize,
+    Bound<'py, PyBytes>,
+    String,
+);
 
 /// The `update-graph` of one `map` chunk whose arguments are all plain, as
-/// `(keys, n, keys_bytes, payload)`; None if one is not (the caller then pickles the
+/// `(keys, n, keys_bytes, payload, head)`; None if one is not (the caller then pickles the
 /// chunk itself). Item `i` (of `columns[*][i]`) runs `prefix` (a call prefix) on its
 /// arguments; its key is `f"{name}-{token}{start + i:08x}"`, as Python's `map_keys`
 /// names it (docs/runtime.md#map). `token` is a str, or a
@@ -120,5 +127,11 @@ pub fn encode_map_chunk<'py>(
         g.write_to(out);
         Ok(())
     })?;
-    Ok(Some((PyList::new(py, &keys)?, g.n, g.keys_bytes, payload)))
+    Ok(Some((
+        PyList::new(py, &keys)?,
+        g.n,
+        g.keys_bytes,
+        payload,
+        head,
+    )))
 }
