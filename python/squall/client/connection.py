@@ -63,6 +63,12 @@ MIN_CONNECT_TIMEOUT = 0.1
 #: The most payload bytes one ``call_soon_batched`` batch gathers (a larger item goes
 #: alone): far below a frame, so a batch is never refused for its size.
 BATCH_BYTES = 1 << 20
+#: Payload bytes queued for the scheduler and not yet written beyond which a thread
+#: sending a large graph in pieces (a ``map``) waits: what the client holds of a graph
+#: the scheduler has not taken yet is bounded, not a share of every task.
+MAX_BACKLOG = 32 << 20
+#: How long one wait for room lasts before the connection's state is checked again.
+ROOM_RECHECK = 1.0
 
 
 class _Batch:
@@ -157,6 +163,10 @@ class ClientConnection:
         self._ids = itertools.count(1)
         self._to_release: list[Key] = []
         self._release_scheduled = False
+        # Payload bytes of ``send_soon`` calls the loop has not handed to the stream yet,
+        # and the condition a thread waiting for room (``wait_for_room``) waits on.
+        self._queued_bytes = 0
+        self._room = threading.Condition()
         # Futures released from any thread, waiting for the loop (one wake-up per batch).
         self._releasing: deque[FutureState] = deque()
         self._drain_scheduled = False
@@ -246,6 +256,7 @@ class ClientConnection:
         self.dashboard_port = reply.dashboard
         self.dashboard_scheme = "https" if reply.dashboard_scheme == "https" else "http"
         self._stream = comm.BatchedSend(c, config.seconds("comm.batch-interval.client"))
+        self._stream.on_written = self._room_made
         self._stream.start()
         self._reader = asyncio.get_running_loop().create_task(self._read_forever())
         self._watchdog = liveness.Watchdog(
@@ -301,6 +312,7 @@ class ClientConnection:
         await close_links()
         self._fail_everything("client closed")
         self.status = "closed"
+        self._room_made()
         await asyncio.sleep(0)  # let watchers of the now-cancelled futures finish
         self._on_closed()
 
@@ -459,6 +471,7 @@ class ClientConnection:
         released meanwhile are released after it. ``keep`` stays referenced until then."""
         with self.refcount_lock:
             self._unsent += 1
+            self._queued_bytes += len(payload)
         self.call_soon(self._send_queued, msg, payload, keep)
 
     def _send_queued(self, msg: m.Message, payload: bytes, _keep: object) -> None:
@@ -467,7 +480,28 @@ class ClientConnection:
         finally:
             with self.refcount_lock:
                 self._unsent -= 1
+                self._queued_bytes -= len(payload)
         self._drain_releasing()
+
+    def wait_for_room(self) -> None:
+        """A thread other than the loop's: wait while more than ``MAX_BACKLOG`` payload
+        bytes queued for the scheduler are unwritten (a producer faster than the
+        scheduler takes its graph). Returns at once on the loop's thread, and once the
+        connection is no longer running."""
+        if threading.get_ident() == self._thread_id:
+            return
+        with self._room:
+            while self.status == "running" and self._backlog() > MAX_BACKLOG:
+                self._room.wait(ROOM_RECHECK)
+
+    def _backlog(self) -> int:
+        stream = self._stream
+        return self._queued_bytes + (stream.backlog if stream is not None else 0)
+
+    def _room_made(self) -> None:
+        """A frame was written, or the connection stopped: waiters look again."""
+        with self._room:
+            self._room.notify_all()
 
     def track_graph(self, keys: list[Key]) -> int:
         """A request id for an ``update-graph`` defining ``keys``: if the scheduler
@@ -507,7 +541,7 @@ class ClientConnection:
 
     def hold(self, key: Key) -> FutureState:
         with self.refcount_lock:
-            st = self.futures.get(key)
+            st: FutureState | None = self.futures.get(key)
             if st is None:
                 st = self.futures[key] = FutureState(key)
             else:
@@ -610,6 +644,7 @@ class ClientConnection:
         self.status = "closed"
         if self._watchdog is not None:
             self._watchdog.stop()
+        self._room_made()
         self._fail_everything(CONNECTION_LOST, msg)
 
     def _fail_everything(self, reason: str, msg: str | None = None) -> None:

@@ -355,6 +355,8 @@ class Submission:
 
         with gc_paused():
             while sources:
+                # The scheduler takes the chunks sent so far before more are made.
+                self.connection.wait_for_room()
                 columns = [list(itertools.islice(it, size)) for it in sources]
                 n = min(map(len, columns))
                 if n < size:  # the shortest iterable ends here, as zip's items do

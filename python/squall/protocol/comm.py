@@ -101,6 +101,9 @@ ROLE_MAX_FRAME_BYTES = {"nanny": 2**20}
 
 #: Room left in a frame for the batch's headers (msgpack), beside its payloads.
 HEADER_ROOM = 16 * 2**20
+#: The payload one batch frame gathers at most (a larger message goes alone): enough to
+#: pay a frame's cost off many times over, and what the peer buffers before it parses.
+BATCH_FRAME_BYTES = 4 * 2**20
 #: A payload that does not fit one frame is sent in parts of at most this many bytes,
 #: so that neither side holds a second copy of the whole message in a frame buffer.
 PART_BYTES = 64 * 2**20
@@ -807,6 +810,10 @@ class BatchedSend:
         self._task: asyncio.Task[None] | None = None
         self._last_flush = float("-inf")
         self.frames_sent = 0
+        #: Payload bytes queued and not yet written.
+        self.backlog = 0
+        #: Called on the loop after each frame written (a producer may wait for room).
+        self.on_written: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -814,7 +821,7 @@ class BatchedSend:
     @property
     def limit(self) -> int:
         """The payload a batch may gather; a larger message is a batch of its own."""
-        return self.comm.max_frame_bytes - HEADER_ROOM
+        return min(self.comm.max_frame_bytes - HEADER_ROOM, BATCH_FRAME_BYTES)
 
     def send(
         self, msg: m.Message, payload: bytes | memoryview = b"", urgent: bool = False
@@ -830,6 +837,7 @@ class BatchedSend:
             self._full.append(batch)
             batch = self._batch = _Pending()
         batch.add(msg, payload)
+        self.backlog += len(payload)
         if urgent:
             self._last_flush = float("-inf")
         self._wake.set()
@@ -854,6 +862,9 @@ class BatchedSend:
             payload = b.payloads[0] if len(b.payloads) == 1 else b"".join(b.payloads)
             await self.comm.write_batch(m.Batch(msgs=b.msgs, spans=b.spans), payload)
             self.frames_sent += 1
+            self.backlog -= b.size
+            if self.on_written is not None:
+                self.on_written()
 
     async def close(self) -> None:
         """Send what is pending, then stop. Never raises for a broken connection: a
