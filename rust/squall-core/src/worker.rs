@@ -4,10 +4,12 @@ use crate::ids::{PrefixId, TaskId};
 use indexmap::{IndexMap, IndexSet};
 
 /// Insertion-ordered sets and maps keyed by ids. Their iteration order depends only on
-/// the operations, never on the hasher; foldhash spreads sequential ids well where
-/// FxHash clustered them into long probe sequences.
-pub type IdIndexSet<T> = IndexSet<T, hashbrown::DefaultHashBuilder>;
-pub type IdIndexMap<K, V> = IndexMap<K, V, hashbrown::DefaultHashBuilder>;
+/// the operations, never on the hasher. The id hash places sixteen consecutive ids in
+/// one run of buckets and spreads the runs uniformly (docs/core.md#hashing-neighbours):
+/// a worker's processing tasks and stealing bins hold a window of a map's consecutive
+/// ids, up to 100,000 of them, which a uniform hash scattered over the caches.
+pub type IdIndexSet<T> = IndexSet<T, squall_hash::BuildIdHasher>;
+pub type IdIndexMap<K, V> = IndexMap<K, V, squall_hash::BuildIdHasher>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerStatus {
