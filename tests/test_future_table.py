@@ -105,7 +105,6 @@ def test_a_cycle_through_a_run_s_state_is_collected() -> None:
     table, marker, error = FutureTable(), Marker(), ValueError("holds the table")
     futures, _ = hold(table, run_keys("c-", 0, 2), ("c-", 0))
     marker.table = table
-    error.add_note(repr(marker))
     error.marker = marker  # type: ignore[attr-defined]
     futures[0]._state.set_error(error, None)  # the table holds the state, it the table
     alive = weakref.ref(marker)
