@@ -4,6 +4,7 @@ chunk's keys held as a run behave exactly as a dict of them would."""
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from typing import Any
 
@@ -27,8 +28,10 @@ def hold(
     return hold_keys(table, keys, Future, FutureState, CLIENT, run)
 
 
-def release(table: FutureTable, states: list[FutureState]) -> list[Any]:
-    return release_states(table, states, FutureState)
+def release(table: FutureTable, futures: list[Future]) -> list[Any]:
+    """Releases one reference per future (its state, then its key)."""
+    pairs = [x for f in futures for x in (f._state, f.key)]
+    return release_states(table, pairs, FutureState)
 
 
 def test_a_run_of_keys_is_held_as_a_dict_of_them_would_be() -> None:
@@ -54,9 +57,9 @@ def test_a_run_of_keys_is_held_as_a_dict_of_them_would_be() -> None:
 def test_a_run_s_key_entered_alone_goes_to_its_place_in_the_run() -> None:
     table = FutureTable()
     futures, _ = hold(table, run_keys("f-0", 0, 4), ("f-0", 0))
-    gone = release(table, [futures[1]._state])
+    gone = release(table, [futures[1]])
     assert gone == ["f-000000001"] and len(table) == 3 and "f-000000001" not in table
-    st_ = FutureState("f-000000001")
+    st_ = FutureState()
     table["f-000000001"] = st_
     assert table["f-000000001"] is st_ and len(table) == 4
     assert table.pop("f-000000001") is st_ and len(table) == 3
@@ -82,7 +85,7 @@ def test_indices_beyond_eight_hex_digits_are_held_alone() -> None:
     keys = [f"big-{i:08x}" for i in range(2**32 - 2, 2**32 + 2)]
     futures, fresh = hold(table, keys, ("big-", 2**32 - 2))
     assert fresh is None and dict(table.items()) == {f.key: f._state for f in futures}
-    assert release(table, [f._state for f in futures]) == keys and len(table) == 0
+    assert release(table, futures) == keys and len(table) == 0
 
 
 def test_key_in_memory_finishes_the_states_of_runs_and_of_the_dict() -> None:
@@ -96,6 +99,18 @@ def test_key_in_memory_finishes_the_states_of_runs_and_of_the_dict() -> None:
     assert awaited == [waited]
     statuses = [f._state.status for f in futures + others]
     assert statuses == ["finished", "pending", "finished", "finished", "pending", "finished"]
+
+
+def test_a_state_is_48_bytes_and_keeps_its_count_in_its_rare_part() -> None:
+    table = FutureTable()
+    futures, _ = hold(table, run_keys("r-", 0, 2) * 2)  # two futures per key
+    state = futures[0]._state
+    assert sys.getsizeof(state) == 48 and state.refs == 2
+    state.set_error(ValueError("rare"), None)  # the count moves to the rare part
+    assert state.refs == 2 and state.status == "error"
+    assert release(table, futures[:1]) == [] and state.refs == 1
+    assert release(table, futures[2:3]) == ["r-00000000"] and state.refs == 0
+    assert "r-00000000" not in table and "r-00000001" in table
 
 
 def test_a_cycle_through_a_run_s_state_is_collected() -> None:
@@ -144,7 +159,7 @@ ops = st.lists(
 @given(ops)
 def test_the_table_holds_what_a_dict_would(script: list[tuple[Any, ...]]) -> None:
     table, model = FutureTable(), {}
-    handed: list[FutureState] = []  # one state per live future
+    handed: list[Future] = []  # the futures not released yet
     for op, *args in script:
         if op in ("run", "hold"):
             if op == "run":
@@ -161,16 +176,17 @@ def test_the_table_holds_what_a_dict_would(script: list[tuple[Any, ...]]) -> Non
                     model[key] = f._state
                     expect_fresh.append(i)
             assert (fresh if fresh is not None else list(range(len(keys)))) == expect_fresh
-            handed += [f._state for f in futures]
+            handed += futures
         elif op == "release" and handed:
-            state = handed.pop(args[0] % len(handed))
+            future = handed.pop(args[0] % len(handed))
+            state, key = future._state, future.key
             expect = []
             if state.refs == 1:
-                if model.get(state.key) is state:
-                    del model[state.key]
-                if state.key not in model:
-                    expect = [state.key]
-            assert release(table, [state]) == expect
+                if model.get(key) is state:
+                    del model[key]
+                if key not in model:
+                    expect = [key]
+            assert release(table, [future]) == expect
         elif op == "pop":
             assert table.pop(args[0], None) is model.pop(args[0], None)
         assert len(table) == len(model)

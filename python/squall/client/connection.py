@@ -154,7 +154,7 @@ class ClientConnection:
         self._watchdog: liveness.Watchdog | None = None
         self._requests: dict[int, asyncio.Future[tuple[m.Message, memoryview]]] = {}
         #: Futures' states a reply handed over, held for its request until taken.
-        self._handed: dict[int, list[FutureState]] = {}
+        self._handed: dict[int, list[tuple[Key, FutureState]]] = {}
         self._graphs: dict[int, list[Key]] = {}
         #: ``{topic: handler}`` of the topics subscribed to (``subscribe_topic``).
         self.event_handlers: dict[str, Handler] = dict(DEFAULT_HANDLERS)
@@ -167,8 +167,9 @@ class ClientConnection:
         # and the condition a thread waiting for room (``wait_for_room``) waits on.
         self._queued_bytes = 0
         self._room = threading.Condition()
-        # Futures released from any thread, waiting for the loop (one wake-up per batch).
-        self._releasing: deque[FutureState] = deque()
+        # Futures released from any thread, waiting for the loop (one wake-up per batch):
+        # a state, then its key, for each.
+        self._releasing: deque[FutureState | Key] = deque()
         self._drain_scheduled = False
         # Calls queued for the loop by ``call_soon`` (any thread), run in order by one
         # callback: a burst of submits wakes the loop once, not once each.
@@ -543,7 +544,7 @@ class ClientConnection:
         with self.refcount_lock:
             st: FutureState | None = self.futures.get(key)
             if st is None:
-                st = self.futures[key] = FutureState(key)
+                st = self.futures[key] = FutureState()
             else:
                 st.refs += 1
             return st
@@ -558,11 +559,11 @@ class ClientConnection:
         with self.refcount_lock:
             return hold_keys(self.futures, keys, Future, FutureState, client, run)
 
-    def release_soon(self, state: FutureState) -> None:
-        """Any thread: drop one reference to ``state`` on the loop. Lock-free (a future's
-        ``__del__``): appending to and popping from a deque are atomic, and a drain is
-        scheduled whenever none is pending after the append."""
-        self._releasing.append(state)
+    def release_soon(self, state: FutureState, key: Key) -> None:
+        """Any thread: drop one reference to ``state`` (of ``key``) on the loop.
+        Lock-free (a future's ``__del__``): extending a deque by a pair and popping from
+        it are atomic, and a drain is scheduled whenever none is pending after it."""
+        self._releasing.extend((state, key))
         if not self._drain_scheduled:
             self._drain_scheduled = True
             self.call_soon(self._drain_releasing)
@@ -587,10 +588,11 @@ class ClientConnection:
             if self._unsent:
                 return None
             releasing = self._releasing
-            states = [releasing.popleft() for _ in range(len(releasing))]
+            # Pairs: the deque only ever grows by whole ones.
+            pairs = [releasing.popleft() for _ in range(len(releasing))]
             # A key is released unless another state holds it (``cancel`` drops a key's
             # state; a future made after that makes a new one): one compiled loop.
-            gone = release_states(self.futures, states, FutureState)
+            gone = release_states(self.futures, pairs, FutureState)
             self._to_release.extend(gone)
         return bool(gone)
 
@@ -652,10 +654,10 @@ class ClientConnection:
             if not fut.done():
                 fut.set_exception(comm.CommClosedError(msg or reason))
         with self.refcount_lock:
-            states = list(self.futures.values())
-        for st in states:
+            held = self.futures.items()
+        for key, st in held:
             if not st.done():
-                st.cancel(reason, msg)
+                st.cancel(key, reason, msg)
 
     def _states(self, payload: memoryview) -> list[FutureState]:
         keys = decode_keys(bytes(payload))
@@ -705,9 +707,12 @@ class ClientConnection:
             erred.set_error(exc, tb)
 
     def _cancelled(self, msg: m.CancelledKeys, payload: memoryview) -> None:
-        for st in self._states(payload):
+        keys = decode_keys(bytes(payload))
+        with self.refcount_lock:
+            held = [(k, st) for k in keys if (st := self.futures.get(k)) is not None]
+        for key, st in held:
             if st.status != "cancelled":
-                st.cancel("cancelled by the scheduler")
+                st.cancel(key, "cancelled by the scheduler")
 
     def _reply(
         self,
@@ -761,16 +766,17 @@ class ClientConnection:
             values_end = sum(size for size in msg.sizes if size > 0)
             keys = decode_keys(bytes(payload[values_end:]))
             with self.refcount_lock:
-                states = [self.hold(k) for k in keys]
+                held = [(k, self.hold(k)) for k in keys]
             if msg.id in self._requests:
-                self._handed[msg.id] = states
+                self._handed[msg.id] = held
             else:  # its caller gave up: nothing will make futures of them
-                for st in states:
-                    self.release_soon(st)
+                for k, st in held:
+                    self.release_soon(st, k)
         self._reply(msg, payload)
 
-    def take_handed(self, rid: int) -> list[FutureState]:
-        """The states a reply to request ``rid`` handed over (release each once)."""
+    def take_handed(self, rid: int) -> list[tuple[Key, FutureState]]:
+        """The keys and states a reply to request ``rid`` handed over (release each
+        once)."""
         return self._handed.pop(rid, [])
 
     def _unexpected(self, msg: m.Message, payload: memoryview) -> None:
@@ -790,14 +796,14 @@ class ClientConnection:
     def _restarted(self) -> None:
         """On the loop: the scheduler forgot every task."""
         with self.refcount_lock:
-            states = list(self.futures.values())
+            held = self.futures.items()
             self.futures.clear()
             self._to_release.clear()
             self.generation += 1
-            for st in states:  # their futures release nothing now (see FutureState)
+            for _, st in held:  # their futures release nothing now (see FutureState)
                 st.refs = 0
-        for st in states:
-            st.cancel("scheduler-restart", RESTART_MESSAGE)
+        for key, st in held:
+            st.cancel(key, "scheduler-restart", RESTART_MESSAGE)
 
     # ----- waiting ----------------------------------------------------------------------
 

@@ -99,15 +99,15 @@ class DataMovement:
         # distinct, checked without a dict of millions of entries, and the fast path
         # makes no list of them (docs/runtime.md#futures-in-bulk).
         if distinct_attributes(found, "_state"):
-            keys = list(map(_KEY, found))  # a future's key is its state's
+            keys = list(map(_KEY, found))
             if found is futures:  # a map's futures, each its own key: no dict of values
                 values = await self._in_order(keys, found, errors)
                 if values is not None:
                     return values if type(futures) is list else type(futures)(values)
             states = list(map(_STATE, found))
         else:
-            states = list(dict.fromkeys(map(_STATE, found)))
-            keys = list(map(_KEY, states))
+            by_state = dict(zip(map(_STATE, found), map(_KEY, found), strict=True))
+            states, keys = list(by_state), list(by_state.values())
         data = await self.gather_keys(keys, states, errors)
         return pack_results(futures, data)
 

@@ -42,11 +42,13 @@ T = TypeVar("T")
 
 class _Rare:
     """What few of a map's futures ever need: an event to await one alone, and an
-    error. Kept apart so that each state of a large map is smaller by their slots."""
+    error; and then the count of the state's futures. Kept apart so that each state of
+    a large map is smaller by their slots."""
 
-    __slots__ = ("event", "exception", "traceback", "type")
+    __slots__ = ("event", "exception", "refs", "traceback", "type")
 
-    def __init__(self) -> None:
+    def __init__(self, refs: int) -> None:
+        self.refs = refs
         self.event: asyncio.Event | None = None
         self.exception: BaseException | None = None
         self.traceback: types.TracebackType | None = None
@@ -66,10 +68,11 @@ class _RareField(Generic[T]):
     def __get__(self, st: FutureState | None, owner: type) -> T | _RareField[T] | None:
         if st is None:
             return self
-        return None if st._rare is None else getattr(st._rare, self.name)
+        x = st._x
+        return getattr(x, self.name) if isinstance(x, _Rare) else None
 
     def __set__(self, st: FutureState, value: T | None) -> None:
-        if value is not None or st._rare is not None:
+        if value is not None or isinstance(st._x, _Rare):
             setattr(st._more(), self.name, value)
 
 
@@ -81,27 +84,41 @@ _RELEASED: set[int] = set()
 class FutureState:
     """State shared by all futures of one key in one client; mutated on the loop.
 
-    ``refs`` counts those futures (under the client's refcount lock). A restart forgets
-    every key: the client then sets the count of each state it held to 0, so the
-    futures from before it, counting down past 0, release nothing after. The event,
-    the error and the type live in a :class:`_Rare` made when first set."""
+    Two slots, 48 bytes: its status, and ``_x``, the count of those futures (under the
+    client's refcount lock) until the state needs more, then its :class:`_Rare` (the
+    event, the error and the type, made when first set), which holds the count. The key
+    is not repeated here: the table and the futures hold it. A restart forgets every
+    key: the client then sets the count of each state it held to 0, so the futures
+    from before it, counting down past 0, release nothing after."""
 
-    __slots__ = ("_rare", "key", "refs", "status")
+    __slots__ = ("_x", "status")
 
-    def __init__(self, key: Key) -> None:
-        self.key = key
-        self.refs = 1
+    def __init__(self) -> None:
         self.status: Status = "pending"
-        self._rare: _Rare | None = None
+        self._x: int | _Rare = 1
+
+    @property
+    def refs(self) -> int:
+        x = self._x
+        return x.refs if isinstance(x, _Rare) else x
+
+    @refs.setter
+    def refs(self, n: int) -> None:
+        x = self._x
+        if isinstance(x, _Rare):
+            x.refs = n
+        else:
+            self._x = n
 
     def _more(self) -> _Rare:
-        if self._rare is None:
+        x = self._x
+        if not isinstance(x, _Rare):
             # A map's state is left untracked by the cyclic collector while it holds
             # only atoms (``hold_keys``); its rare part may close a cycle (an exception
             # whose traceback holds a future), so from now it is tracked.
             gc_track(self)
-            self._rare = _Rare()
-        return self._rare
+            x = self._x = _Rare(x)
+        return x
 
     exception: _RareField[BaseException] = _RareField()
     traceback: _RareField[types.TracebackType] = _RareField()
@@ -117,11 +134,12 @@ class FutureState:
         return rare.event
 
     def _signal(self) -> None:
-        if self._rare is not None and self._rare.event is not None:
+        x = self._x
+        if isinstance(x, _Rare) and x.event is not None:
             if self.done():
-                self._rare.event.set()
+                x.event.set()
             else:
-                self._rare.event.clear()
+                x.event.clear()
 
     def finish(self) -> None:
         self.status = "finished"
@@ -136,9 +154,9 @@ class FutureState:
         self.exception = self.traceback = None
         self._signal()
 
-    def cancel(self, reason: str | None = None, msg: str | None = None) -> None:
+    def cancel(self, key: Key, reason: str | None = None, msg: str | None = None) -> None:
         self.status = "cancelled"
-        self.exception = FutureCancelledError(self.key, reason, msg)
+        self.exception = FutureCancelledError(key, reason, msg)
         self._signal()
 
     def set_error(self, exception: BaseException, tb: types.TracebackType | None) -> None:
@@ -270,7 +288,7 @@ class Future(TaskRef):
     def release(self) -> None:
         if id(self) not in _RELEASED:
             _RELEASED.add(id(self))
-            self._client.connection.release_soon(self._state)
+            self._client.connection.release_soon(self._state, self.key)
 
     def __del__(self) -> None:
         if _RELEASED and id(self) in _RELEASED:
@@ -279,7 +297,7 @@ class Future(TaskRef):
         # try rather than contextlib.suppress: this runs once per future of a map. A
         # future whose __init__ failed, or an unpickled one, has nothing to release.
         try:  # noqa: SIM105
-            self._client.connection.release_soon(self._state)
+            self._client.connection.release_soon(self._state, self.key)
         except Exception:
             pass
 

@@ -47,8 +47,8 @@ def unpickle_values(client: Client, rid: int, sizes: list[int], payload: memoryv
                 offset += size
         return out
     finally:
-        for st in handed:
-            connection.release_soon(st)
+        for key, st in handed:
+            connection.release_soon(st, key)
 
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # untyped base

@@ -551,7 +551,7 @@ class Submission:
                 with self.connection.refcount_lock:
                     st = self.connection.futures.pop(k, None)
                 if st is not None:
-                    st.cancel(reason or "cancelled by the client", msg)
+                    st.cancel(k, reason or "cancelled by the client", msg)
 
         return self.connection.sync(run, asynchronous=asynchronous)
 

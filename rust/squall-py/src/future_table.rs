@@ -189,8 +189,8 @@ impl FutureTable {
         Ok(Held::State(held))
     }
 
-    /// Holds the new states `states` for the keys `head` + `start`, `start + 1`, ... as
-    /// one run, if it can be made: no run of `head` yet, none of the keys in the dict,
+    /// Holds a new state (made by `new_state`) for each of the keys `head` + `start`,
+    /// `start + 1`, ... as one run, if it can be made: no run of `head` yet, none of the keys in the dict,
     /// and every index below 2**32. False (nothing done) otherwise.
     pub fn hold_run(
         &mut self,
@@ -198,7 +198,7 @@ impl FutureTable {
         head: &str,
         start: u64,
         keys: &[Bound<'_, PyAny>],
-        states: &mut dyn FnMut(usize) -> PyResult<Py<PyAny>>,
+        new_state: &mut dyn FnMut() -> PyResult<Py<PyAny>>,
     ) -> PyResult<bool> {
         let fits = |n: u64| u32::try_from(n).is_ok();
         if self.runs.contains_key(head) || !fits(start + keys.len() as u64) {
@@ -221,8 +221,8 @@ impl FutureTable {
                 return Ok(false);
             }
         }
-        for i in 0..keys.len() {
-            held.push(Some(states(i)?));
+        for _ in keys {
+            held.push(Some(new_state()?));
         }
         self.in_runs += held.len();
         if !held.is_empty() {

@@ -2,10 +2,10 @@
 //! share, bound and entered in the client's table of states in one C loop
 //! (docs/runtime.md#futures-in-bulk).
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyList, PyString, PyType};
+use pyo3::types::{PyInt, PyList, PyString, PyType};
 use pyo3::{ffi, intern};
 use squall_wire::keys::read_keys;
 
@@ -128,9 +128,9 @@ fn fill<'py, const N: usize>(
 /// then held as one run of the table if it can be made
 /// (docs/runtime.md#the-table-of-states).
 ///
-/// A new state holds only atoms (its key, its count, its status) until its rare part is
-/// made: it is left untracked by the cyclic collector, as CPython leaves a dict of
-/// atoms (`FutureState._more` tracks it again).
+/// A new state holds only atoms (its status and its count) until its rare part is made:
+/// it is left untracked by the cyclic collector, as CPython leaves a dict of atoms
+/// (`FutureState._more` tracks it again).
 #[pyfunction]
 #[pyo3(signature = (table, keys, future_type, state_type, client, run = None))]
 pub fn hold_keys<'py>(
@@ -144,14 +144,13 @@ pub fn hold_keys<'py>(
     let py = table.py();
     let mut table = table.borrow_mut();
     let future_slots = slots(future_type, ["key", "_client", "_state"])?;
-    let state_slots = slots(state_type, ["key", "refs", "status", "_rare"])?;
+    let state_slots = slots(state_type, ["status", "_x"])?;
     let refs_name = intern!(py, "refs");
     let pending = intern!(py, "pending").as_any();
     let one = 1i64.into_pyobject(py)?.into_any();
-    let none = py.None().into_bound(py);
-    let new_state = |key: &Bound<'py, PyAny>| -> PyResult<Bound<'py, PyAny>> {
+    let new_state = || -> PyResult<Bound<'py, PyAny>> {
         let made = alloc(state_type)?;
-        fill(&made, &state_slots, [key, &one, pending, &none])?;
+        fill(&made, &state_slots, [pending, &one])?;
         // SAFETY: `made` is a live object of a GC type (a class with slots) and is
         // tracked (its allocator tracked it); it refers only to atoms.
         unsafe { ffi::PyObject_GC_UnTrack(made.as_ptr().cast()) };
@@ -161,8 +160,8 @@ pub fn hold_keys<'py>(
     let mut states = Vec::with_capacity(keys.len());
     let mut fresh: Option<Vec<usize>> = None;
     let in_run = match &run {
-        Some((head, start)) => table.hold_run(py, head, *start, &keys, &mut |i| {
-            let st = new_state(&keys[i])?;
+        Some((head, start)) => table.hold_run(py, head, *start, &keys, &mut || {
+            let st = new_state()?;
             states.push(st.clone());
             Ok(st.unbind())
         })?,
@@ -178,7 +177,7 @@ pub fn hold_keys<'py>(
                     state
                 }
                 Held::Absent => {
-                    let made = new_state(key)?;
+                    let made = new_state()?;
                     table.insert(key, &made)?;
                     if let Some(fresh) = fresh.as_mut() {
                         fresh.push(i);
@@ -201,7 +200,7 @@ pub fn hold_keys<'py>(
 /// A `key-in-memory` notice applied: each of the keys in `payload` (a key list) that
 /// `table` holds a state of (of `state_type`) is finished, in one loop with no Python
 /// call per key (and no Python string for a key of a run). Returns the states among
-/// them that have a rare part (`_rare`), whose events the caller sets
+/// them that have a rare part (`_x` is no count), whose events the caller sets
 /// (docs/runtime.md#futures-in-bulk).
 #[pyfunction]
 pub fn finish_keys<'py>(
@@ -211,7 +210,7 @@ pub fn finish_keys<'py>(
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let py = table.py();
     let mut table = table.borrow_mut();
-    let [status, rare] = slots(state_type, ["status", "_rare"])?;
+    let [status, rare] = slots(state_type, ["status", "_x"])?;
     let finished = intern!(py, "finished").as_any();
     let mut signal = Vec::new();
     for key in read_keys(payload).map_err(wire_error)? {
@@ -223,7 +222,7 @@ pub fn finish_keys<'py>(
             continue;
         };
         status.put(&state, finished)?;
-        if !rare.get(&state)?.is_none() {
+        if !rare.get(&state)?.is_exact_instance_of::<PyInt>() {
             signal.push(state);
         }
     }
@@ -231,29 +230,46 @@ pub fn finish_keys<'py>(
 }
 
 /// `ClientConnection.settle_releases` under its lock: one reference dropped from each
-/// of `states` (of `state_type`, a state once per future released). A state whose count
-/// reaches 0 leaves `table` if it is still its key's (`cancel` may have replaced it);
-/// returns the keys freed, to release, unless another state holds them. A count below
-/// 0 (futures from before a restart, which zeroed it) frees nothing.
+/// state of `pairs` (a state of `state_type`, then its key, once per future released).
+/// A state whose count reaches 0 leaves `table` if it is still its key's (`cancel` may
+/// have replaced it); returns the keys freed, to release, unless another state holds
+/// them. A count below 0 (futures from before a restart, which zeroed it) frees nothing.
 #[pyfunction]
 pub fn release_states<'py>(
     table: &Bound<'py, FutureTable>,
-    states: &Bound<'py, PyList>,
+    pairs: &Bound<'py, PyList>,
     state_type: &Bound<'py, PyType>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let py = table.py();
     let mut table = table.borrow_mut();
-    let [key_slot, refs_slot] = slots(state_type, ["key", "refs"])?;
+    let [count] = slots(state_type, ["_x"])?;
+    let refs_name = intern!(py, "refs");
+    if pairs.len() % 2 != 0 {
+        return Err(PyValueError::new_err(
+            "release_states takes (state, key) pairs",
+        ));
+    }
+    let items: Vec<Bound<'py, PyAny>> = pairs.iter().collect();
     let mut gone = Vec::new();
-    for state in states.iter() {
-        let refs = refs_slot.get(&state)?.extract::<i64>()? - 1;
-        refs_slot.put(&state, &refs.into_pyobject(py)?.into_any())?;
+    for pair in items.chunks_exact(2) {
+        let (state, key) = (&pair[0], &pair[1]);
+        // The count is the slot itself, or its rare part's once that is made.
+        let x = count.get(state)?;
+        let refs = if x.is_exact_instance_of::<PyInt>() {
+            let refs = x.extract::<i64>()? - 1;
+            count.put(state, &refs.into_pyobject(py)?.into_any())?;
+            refs
+        } else {
+            let refs = x.getattr(refs_name)?.extract::<i64>()? - 1;
+            x.setattr(refs_name, refs)?;
+            refs
+        };
         if refs != 0 {
             continue;
         }
-        let key = key_slot.get(&state)?;
-        match table.remove(&key, Some(&state))? {
-            Held::State(held) if !held.is(&state) => continue,
+        let key = key.clone();
+        match table.remove(&key, Some(state))? {
+            Held::State(held) if !held.is(state) => continue,
             _ => gone.push(key),
         }
     }
