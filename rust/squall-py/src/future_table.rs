@@ -190,8 +190,8 @@ impl FutureTable {
     }
 
     /// Holds a new state (made by `new_state`) for each of the keys `head` + `start`,
-    /// `start + 1`, ... as one run, if it can be made: no run of `head` yet, none of the keys in the dict,
-    /// and every index below 2**32. False (nothing done) otherwise.
+    /// `start + 1`, ... as one run, if it can be made: no run of `head` yet, none of
+    /// the keys in the dict, and every index below 2**32. False (nothing done) otherwise.
     pub fn hold_run(
         &mut self,
         py: Python<'_>,
