@@ -4,7 +4,6 @@ chunk's keys held as a run behave exactly as a dict of them would."""
 from __future__ import annotations
 
 import gc
-import sys
 import weakref
 from typing import Any
 
@@ -101,11 +100,12 @@ def test_key_in_memory_finishes_the_states_of_runs_and_of_the_dict() -> None:
     assert statuses == ["finished", "pending", "finished", "finished", "pending", "finished"]
 
 
-def test_a_state_is_48_bytes_and_keeps_its_count_in_its_rare_part() -> None:
+def test_a_state_is_two_slots_and_keeps_its_count_in_its_rare_part() -> None:
     table = FutureTable()
     futures, _ = hold(table, run_keys("r-", 0, 2) * 2)  # two futures per key
     state = futures[0]._state
-    assert sys.getsizeof(state) == 48 and state.refs == 2
+    # Two slots: 48 bytes with the collector's header on CPython 3.10-3.14.
+    assert FutureState.__basicsize__ == object.__basicsize__ + 2 * 8 and state.refs == 2
     state.set_error(ValueError("rare"), None)  # the count moves to the rare part
     assert state.refs == 2 and state.status == "error"
     assert release(table, futures[:1]) == [] and state.refs == 1
