@@ -46,13 +46,6 @@ struct Run {
     live: usize,
 }
 
-impl Run {
-    fn slot(&mut self, index: u32) -> Option<&mut Option<Py<PyAny>>> {
-        let at = index.checked_sub(self.start)? as usize;
-        self.states.get_mut(at)
-    }
-}
-
 /// Where a key is held, if anywhere.
 pub enum Held<'py> {
     /// The state held for it.
@@ -74,25 +67,36 @@ pub struct FutureTable {
     in_runs: usize,
 }
 
+/// `key`'s text if it is a str (a run holds only str keys).
+fn text_of<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a str>> {
+    key.cast::<PyString>().ok().map(|s| s.to_str()).transpose()
+}
+
 impl FutureTable {
-    /// The run holding `key`'s place and the index in it, if any.
-    fn run_of<'a>(&'a mut self, key: &str) -> Option<(&'a mut Run, u32)> {
+    /// The run covering the str key `key` and the key's place in it, if any.
+    fn run_of(&mut self, key: &str) -> Option<(&mut Run, usize)> {
         let (head, index) = split_key(key)?;
         let run = self.runs.get_mut(head)?;
-        let covered = index
-            .checked_sub(run.start)
-            .is_some_and(|at| (at as usize) < run.states.len());
-        covered.then_some((run, index))
+        let at = index.checked_sub(run.start)? as usize;
+        (at < run.states.len()).then_some((run, at))
+    }
+
+    /// What a run holds for the str key `key`: None if no run covers it (the dict may
+    /// hold it then).
+    fn held_in_run<'py>(&mut self, py: Python<'py>, key: &str) -> Option<Held<'py>> {
+        let (run, at) = self.run_of(key)?;
+        Some(
+            run.states[at]
+                .as_ref()
+                .map_or(Held::Absent, |st| Held::State(st.bind(py).clone())),
+        )
     }
 
     /// The state held for the str key `key`, given as text (a key read off the wire):
     /// no Python string is made unless the dict must be looked in.
     pub fn get_str<'py>(&mut self, py: Python<'py>, key: &str) -> PyResult<Held<'py>> {
-        if let Some((run, index)) = self.run_of(key) {
-            let slot = run.slot(index).expect("covered");
-            return Ok(slot
-                .as_ref()
-                .map_or(Held::Absent, |st| Held::State(st.bind(py).clone())));
+        if let Some(held) = self.held_in_run(py, key) {
+            return Ok(held);
         }
         if self.dict.bind(py).is_empty() {
             return Ok(Held::Absent);
@@ -109,27 +113,17 @@ impl FutureTable {
 
     /// The state held for `key`.
     pub fn get<'py>(&mut self, key: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
-        if let Ok(s) = key.cast::<PyString>() {
-            if let Some((run, index)) = self.run_of(s.to_str()?) {
-                let slot = run.slot(index).expect("covered");
-                return Ok(slot
-                    .as_ref()
-                    .map_or(Held::Absent, |st| Held::State(st.bind(key.py()).clone())));
-            }
+        if let Some(held) = text_of(key)?.and_then(|s| self.held_in_run(key.py(), s)) {
+            return Ok(held);
         }
         self.get_in_dict(key)
     }
 
     /// Holds `state` for `key` (replacing the state held, if any).
     pub fn insert(&mut self, key: &Bound<'_, PyAny>, state: &Bound<'_, PyAny>) -> PyResult<()> {
-        let text = key
-            .cast::<PyString>()
-            .ok()
-            .map(|s| s.to_str())
-            .transpose()?;
-        if let Some((run, index)) = text.and_then(|s| self.run_of(s)) {
-            let slot = run.slot(index).expect("covered");
-            if slot.replace(state.clone().unbind()).is_none() {
+        let text = text_of(key)?;
+        if let Some((run, at)) = text.and_then(|s| self.run_of(s)) {
+            if run.states[at].replace(state.clone().unbind()).is_none() {
                 run.live += 1;
                 self.in_runs += 1;
             }
@@ -152,29 +146,23 @@ impl FutureTable {
         only: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Held<'py>> {
         let py = key.py();
-        let text = key
-            .cast::<PyString>()
-            .ok()
-            .map(|s| s.to_str())
-            .transpose()?;
-        if let Some((head, index)) = text.and_then(split_key) {
-            if let Some(run) = self.runs.get_mut(head) {
-                if let Some(slot) = run.slot(index) {
-                    let Some(held) = slot.as_ref().map(|st| st.bind(py).clone()) else {
-                        return Ok(Held::Absent);
-                    };
-                    if only.is_some_and(|only| !only.is(&held)) {
-                        return Ok(Held::State(held));
-                    }
-                    *slot = None;
-                    run.live -= 1;
-                    self.in_runs -= 1;
-                    if run.live == 0 {
-                        self.runs.remove(head);
-                    }
-                    return Ok(Held::State(held));
-                }
+        let text = text_of(key)?;
+        if let Some((run, at)) = text.and_then(|s| self.run_of(s)) {
+            let Some(held) = run.states[at].as_ref().map(|st| st.bind(py).clone()) else {
+                return Ok(Held::Absent);
+            };
+            if only.is_some_and(|only| !only.is(&held)) {
+                return Ok(Held::State(held));
             }
+            run.states[at] = None;
+            run.live -= 1;
+            let emptied = run.live == 0;
+            self.in_runs -= 1;
+            if emptied {
+                let (head, _) = text.and_then(split_key).expect("a run's key splits");
+                self.runs.remove(head);
+            }
+            return Ok(Held::State(held));
         }
         let dict = self.dict.bind(py);
         let Some(held) = dict.get_item(key)? else {
