@@ -31,6 +31,7 @@ mod stealing;
 mod stimuli;
 mod story;
 mod task;
+mod tasklist;
 mod transitions;
 mod validate;
 mod worker;
@@ -58,6 +59,7 @@ pub use stealing::{Stealing, WorkerTaskState};
 pub use stimuli::{heartbeat_interval, Finished, Outcome, Scattered};
 pub use story::LogEntry;
 pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState};
+pub use tasklist::TaskList;
 pub use worker::{Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus};
 
 impl Scheduler {

@@ -32,7 +32,7 @@ impl Scheduler {
         let compute: f64 = ws
             .task_prefix_count
             .iter()
-            .map(|(&p, &n)| f64::from(n) * self.prefix_duration(p))
+            .map(|(p, n)| f64::from(n) * self.prefix_duration(p))
             .sum();
         (compute + ws.network_occ as f64 / self.bandwidth).max(0.0)
     }

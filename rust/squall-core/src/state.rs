@@ -767,7 +767,7 @@ pub(crate) fn queued_entry(
     tasks[t.idx()]
         .as_ref()
         .filter(|ts| ts.state == TaskState::Queued)
-        .map(|ts| (ts.priority, ts.queue_seq))
+        .map(|ts| (ts.priority, ts.queue_seq()))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::ids::{PrefixId, TaskId, WorkerId};
 use crate::state::Scheduler;
 use crate::stimuli::{Slots, Stimulus};
 use crate::task::{TaskState as S, NOT_BINNED};
+use crate::tasklist::TaskList;
 use crate::worker::{IdIndexMap, IdIndexSet};
 
 pub const LEVELS: usize = 15;
@@ -70,8 +71,9 @@ pub(crate) struct InFlight {
 pub struct Stealing {
     pub(crate) last_balance: f64,
     /// Per worker slot: tasks per level.
-    stealable: Vec<Option<Box<[IdIndexSet<TaskId>; LEVELS]>>>,
-    /// Tasks in the bins (each binned task's level is in its `steal_level`).
+    stealable: Vec<Option<Box<[TaskList; LEVELS]>>>,
+    /// Tasks in the bins (each binned task's level is in its `steal_level`, its place
+    /// in the bin in its `bin_place`).
     n_binned: usize,
     in_flight: IdIndexMap<TaskId, InFlight>,
     in_flight_occupancy: IdIndexMap<WorkerId, f64>,
@@ -95,12 +97,11 @@ fn round_half_even(x: f64) -> f64 {
 }
 
 impl Stealing {
-    fn bins(&mut self, w: WorkerId) -> &mut [IdIndexSet<TaskId>; LEVELS] {
+    fn bins(&mut self, w: WorkerId) -> &mut [TaskList; LEVELS] {
         if self.stealable.len() <= w.idx() {
             self.stealable.resize_with(w.idx() + 1, || None);
         }
-        self.stealable[w.idx()]
-            .get_or_insert_with(|| Box::new(std::array::from_fn(|_| IdIndexSet::default())))
+        self.stealable[w.idx()].get_or_insert_with(Default::default)
     }
 
     pub fn n_stealable(&self) -> usize {
@@ -145,9 +146,11 @@ impl Scheduler {
         let Some(level) = self.steal_level(t) else {
             return;
         };
-        self.stealing.bins(w)[level as usize].insert(t);
+        let place = self.stealing.bins(w)[level as usize].push(t);
         self.stealing.n_binned += 1;
-        self.tm(t).steal_level = level;
+        let ts = self.tm(t);
+        ts.steal_level = level;
+        ts.set_bin_place(place);
         let p = self.prefix_of(t);
         if !self.prefix_duration_known(p) {
             self.stealing
@@ -168,7 +171,10 @@ impl Scheduler {
         }
         // Binned tasks are processing: their worker is the bins'.
         let w = ts.processing_on().expect("binned tasks are processing");
-        self.stealing.bins(w)[level as usize].swap_remove(&t);
+        let place = ts.bin_place();
+        if let Some(moved) = self.stealing.bins(w)[level as usize].swap_remove(t, place) {
+            self.tm(moved).set_bin_place(place);
+        }
         self.stealing.n_binned -= 1;
     }
 
@@ -294,11 +300,11 @@ impl Scheduler {
                     if thieves.is_empty() {
                         break;
                     }
+                    // Stolen or finished since the copy was taken: its bin let it go.
                     let current = self.get_task(t).is_some_and(|x| {
                         x.steal_level as usize == level && x.processing_on() == Some(victim)
                     });
                     if !current {
-                        self.stealing.bins(victim)[level].swap_remove(&t);
                         continue;
                     }
                     let Some(thief) = self.get_thief(t, &thieves, &snapshot) else {
@@ -511,7 +517,7 @@ impl Scheduler {
             binned += 1;
             let in_bin = ts.processing_on().is_some_and(|w| {
                 matches!(self.stealing.stealable.get(w.idx()),
-                    Some(Some(bins)) if bins.get(ts.steal_level as usize).is_some_and(|b| b.contains(&t)))
+                    Some(Some(bins)) if bins.get(ts.steal_level as usize).is_some_and(|b| b.holds(t, ts.bin_place())))
             });
             if ts.state != S::Processing || !in_bin {
                 return Err(format!(

@@ -155,10 +155,13 @@ pub struct Task {
     /// The current run: fresh for every compute-task, so a worker's report of an
     /// earlier run is recognised as stale.
     pub run_id: u64,
-    /// Place in line while queued or no-worker (ties of equal priority go first come,
-    /// first served). Not the run id: a run is a dispatch to a worker and a place in
-    /// line is not, and sharing one counter tied the two together (docs/core.md).
-    pub queue_seq: u64,
+    /// While queued or no-worker, its place in line (ties of equal priority go first
+    /// come, first served); not the run id: a run is a dispatch to a worker and a place
+    /// in line is not, and sharing one counter tied the two together (docs/core.md).
+    /// While processing, its places in its worker's processing list (low half) and
+    /// stealing bin (high half): one word for both, as a task in line is never on a
+    /// worker (docs/core.md#task-lists).
+    place: u64,
     pub extra: Option<Box<TaskExtra>>,
     pub group: GroupId,
     /// The worker it is assigned to, `NOT_PROCESSING` if none (a bare u32 keeps the
@@ -187,6 +190,39 @@ impl Task {
         self.processing_on = w.map_or(NOT_PROCESSING, |w| w.0);
     }
 
+    /// Its place in line; meaningful while queued or no-worker.
+    #[inline]
+    pub fn queue_seq(&self) -> u64 {
+        self.place
+    }
+
+    #[inline]
+    pub(crate) fn set_queue_seq(&mut self, seq: u64) {
+        self.place = seq;
+    }
+
+    /// Its place in its worker's processing list; meaningful while processing.
+    #[inline]
+    pub(crate) fn processing_place(&self) -> u32 {
+        self.place as u32
+    }
+
+    #[inline]
+    pub(crate) fn set_processing_place(&mut self, place: u32) {
+        self.place = (self.place & !u64::from(u32::MAX)) | u64::from(place);
+    }
+
+    /// Its place in its stealing bin; meaningful while binned.
+    #[inline]
+    pub(crate) fn bin_place(&self) -> u32 {
+        (self.place >> 32) as u32
+    }
+
+    #[inline]
+    pub(crate) fn set_bin_place(&mut self, place: u32) {
+        self.place = (self.place & u64::from(u32::MAX)) | (u64::from(place) << 32);
+    }
+
     pub(crate) fn new(key: Key, group: GroupId, run_spec: Option<RunSpec>) -> Task {
         Task {
             text: joined(key.as_bytes(), run_spec.as_deref()),
@@ -198,7 +234,7 @@ impl Task {
             who_wants: Wanters::default(),
             nbytes: -1,
             run_id: 0,
-            queue_seq: 0,
+            place: 0,
             extra: None,
             group,
             processing_on: NOT_PROCESSING,

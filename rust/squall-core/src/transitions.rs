@@ -299,7 +299,7 @@ impl Scheduler {
         self.set_state(t, S::Queued);
         let seq = self.next_queue_seq();
         let ts = self.tm(t);
-        ts.queue_seq = seq;
+        ts.set_queue_seq(seq);
         let p = ts.priority;
         let tasks = &self.tasks;
         self.queued
@@ -309,7 +309,7 @@ impl Scheduler {
     fn leave_queued(&mut self, t: TaskId) {
         // Invalidate the entry first: the queue recognises live entries by sequence, and
         // no entry has sequence 0.
-        self.tm(t).queue_seq = 0;
+        self.tm(t).set_queue_seq(0);
         let tasks = &self.tasks;
         self.queued.remove(|t| crate::state::queued_entry(tasks, t));
     }
@@ -317,13 +317,13 @@ impl Scheduler {
     fn enter_no_worker(&mut self, t: TaskId) {
         self.set_state(t, S::NoWorker);
         let seq = self.next_queue_seq();
-        self.tm(t).queue_seq = seq;
+        self.tm(t).set_queue_seq(seq);
         let now = self.now;
         self.unrunnable.insert(seq, (t, now));
     }
 
     fn leave_no_worker(&mut self, t: TaskId) {
-        let seq = self.task(t).queue_seq;
+        let seq = self.task(t).queue_seq();
         self.unrunnable.remove(&seq);
     }
 
@@ -356,12 +356,13 @@ impl Scheduler {
             .map(|r| r.resources.clone())
             .unwrap_or_default();
         let ws = self.wm(w);
-        *ws.task_prefix_count.entry(prefix).or_insert(0) += 1;
-        let added = ws.processing.insert(t);
+        ws.task_prefix_count.add_one(prefix);
+        let place = ws.processing.push(t);
         for (name, amount) in resources {
             ws.adjust_used(&name, amount);
         }
-        self.n_processing += usize::from(added);
+        self.tm(t).set_processing_place(place);
+        self.n_processing += 1;
         *self.prefix_count_global.entry(prefix).or_insert(0) += 1;
         dep_bytes
     }
@@ -380,15 +381,19 @@ impl Scheduler {
             .restrictions()
             .map(|r| r.resources.clone())
             .unwrap_or_default();
-        {
-            let ws = self.wm(w);
-            let removed = ws.processing.swap_remove(&t);
+        let place = self.task(t).processing_place();
+        let ws = self.wm(w);
+        let moved = ws.processing.swap_remove(t, place);
+        if long_running {
             ws.long_running.swap_remove(&t);
-            for (name, amount) in resources {
-                ws.adjust_used(&name, -amount);
-            }
-            self.n_processing -= usize::from(removed);
         }
+        for (name, amount) in resources {
+            ws.adjust_used(&name, -amount);
+        }
+        if let Some(m) = moved {
+            self.tm(m).set_processing_place(place);
+        }
+        self.n_processing -= 1;
         let mut freed: i64 = 0;
         for d in self.task(t).dependencies.to_vec() {
             let nb = self.task(d).nbytes;
@@ -478,13 +483,7 @@ impl Scheduler {
     }
 
     pub(crate) fn dec_prefix_count(&mut self, w: WorkerId, prefix: crate::ids::PrefixId) {
-        let ws = self.wm(w);
-        if let Some(c) = ws.task_prefix_count.get_mut(&prefix) {
-            *c -= 1;
-            if *c == 0 {
-                ws.task_prefix_count.swap_remove(&prefix);
-            }
-        }
+        self.wm(w).task_prefix_count.remove_one(prefix);
         if let Some(c) = self.prefix_count_global.get_mut(&prefix) {
             *c -= 1;
             if *c == 0 {

@@ -108,7 +108,7 @@ impl Scheduler {
         for (&seq, &(t, _)) in &self.unrunnable {
             ensure!(
                 self.get_task(t)
-                    .is_some_and(|ts| ts.state == S::NoWorker && ts.queue_seq == seq),
+                    .is_some_and(|ts| ts.state == S::NoWorker && ts.queue_seq() == seq),
                 "unrunnable holds a task that is not no-worker under that sequence"
             );
         }
@@ -121,7 +121,7 @@ impl Scheduler {
             nthreads += u64::from(ws.nthreads);
             nbytes += ws.nbytes;
             processing += ws.processing.len();
-            for (&p, &c) in &ws.task_prefix_count {
+            for (p, c) in ws.task_prefix_count.iter() {
                 *prefix_total.entry(p).or_insert(0) += u64::from(c);
             }
         }
@@ -287,7 +287,7 @@ impl Scheduler {
                 let w = ts.processing_on().expect("checked above");
                 ensure!(
                     self.get_worker(w)
-                        .is_some_and(|ws| ws.processing.contains(&t)),
+                        .is_some_and(|ws| ws.processing.holds(t, ts.processing_place())),
                     "{k:?}: not in its worker's processing"
                 );
                 ensure!(
@@ -368,7 +368,7 @@ impl Scheduler {
         );
         let mut prefix_counts: FxHashMap<PrefixId, u32> = FxHashMap::default();
         let mut needs: FxHashMap<TaskId, u32> = FxHashMap::default();
-        for &t in &ws.processing {
+        for (place, &t) in ws.processing.iter().enumerate() {
             let ts = self
                 .get_task(t)
                 .ok_or_else(|| format!("{a}: processing a forgotten task"))?;
@@ -376,6 +376,12 @@ impl Scheduler {
                 ts.processing_on() == Some(w),
                 "{a}: lists {:?} which processes elsewhere",
                 ts.key()
+            );
+            ensure!(
+                ts.processing_place() as usize == place,
+                "{a}: lists {:?} at {place}, the task says {}",
+                ts.key(),
+                ts.processing_place()
             );
             if !ts.is_long_running() {
                 *prefix_counts.entry(self.prefix_of(t)).or_insert(0) += 1;
@@ -388,7 +394,8 @@ impl Scheduler {
         }
         for &t in &ws.long_running {
             ensure!(
-                ws.processing.contains(&t),
+                self.get_task(t)
+                    .is_some_and(|ts| ts.processing_on() == Some(w)),
                 "{a}: long-running task not processing"
             );
         }
@@ -398,7 +405,7 @@ impl Scheduler {
         );
         for (p, c) in prefix_counts {
             ensure!(
-                ws.task_prefix_count.get(&p) == Some(&c),
+                ws.task_prefix_count.get(p) == Some(c),
                 "{a}: prefix count of {} is off",
                 self.prefix(p).name
             );

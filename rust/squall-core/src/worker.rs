@@ -1,15 +1,57 @@
 //! Per-worker scheduler state (docs/scheduling.md#workers).
 
 use crate::ids::{PrefixId, TaskId};
+use crate::tasklist::TaskList;
 use indexmap::{IndexMap, IndexSet};
+use smallvec::SmallVec;
 
 /// Insertion-ordered sets and maps keyed by ids. Their iteration order depends only on
 /// the operations, never on the hasher. The id hash places sixteen consecutive ids in
-/// one run of buckets and spreads the runs uniformly (docs/core.md#hashing-neighbours):
-/// a worker's processing tasks and stealing bins hold a window of a map's consecutive
-/// ids, up to 100,000 of them, which a uniform hash scattered over the caches.
+/// one run of buckets and spreads the runs uniformly (docs/core.md#hashing-neighbours).
 pub type IdIndexSet<T> = IndexSet<T, squall_hash::BuildIdHasher>;
 pub type IdIndexMap<K, V> = IndexMap<K, V, squall_hash::BuildIdHasher>;
+
+/// A worker's processing, non-long-running tasks per prefix, in insertion order with
+/// swap-removal: the order an `IndexMap` keeps, so occupancy adds the same terms in the
+/// same order. A worker runs few prefixes at once, and a short inline list scanned in
+/// order costs less than a hash table's cache misses (docs/core.md#task-lists).
+#[derive(Clone, Debug, Default)]
+pub struct PrefixCounts(SmallVec<[(PrefixId, u32); 3]>);
+
+impl PrefixCounts {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (PrefixId, u32)> + '_ {
+        self.0.iter().copied()
+    }
+
+    pub fn get(&self, p: PrefixId) -> Option<u32> {
+        self.0.iter().find(|(q, _)| *q == p).map(|&(_, n)| n)
+    }
+
+    pub(crate) fn add_one(&mut self, p: PrefixId) {
+        match self.0.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((p, 1)),
+        }
+    }
+
+    /// One fewer of `p`; it leaves the list at zero.
+    pub(crate) fn remove_one(&mut self, p: PrefixId) {
+        if let Some(i) = self.0.iter().position(|(q, _)| *q == p) {
+            self.0[i].1 -= 1;
+            if self.0[i].1 == 0 {
+                self.0.swap_remove(i);
+            }
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerStatus {
@@ -88,7 +130,8 @@ pub struct Worker {
     pub nthreads: u32,
     pub memory_limit: u64,
     pub status: WorkerStatus,
-    pub processing: IdIndexSet<TaskId>,
+    /// Each member's place is in its task (`processing_place`).
+    pub processing: TaskList,
     pub long_running: IdIndexSet<TaskId>,
     /// Results held here; each task's `who_has` entry records its index in this list.
     pub has_what: Vec<TaskId>,
@@ -98,7 +141,7 @@ pub struct Worker {
     pub used_resources: Vec<(String, f64)>,
     pub actors: IdIndexSet<TaskId>,
     /// Processing, non-long-running tasks per prefix.
-    pub task_prefix_count: IdIndexMap<PrefixId, u32>,
+    pub task_prefix_count: PrefixCounts,
     /// Dependencies to fetch: number of processing tasks here needing each.
     pub needs_what: IdIndexMap<TaskId, u32>,
     /// Σ effective nbytes over `needs_what`.
