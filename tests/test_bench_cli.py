@@ -87,6 +87,6 @@ def test_bench_e2e_scale_reports_each_phase_and_each_process(
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert row["tasks"] == 3000
     assert all(row[k] > 0 for k in ("map_s", "wait_s", "gather_s", "release_s"))
-    for field in ("cpu_us", "release_cpu_us", "peak_rss_mb"):
+    for field in ("cpu_us", "release_cpu_us", "peak_rss_mb", "held_rss_b_per_task"):
         assert set(row[field]) == {"client", "scheduler", "worker"}
     assert all(v > 10 for v in row["peak_rss_mb"].values())  # MB: whole Python processes

@@ -35,6 +35,9 @@ class ScaleReport:
     release_cpu_us: dict[str, float]  # per task, the release, per process
     peak_rss_mb: dict[str, float]  # high-water mark over the whole run, per process
     peak_rss_b_per_task: dict[str, float]  # peak minus the idle cluster's, per task
+    # resident once every task finished, the futures held and no result fetched yet,
+    # minus the idle cluster's, per task: what holding N futures costs
+    held_rss_b_per_task: dict[str, float]
 
     @property
     def map_wait_per_s(self) -> float:
@@ -87,6 +90,7 @@ def run(n: int) -> ScaleReport:
             t1 = time.perf_counter()
             wait(futures, timeout=max(600.0, n / 5_000))
             t2 = time.perf_counter()
+            held = {k: p.memory_info().rss for k, p in procs.items()}
             results = client.gather(futures)
             t3 = time.perf_counter()
             assert len(results) == n and results[-1] == n - 1, len(results)
@@ -108,6 +112,7 @@ def run(n: int) -> ScaleReport:
         release_cpu_us=release_cpu,
         peak_rss_mb={k: v / 2**20 for k, v in peak.items()},
         peak_rss_b_per_task={k: (v - base[k]) / n for k, v in peak.items()},
+        held_rss_b_per_task={k: (v - base[k]) / n for k, v in held.items()},
     )
 
 
@@ -131,6 +136,7 @@ def main(n: int, as_json: bool = False) -> ScaleReport:
             f"  {k:10} CPU {r.cpu_us[k]:6.2f} us/task (+{r.release_cpu_us[k]:.2f} release)"
             f"   peak RSS {r.peak_rss_mb[k]:8,.0f} MiB"
             f"   {r.peak_rss_b_per_task[k]:7,.0f} B/task over idle"
+            f"   (held {r.held_rss_b_per_task[k]:,.0f})"
         )
     print(f"  peak RSS, all three: {total:,.0f} MiB ({total * 2**20 / n:,.0f} B/task)")
     return r
