@@ -237,7 +237,7 @@ impl Scheduler {
     /// other dependencies are worth a warning (docs/scheduling.md#bad-input-is-an-error).
     fn redefines(&self, e: TaskId, ds: &[Resolved], sub: &Submission) -> bool {
         let ets = self.task(e);
-        if ets.run_spec().is_none() {
+        if !ets.has_run_spec() {
             return false;
         }
         let mut old: Vec<&KeyRef> = ets
@@ -322,7 +322,7 @@ impl Scheduler {
             }
             match existing[i] {
                 Some(e) => {
-                    if self.task(e).run_spec().is_none() && t.run_spec.is_some() {
+                    if !self.task(e).has_run_spec() && t.run_spec.is_some() {
                         self.tm(e).set_run_spec(t.run_spec.as_deref());
                         self.adopt_blobs(e, &sub.blobs, &mut adopted);
                     }
@@ -408,7 +408,7 @@ impl Scheduler {
         recs.reserve(touched.len());
         for &t in &touched {
             let ts = self.task(t);
-            if ts.state == S::Released && ts.run_spec().is_some() {
+            if ts.state == S::Released && ts.has_run_spec() {
                 // A task nothing wants nor depends on is an orphan (the new dependencies
                 // of a key that kept its first definition): not worth running.
                 let needed = !ts.who_wants.is_empty() || !ts.dependents.is_empty();
@@ -527,7 +527,7 @@ impl Scheduler {
                     }
                     g.dep_ends.push(g.deps.len());
                     g.is_task.push(if created[i] {
-                        self.task(ids[i]).run_spec().is_some()
+                        self.task(ids[i]).has_run_spec()
                     } else {
                         sub.tasks[i].run_spec.is_some()
                     });

@@ -337,7 +337,7 @@ impl Scheduler {
             self.remove_replica(t, w);
             let ts = self.task(t);
             if ts.who_has.is_empty() {
-                let target = if ts.run_spec().is_some() {
+                let target = if ts.has_run_spec() {
                     S::Released
                 } else {
                     S::Forgotten

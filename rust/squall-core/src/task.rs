@@ -254,7 +254,14 @@ impl Task {
 
     #[inline]
     fn key_len(&self) -> usize {
-        Key::encoded_len(&self.text).expect("a task's text starts with its key")
+        Key::checked_len(&self.text).expect("a task's text starts with its key")
+    }
+
+    /// Whether it has a run spec: the record's flag, without reading its text (another
+    /// allocation, and a cache miss when the record was the only thing touched).
+    #[inline]
+    pub fn has_run_spec(&self) -> bool {
+        self.flag(F_HAS_SPEC)
     }
 
     /// Its run spec; None for pure data (scattered), which cannot be recomputed.

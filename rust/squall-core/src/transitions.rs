@@ -751,7 +751,7 @@ impl Scheduler {
             self.emit(Command::LostData { client: c, task: t });
         }
         let ts = self.task(t);
-        if ts.run_spec().is_none() || ts.has_lost_dependencies() {
+        if !ts.has_run_spec() || ts.has_lost_dependencies() {
             recs.insert(t, S::Forgotten);
         } else if !ts.who_wants.is_empty() || !ts.waiters.is_empty() {
             if ts.dependencies.iter().any(|d| self.state_of(d) == S::Erred) {
