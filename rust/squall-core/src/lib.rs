@@ -60,7 +60,9 @@ pub use stimuli::{heartbeat_interval, Finished, Outcome, Scattered};
 pub use story::LogEntry;
 pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState};
 pub use tasklist::TaskList;
-pub use worker::{Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus};
+pub use worker::{
+    PrefixCounts, Seceded, Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus,
+};
 
 impl Scheduler {
     /// The retained transitions of `key`, oldest first.

@@ -385,7 +385,7 @@ impl Scheduler {
         let ws = self.wm(w);
         let moved = ws.processing.swap_remove(t, place);
         if long_running {
-            ws.long_running.swap_remove(&t);
+            ws.long_running.remove(t);
         }
         for (name, amount) in resources {
             ws.adjust_used(&name, -amount);

@@ -392,7 +392,7 @@ impl Scheduler {
                 }
             }
         }
-        for &t in &ws.long_running {
+        for t in ws.long_running.iter() {
             ensure!(
                 self.get_task(t)
                     .is_some_and(|ts| ts.processing_on() == Some(w)),

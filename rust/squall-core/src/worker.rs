@@ -53,6 +53,43 @@ impl PrefixCounts {
     }
 }
 
+/// A worker's long-running (seceded) tasks: boxed, so that a worker with none, nearly
+/// every worker, keeps one null pointer among its per-task fields, where the set itself
+/// spilled its length onto a cache line of its own, read at every task (`busy`).
+#[derive(Debug, Default)]
+pub struct Seceded(Option<Box<IdIndexSet<TaskId>>>);
+
+impl Seceded {
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |s| s.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn contains(&self, t: TaskId) -> bool {
+        self.0.as_ref().is_some_and(|s| s.contains(&t))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.0.iter().flat_map(|s| s.iter().copied())
+    }
+
+    pub(crate) fn insert(&mut self, t: TaskId) {
+        self.0.get_or_insert_with(Default::default).insert(t);
+    }
+
+    pub(crate) fn remove(&mut self, t: TaskId) {
+        if let Some(s) = &mut self.0 {
+            s.swap_remove(&t);
+            if s.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerStatus {
     Running,
@@ -126,7 +163,7 @@ pub struct WorkerSpec {
 /// Laid out by hand, the fields read or written at every task first: with thousands of
 /// workers their records do not stay in the CPU caches, and the compiler's order spread
 /// one task's fields over six of a record's nine cache lines. Now they fill the first
-/// two and start the third, and a record starts on a line (docs/core.md#many-workers).
+/// two, and a record starts on a line (docs/core.md#many-workers).
 #[repr(C, align(64))]
 pub struct Worker {
     pub status: WorkerStatus,
@@ -146,7 +183,7 @@ pub struct Worker {
     pub task_prefix_count: PrefixCounts,
     /// Results held here; each task's `who_has` entry records its index in this list.
     pub has_what: Vec<TaskId>,
-    pub long_running: IdIndexSet<TaskId>,
+    pub long_running: Seceded,
     /// Dependencies to fetch: number of processing tasks here needing each.
     pub needs_what: IdIndexMap<TaskId, u32>,
     pub actors: IdIndexSet<TaskId>,

@@ -5,8 +5,10 @@
 //! `idle_task_count`, shift half the vector, and that happens at every task: with
 //! 10,000 workers it was most of the scheduler's time that grew with the workers
 //! (docs/core.md#many-workers). In blocks, a change shifts one block (and, rarely, the
-//! list of blocks); lookups binary-search the blocks' last members, then one block.
-//! The `i`-th member, which the round-robin choice asks for, walks the block lengths.
+//! list of blocks); lookups binary-search the blocks' last members, kept side by side
+//! in one vector (reading them from the blocks was a cache miss per step of the search
+//! with thousands of workers), then one block. The `i`-th member, which the round-robin
+//! choice asks for, walks the block lengths.
 
 use crate::ids::WorkerId;
 
@@ -21,6 +23,8 @@ pub struct WorkerSet {
     /// none empty but a sole block, kept so that a set that empties and fills again
     /// at every task (`idle` with one worker) does not allocate each time.
     blocks: Vec<Vec<Item>>,
+    /// Each non-empty block's last member, in block order.
+    lasts: Vec<Item>,
     len: usize,
 }
 
@@ -36,8 +40,7 @@ impl WorkerSet {
     /// The block that holds `x` if any member does: the first whose last member is
     /// not below it (`blocks.len()` if none).
     fn block_of(&self, x: Item) -> usize {
-        self.blocks
-            .partition_point(|b| b.last().is_some_and(|&last| last < x))
+        self.lasts.partition_point(|&last| last < x)
     }
 
     pub fn contains(&self, rank: u32, w: WorkerId) -> bool {
@@ -59,8 +62,16 @@ impl WorkerSet {
         };
         block.insert(i, x);
         self.len += 1;
+        if i + 1 == block.len() {
+            match self.lasts.get_mut(b) {
+                Some(last) => *last = x,
+                None => self.lasts.push(x), // the sole block was empty
+            }
+        }
         if block.len() > 2 * BLOCK {
             let upper = block.split_off(BLOCK);
+            self.lasts[b] = block[BLOCK - 1];
+            self.lasts.insert(b + 1, upper[upper.len() - 1]);
             self.blocks.insert(b + 1, upper);
         }
     }
@@ -76,8 +87,15 @@ impl WorkerSet {
         };
         block.remove(i);
         self.len -= 1;
-        if block.is_empty() && self.blocks.len() > 1 {
-            self.blocks.remove(b);
+        match block.last() {
+            None => {
+                self.lasts.remove(b);
+                if self.blocks.len() > 1 {
+                    self.blocks.remove(b);
+                }
+            }
+            Some(&last) if i == block.len() => self.lasts[b] = last,
+            Some(_) => {}
         }
     }
 
@@ -107,6 +125,11 @@ impl WorkerSet {
             .collect();
         items.sort_unstable();
         self.blocks = items.chunks(BLOCK).map(<[Item]>::to_vec).collect();
+        self.lasts = self
+            .blocks
+            .iter()
+            .filter_map(|b| b.last().copied())
+            .collect();
     }
 }
 
@@ -167,6 +190,8 @@ mod tests {
                 }
                 prop_assert!(set.blocks.iter().all(|b| b.len() <= 2 * BLOCK));
                 prop_assert!(set.blocks.len() == 1 || set.blocks.iter().all(|b| !b.is_empty()));
+                let lasts: Vec<Item> = set.blocks.iter().filter_map(|b| b.last().copied()).collect();
+                prop_assert_eq!(&set.lasts, &lasts);
             }
         }
     }

@@ -407,7 +407,7 @@ fn long_running_frees_a_queue_slot() {
     );
     h.drain();
     assert_eq!(h.running.len(), 3, "a seceded task does not hold a slot");
-    assert!(h.s.worker(w).long_running.contains(&t));
+    assert!(h.s.worker(w).long_running.contains(t));
     h.run_all();
     assert!(keys.iter().all(|k| h.state(k) == S::Memory));
 }
