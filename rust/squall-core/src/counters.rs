@@ -145,7 +145,7 @@ mod tests {
     fn counts_follow_creation_transitions_and_forgetting() {
         let mut s = Scheduler::new(Config::default());
         let ids: Vec<_> = (0..5)
-            .map(|i| s.create_task(Key::str(&format!("x-{i}")), None))
+            .map(|i| s.create_task(Key::str(&format!("x-{i}")).into()))
             .collect();
         assert_eq!(s.count_in(TaskState::Released), 5);
         s.set_state(ids[0], TaskState::Waiting);

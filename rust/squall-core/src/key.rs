@@ -166,6 +166,11 @@ impl Key {
         e.finish()
     }
 
+    /// Its canonical bytes, as an allocation to reuse.
+    pub(crate) fn into_bytes(self) -> Box<[u8]> {
+        self.0
+    }
+
     /// Checks that raw bytes are one well-formed key (for keys arriving off the wire).
     pub fn from_encoded(b: &[u8]) -> Option<Key> {
         Self::is_encoded(b).then(|| Key(b.into()))
@@ -206,7 +211,7 @@ impl KeyRef {
 
     pub fn decode(&self) -> KeyValue {
         let mut pos = 0;
-        decode_value(&self.0, &mut pos).expect("keys are validated at construction")
+        decode_value(&self.0, &mut pos).expect(VALIDATED)
     }
 
     /// If the key is a plain string, that string.
@@ -222,15 +227,16 @@ impl KeyRef {
 
     /// Python's `str(key)`.
     pub fn python_str(&self) -> String {
-        match self.decode() {
-            KeyValue::Str(s) => s,
-            other => {
-                // About the encoding's length: no regrowth on the way.
-                let mut out = String::with_capacity(self.0.len() + 16);
-                python_repr(&other, &mut out);
-                out
-            }
+        let b = &self.0;
+        let mut pos = 1;
+        if b.first() == Some(&T_STR) {
+            return str_at(b, &mut pos).expect(VALIDATED).to_owned();
         }
+        // About the encoding's length: no regrowth on the way.
+        let mut out = String::with_capacity(b.len() + 16);
+        pos = 0;
+        repr_at(b, &mut pos, &mut out).expect(VALIDATED);
+        out
     }
 
     /// The key's string, or the first element of a tuple key if that is a string,
@@ -259,24 +265,28 @@ impl KeyRef {
 
     /// The first element of a tuple key rendered as Python `str`, or the key itself.
     fn head_str(&self) -> String {
-        match self.decode() {
-            KeyValue::Tuple(items) => match items.into_iter().next() {
-                Some(KeyValue::Str(s)) => s,
-                Some(other) => {
-                    let mut out = String::new();
-                    python_repr(&other, &mut out);
-                    out
+        let b = &self.0;
+        let mut pos = 1;
+        let mut out = String::new();
+        match b.first() {
+            Some(&T_TUPLE) => {
+                if get_varint(b, &mut pos).expect(VALIDATED) == 0 {
+                    return out;
                 }
-                None => String::new(),
-            },
-            KeyValue::Str(s) => s,
-            KeyValue::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
-            other => {
-                let mut out = String::new();
-                python_repr(&other, &mut out);
-                out
+                if b.get(pos) == Some(&T_STR) {
+                    pos += 1;
+                    return str_at(b, &mut pos).expect(VALIDATED).to_owned();
+                }
             }
+            Some(&T_STR) => return str_at(b, &mut pos).expect(VALIDATED).to_owned(),
+            Some(&T_BYTES) => {
+                return String::from_utf8_lossy(bytes_at(b, &mut pos).expect(VALIDATED))
+                    .into_owned()
+            }
+            _ => pos = 0,
         }
+        repr_at(b, &mut pos, &mut out).expect(VALIDATED);
+        out
     }
 }
 
@@ -316,24 +326,19 @@ fn skip(b: &[u8], pos: &mut usize, depth: usize, utf8: bool) -> Option<()> {
     *pos += 1;
     match tag {
         T_STR => {
-            let n = get_varint(b, pos)? as usize;
-            let s = b.get(*pos..pos.checked_add(n)?)?;
+            let s = bytes_at(b, pos)?;
             if utf8 {
                 std::str::from_utf8(s).ok()?;
             }
-            *pos += n;
         }
         T_BYTES => {
-            let n = get_varint(b, pos)? as usize;
-            b.get(*pos..pos.checked_add(n)?)?;
-            *pos += n;
+            bytes_at(b, pos)?;
         }
         T_INT => {
             get_varint(b, pos)?;
         }
         T_FLOAT => {
-            b.get(*pos..*pos + 8)?;
-            *pos += 8;
+            float_at(b, pos)?;
         }
         T_TUPLE => {
             if depth >= MAX_NESTING {
@@ -349,31 +354,42 @@ fn skip(b: &[u8], pos: &mut usize, depth: usize, utf8: bool) -> Option<()> {
     Some(())
 }
 
+const VALIDATED: &str = "keys are validated at construction";
+
+/// The string whose length prefix starts at `b[*pos]` (its tag read).
+fn str_at<'b>(b: &'b [u8], pos: &mut usize) -> Option<&'b str> {
+    std::str::from_utf8(bytes_at(b, pos)?).ok()
+}
+
+/// The bytes whose length prefix starts at `b[*pos]` (its tag read).
+fn bytes_at<'b>(b: &'b [u8], pos: &mut usize) -> Option<&'b [u8]> {
+    let n = get_varint(b, pos)? as usize;
+    let s = b.get(*pos..pos.checked_add(n)?)?;
+    *pos += n;
+    Some(s)
+}
+
+/// The zigzag int at `b[*pos]` (its tag read).
+fn int_at(b: &[u8], pos: &mut usize) -> Option<i64> {
+    let z = get_varint(b, pos)?;
+    Some(((z >> 1) as i64) ^ -((z & 1) as i64))
+}
+
+/// The float at `b[*pos]` (its tag read).
+fn float_at(b: &[u8], pos: &mut usize) -> Option<f64> {
+    let f = f64::from_le_bytes(b.get(*pos..pos.checked_add(8)?)?.try_into().ok()?);
+    *pos += 8;
+    Some(f)
+}
+
 fn decode_value(b: &[u8], pos: &mut usize) -> Option<KeyValue> {
     let tag = *b.get(*pos)?;
     *pos += 1;
     Some(match tag {
-        T_STR => {
-            let n = get_varint(b, pos)? as usize;
-            let s = std::str::from_utf8(b.get(*pos..*pos + n)?).ok()?.to_owned();
-            *pos += n;
-            KeyValue::Str(s)
-        }
-        T_BYTES => {
-            let n = get_varint(b, pos)? as usize;
-            let s = b.get(*pos..*pos + n)?.to_vec();
-            *pos += n;
-            KeyValue::Bytes(s)
-        }
-        T_INT => {
-            let z = get_varint(b, pos)?;
-            KeyValue::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
-        }
-        T_FLOAT => {
-            let f = f64::from_le_bytes(b.get(*pos..*pos + 8)?.try_into().ok()?);
-            *pos += 8;
-            KeyValue::Float(f)
-        }
+        T_STR => KeyValue::Str(str_at(b, pos)?.to_owned()),
+        T_BYTES => KeyValue::Bytes(bytes_at(b, pos)?.to_vec()),
+        T_INT => KeyValue::Int(int_at(b, pos)?),
+        T_FLOAT => KeyValue::Float(float_at(b, pos)?),
         T_TUPLE => {
             let n = get_varint(b, pos)? as usize;
             let mut items = Vec::with_capacity(n.min(64));
@@ -386,56 +402,85 @@ fn decode_value(b: &[u8], pos: &mut usize) -> Option<KeyValue> {
     })
 }
 
-/// Python `repr` of a key element (enough of it for tie-breaks and messages).
-fn python_repr(v: &KeyValue, out: &mut String) {
-    match v {
-        KeyValue::Str(s) => repr_str(s, out),
-        KeyValue::Bytes(b) => {
+/// Python `repr` of the key element encoded at `b[*pos..]` (enough of it for tie-breaks
+/// and messages), read from the encoding: the ordering's names are made this way, and
+/// decoding each key first cost an allocation per element.
+fn repr_at(b: &[u8], pos: &mut usize, out: &mut String) -> Option<()> {
+    let tag = *b.get(*pos)?;
+    *pos += 1;
+    match tag {
+        T_STR => repr_str(str_at(b, pos)?, out),
+        T_BYTES => {
             out.push('b');
-            repr_str(&String::from_utf8_lossy(b), out)
+            repr_str(&String::from_utf8_lossy(bytes_at(b, pos)?), out)
         }
-        KeyValue::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
-        KeyValue::Float(f) => {
+        T_INT => push_int(out, int_at(b, pos)?),
+        T_FLOAT => {
+            let f = float_at(b, pos)?;
             if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 {
                 let _ = write!(out, "{f:.1}");
             } else if f.is_nan() {
                 out.push_str("nan");
             } else if f.is_infinite() {
-                out.push_str(if *f > 0.0 { "inf" } else { "-inf" });
+                out.push_str(if f > 0.0 { "inf" } else { "-inf" });
             } else {
                 let _ = write!(out, "{f}");
             }
         }
-        KeyValue::Tuple(items) => {
+        T_TUPLE => {
+            let n = get_varint(b, pos)?;
             out.push('(');
-            for (i, it) in items.iter().enumerate() {
+            for i in 0..n {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                python_repr(it, out);
+                repr_at(b, pos, out)?;
             }
-            if items.len() == 1 {
+            if n == 1 {
                 out.push(',');
             }
             out.push(')');
         }
+        _ => return None,
     }
+    Some(())
+}
+
+/// `i` in decimal, as `write!` would put it, without the formatting machinery (most of
+/// the cost of naming a collection's `(name, i, j)` keys).
+fn push_int(out: &mut String, i: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = i.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if i < 0 {
+        out.push('-');
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
 }
 
 fn repr_str(s: &str, out: &mut String) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
+    // One pass for the quote choice and whether anything needs escaping.
+    let (mut single, mut double, mut special) = (false, false, false);
+    for &b in s.as_bytes() {
+        match b {
+            b'\'' => single = true,
+            b'"' => double = true,
+            b'\\' | 0x7f | 0..=0x1f => special = true,
+            _ => {}
+        }
+    }
+    let quote = if single && !double { '"' } else { '\'' };
     out.push(quote);
     // Usually nothing to escape: copied whole (bytes of other chars pass unchanged below).
-    if !s
-        .bytes()
-        .any(|b| b < 0x20 || matches!(b, b'\\' | b'\'' | b'"' | 0x7f))
-    {
+    if !(single || double || special) {
         out.push_str(s);
         out.push(quote);
         return;
@@ -577,6 +622,43 @@ mod tests {
         let one = Key::from_value(&KeyValue::Tuple(vec![KeyValue::Str("it's".into())]));
         assert_eq!(one.python_str(), "(\"it's\",)");
         assert_eq!(s("plain").python_str(), "plain");
+    }
+
+    #[test]
+    fn ints_are_written_as_write_would() {
+        for i in [0, 7, -7, 10, -10, 12345, i64::MAX, i64::MIN] {
+            let mut out = String::new();
+            super::push_int(&mut out, i);
+            assert_eq!(out, i.to_string());
+        }
+    }
+
+    #[test]
+    fn str_of_every_element_kind_is_pythons() {
+        use KeyValue::{Bytes, Float, Int, Str, Tuple};
+        let cases: [(KeyValue, &str); 9] = [
+            (Int(-7), "-7"),
+            (Float(2.0), "2.0"),
+            (Float(f64::NEG_INFINITY), "-inf"),
+            (Bytes(b"ab".to_vec()), "b'ab'"),
+            (Tuple(vec![]), "()"),
+            (
+                Tuple(vec![Str("a\nb".into()), Float(0.5)]),
+                "('a\\nb', 0.5)",
+            ),
+            (Tuple(vec![Str("q'\"".into())]), "('q\\'\"',)"),
+            (
+                Tuple(vec![Int(1), Tuple(vec![Str("x".into()), Int(2)])]),
+                "(1, ('x', 2))",
+            ),
+            (
+                Tuple(vec![Str("tab\t".into()), Bytes(vec![0x01])]),
+                "('tab\\t', b'\\x01')",
+            ),
+        ];
+        for (v, want) in cases {
+            assert_eq!(Key::from_value(&v).python_str(), want, "{v:?}");
+        }
     }
 
     #[test]

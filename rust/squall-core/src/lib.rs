@@ -58,7 +58,7 @@ pub use state::{Client, Scheduler};
 pub use stealing::{Stealing, WorkerTaskState};
 pub use stimuli::{heartbeat_interval, Finished, Outcome, Scattered};
 pub use story::LogEntry;
-pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState};
+pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState, TaskText};
 pub use tasklist::TaskList;
 pub use worker::{
     PrefixCounts, Seceded, Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus,

@@ -11,7 +11,7 @@ use crate::ids::{ClientId, GroupId, PrefixId, TaskId, WorkerId};
 use crate::key::{key_split, key_split_group, Key, KeyRef};
 use crate::stealing::Stealing;
 use crate::story::TransitionLog;
-use crate::task::{RunSpec, Task, TaskState};
+use crate::task::{Task, TaskState, TaskText};
 use crate::worker::{IdIndexMap, Worker};
 use crate::workerset::WorkerSet;
 use hashbrown::HashTable;
@@ -288,10 +288,10 @@ impl Scheduler {
     }
 
     /// Creates a released task; the caller guarantees the key is new.
-    pub(crate) fn create_task(&mut self, key: Key, run_spec: Option<RunSpec>) -> TaskId {
-        let group = self.group_for(&key);
-        let f = key_fragment(&key);
-        let task = Task::new(key, group, run_spec);
+    pub(crate) fn create_task(&mut self, text: TaskText) -> TaskId {
+        let group = self.group_for(text.key());
+        let f = key_fragment(text.key());
+        let task = Task::new(text, group);
         self.reserve_keys(1);
         let t = match self.free_tasks.pop() {
             Some(t) => {
@@ -814,7 +814,7 @@ mod tests {
             s.remove_task(t);
         };
         let k = |i: usize| Key::str(&format!("k-{i}"));
-        let ids: Vec<TaskId> = (0..3000).map(|i| s.create_task(k(i), None)).collect();
+        let ids: Vec<TaskId> = (0..3000).map(|i| s.create_task(k(i).into())).collect();
         for &t in &ids[..2000] {
             forget(&mut s, t);
         }
@@ -823,9 +823,9 @@ mod tests {
         s.take_commands();
         s.take_commands(); // the 2000 slots are free now
                            // Same key in a recycled slot, other keys in others, then growth (a rebuild).
-        let again = s.create_task(k(0), None);
+        let again = s.create_task(k(0).into());
         assert_eq!(s.lookup(&k(0)), Some(again));
-        let more: Vec<TaskId> = (3000..9000).map(|i| s.create_task(k(i), None)).collect();
+        let more: Vec<TaskId> = (3000..9000).map(|i| s.create_task(k(i).into())).collect();
         assert_eq!(s.stale_keys, 0, "growth rebuilt the index");
         for i in 1..2000 {
             assert_eq!(s.lookup(&k(i)), None);

@@ -916,7 +916,7 @@ impl Scheduler {
                 let t = match s.lookup(&it.key) {
                     Some(t) => t,
                     None => {
-                        let t = s.create_task(it.key.clone(), None);
+                        let t = s.create_task(it.key.clone().into());
                         s.set_state(t, S::Memory);
                         t
                     }

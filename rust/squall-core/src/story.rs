@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn ring_keeps_the_newest_and_resolves_lazily() {
-        let task = |k: &str| Some(Task::new(Key::str(k), GroupId(0), None));
+        let task = |k: &str| Some(Task::new(Key::str(k).into(), GroupId(0)));
         let mut tasks = vec![task("a"), task("b")];
         let mut log = TransitionLog::new(3);
         let (a, b) = (TaskId(0), TaskId(1));

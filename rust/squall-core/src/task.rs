@@ -134,9 +134,56 @@ pub(crate) const NOT_BINNED: u8 = u8::MAX;
 /// `Task::processing_on` of a task assigned to no worker (worker ids never reach it).
 const NOT_PROCESSING: u32 = u32::MAX;
 
-/// A task's `text`: its key's encoding, then its spec's bytes if it has one.
-fn joined(key: &[u8], spec: Option<&[u8]>) -> Box<[u8]> {
-    [key, spec.unwrap_or_default()].concat().into_boxed_slice()
+/// A key's encoding, then its run spec's bytes if it has one: a task's text, made in
+/// one allocation when the task arrives and moved into its record as it is
+/// (docs/core.md#memory-per-task). (`Default` is an empty placeholder left behind when
+/// a text is moved out, as for [`Key`]; it is never stored.)
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskText {
+    bytes: Box<[u8]>,
+    key_len: u32,
+    has_spec: bool,
+}
+
+impl TaskText {
+    /// Copies `key` and `spec` into one allocation.
+    pub fn new(key: &KeyRef, spec: Option<&[u8]>) -> TaskText {
+        let key = key.as_bytes();
+        let mut bytes = Vec::with_capacity(key.len() + spec.map_or(0, <[u8]>::len));
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(spec.unwrap_or_default());
+        TaskText {
+            bytes: bytes.into_boxed_slice(),
+            key_len: key_len_u32(key.len()),
+            has_spec: spec.is_some(),
+        }
+    }
+
+    #[inline]
+    pub fn key(&self) -> &KeyRef {
+        KeyRef::of_encoded(&self.bytes[..self.key_len as usize])
+    }
+
+    #[inline]
+    pub fn run_spec(&self) -> Option<&[u8]> {
+        self.has_spec.then(|| &self.bytes[self.key_len as usize..])
+    }
+}
+
+/// A key with no spec: its own allocation becomes the text.
+impl From<Key> for TaskText {
+    fn from(key: Key) -> TaskText {
+        let bytes = key.into_bytes();
+        TaskText {
+            key_len: key_len_u32(bytes.len()),
+            bytes,
+            has_spec: false,
+        }
+    }
+}
+
+fn key_len_u32(n: usize) -> u32 {
+    u32::try_from(n).expect("keys are far shorter than 4 GiB (frames are bounded)")
 }
 
 pub struct Task {
@@ -223,9 +270,10 @@ impl Task {
         self.place = (self.place & u64::from(u32::MAX)) | (u64::from(place) << 32);
     }
 
-    pub(crate) fn new(key: Key, group: GroupId, run_spec: Option<RunSpec>) -> Task {
+    pub(crate) fn new(text: TaskText, group: GroupId) -> Task {
         Task {
-            text: joined(key.as_bytes(), run_spec.as_deref()),
+            flags: if text.has_spec { F_HAS_SPEC } else { 0 },
+            text: text.bytes,
             priority: Priority::default(),
             dependencies: IdSet::new(),
             dependents: IdSet::new(),
@@ -241,7 +289,6 @@ impl Task {
             waiting_on: 0,
             state: TaskState::Released,
             suspicious: 0,
-            flags: if run_spec.is_some() { F_HAS_SPEC } else { 0 },
             steal_level: NOT_BINNED,
         }
     }
@@ -276,7 +323,7 @@ impl Task {
     }
 
     pub(crate) fn set_run_spec(&mut self, spec: Option<&[u8]>) {
-        self.text = joined(self.key().as_bytes(), spec);
+        self.text = TaskText::new(self.key(), spec).bytes;
         self.set_flag(F_HAS_SPEC, spec.is_some());
     }
 

@@ -10,7 +10,7 @@ use crate::report::{RunOutcome, SimReport, TimelineEntry, WorkerReport};
 use crate::worker::{FxIndexSet, WorkerSim};
 use squall_core::{
     heartbeat_interval, Config, CoreError, DepRef, Finished, NewTask, Outcome, Scheduler,
-    Submission, TaskState, WorkerSpec,
+    Submission, TaskState, TaskText, WorkerSpec,
 };
 use std::time::{Duration, Instant};
 
@@ -366,8 +366,7 @@ impl Simulation {
                 .tasks
                 .into_iter()
                 .map(|t| NewTask {
-                    run_spec: Some(t.key.as_bytes().into()),
-                    key: t.key,
+                    text: TaskText::new(&t.key, Some(t.key.as_bytes())),
                     deps: t.deps,
                     options: t.options.map(Box::new),
                     data_producer: t.data_producer,

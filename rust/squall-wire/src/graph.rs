@@ -16,12 +16,12 @@
 //! table). `n` and `keys_bytes` travel in the frame header.
 
 use crate::error::{WireError, WireResult};
-use crate::keys::{put_key, read_keys};
+use crate::keys::{put_key, read_key_refs};
 use crate::reader::Reader;
 use memchr::memmem::Finder;
 use rustc_hash::FxHashMap;
 use squall_core::blobs::{Blob, BLOB_TAG};
-use squall_core::{DepRef, NewTask, RunSpec};
+use squall_core::{DepRef, NewTask, TaskText};
 
 /// An encoded graph, to be written out as its payload ([`write_to`](Self::write_to)
 /// a buffer of [`size`](Self::size) bytes, such as the bytes object the binding fills, or
@@ -320,7 +320,8 @@ pub fn decode_update_graph(
         needed: keys_bytes,
         left: payload.len(),
     })?;
-    let mut keys = read_keys(keys)?;
+    // The submitted keys are borrowed: each is copied once, into its task's text.
+    let mut keys = read_key_refs(keys)?;
     if keys.len() < n {
         return Err(WireError::TooFewKeys {
             keys: keys.len(),
@@ -351,12 +352,13 @@ pub fn decode_update_graph(
             Some(e) => DepRef::Key(
                 external
                     .get(e)
+                    .copied()
                     .ok_or(WireError::BadIndex {
                         what: "dependency",
                         index: j,
                         len: n + external.len(),
                     })?
-                    .clone(),
+                    .to_owned(),
             ),
         });
     }
@@ -371,16 +373,16 @@ pub fn decode_update_graph(
     }
     let mut tasks = Vec::with_capacity(n);
     for (i, key) in keys.into_iter().enumerate() {
-        let spec: Option<RunSpec> = match sizes[i] {
+        let spec = match sizes[i] {
             -1 => None,
             len if len >= 0 => {
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
-                Some(r.take(len, "run spec")?.into())
+                Some(r.take(len, "run spec")?)
             }
             len => return Err(WireError::NegativeSize(len)),
         };
         let ds = deps[offsets[i]..offsets[i + 1]].to_vec();
-        tasks.push(NewTask::new(key, ds, spec));
+        tasks.push(NewTask::of_text(TaskText::new(key, spec), ds));
     }
     r.finish()?;
     Ok((tasks, blobs))

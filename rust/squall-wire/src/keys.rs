@@ -2,7 +2,7 @@
 
 use crate::error::WireResult;
 use crate::reader::Reader;
-use squall_core::Key;
+use squall_core::{Key, KeyRef};
 
 /// Appends `u32 length | bytes`.
 pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -30,6 +30,16 @@ pub fn read_keys(payload: &[u8]) -> WireResult<Vec<Key>> {
     let mut out = Vec::new();
     while !r.done() {
         out.push(r.key()?);
+    }
+    Ok(out)
+}
+
+/// The keys of a key list as [`read_keys`] checks them, left as the list's bytes.
+pub(crate) fn read_key_refs(payload: &[u8]) -> WireResult<Vec<&KeyRef>> {
+    let mut r = Reader::new(payload);
+    let mut out = Vec::new();
+    while !r.done() {
+        out.push(KeyRef::of_encoded(r.key_bytes()?));
     }
     Ok(out)
 }

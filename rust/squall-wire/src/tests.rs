@@ -272,8 +272,8 @@ fn update_graph_round_trips() {
     assert_eq!(decoded.len(), expected.len());
     for (d, e) in decoded.iter().zip(&expected) {
         assert_eq!(
-            (&d.key, &d.deps, &d.run_spec),
-            (&e.key, &e.deps, &e.run_spec)
+            (d.key(), &d.deps, d.run_spec()),
+            (e.key(), &e.deps, e.run_spec())
         );
     }
 }
@@ -478,10 +478,10 @@ proptest! {
             let expected: Vec<DepRef> = ds.iter().map(|&d| {
                 if d < n { DepRef::Local(d as u32) } else { DepRef::Key(dep_key(d)) }
             }).collect();
-            prop_assert_eq!(&t.key, &keys[i]);
+            prop_assert_eq!(t.key(), &*keys[i]);
             prop_assert_eq!(&t.deps, &expected);
             // A spec starting with the blob tag travels behind an empty blob header.
-            let sent = t.run_spec.as_deref().map(|s| squall_core::blobs::join(s, &blobs));
+            let sent = t.run_spec().map(|s| squall_core::blobs::join(s, &blobs));
             prop_assert_eq!(sent.as_deref(), spec.as_deref());
         }
         // The external keys, each once, in the order first named.

@@ -54,7 +54,7 @@ fn blobs_travel_once_and_workers_get_whole_specs() {
     let (tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
     assert_eq!(table.len(), 3);
     for (t, spec) in tasks.iter().zip(&specs) {
-        let sent = t.run_spec.as_deref().unwrap();
+        let sent = t.run_spec().unwrap();
         assert_eq!(sent[0], BLOB_TAG);
         assert_eq!(blobs::join(sent, &table), *spec);
     }
@@ -246,9 +246,9 @@ fn a_blob_reference_out_of_range_is_refused_and_nothing_is_added() {
     let (keys, specs) = graph(3);
     let (n, kb, payload) = encode(&keys, &specs, &[F]);
     let (mut tasks, table) = decode_update_graph(&payload, n, kb).unwrap();
-    let mut bad = tasks[2].run_spec.as_deref().unwrap().to_vec();
+    let mut bad = tasks[2].run_spec().unwrap().to_vec();
     bad[9..13].copy_from_slice(&7u32.to_le_bytes()); // the first reference's blob
-    tasks[2].run_spec = Some(bad.into());
+    tasks[2].text = squall_core::TaskText::new(tasks[2].key(), Some(&bad));
     let (mut s, c, _w) = scheduler();
     let err = s
         .update_graph(c, submission(tasks, table), 0.0)
@@ -333,7 +333,7 @@ proptest! {
         let (n, kb, payload) = encode_keyed(&keys, &spec_refs, &[] as &[Vec<Key>], &blob_refs);
         let (tasks, decoded) = decode_update_graph(&payload, n, kb).unwrap();
         for (t, spec) in tasks.iter().zip(&specs) {
-            let sent = t.run_spec.as_deref();
+            let sent = t.run_spec();
             if let Some(sent) = sent {
                 prop_assert!(blobs::check(sent, decoded.len()).is_ok());
             }

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict};
 use squall_core::blobs::Blob;
 use squall_core::{
-    ClientId, DepRef, GraphOrder, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
+    ClientId, DepRef, GraphOrder, Key, NewTask, Restrictions, RunSpec, Submission, TaskOptions,
 };
 use squall_wire::graph::decode_update_graph;
 use std::sync::Arc;
@@ -199,11 +199,36 @@ impl Scheduler {
         annotations: Option<Vec<u8>>,
         submitting_task: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyBytes>> {
-        let mut tasks: Vec<NewTask> = Vec::new();
-        for k in keys.try_iter()? {
-            tasks.push(NewTask::new(key_from_py(&k?)?, Vec::new(), None));
-        }
-        let n = tasks.len();
+        let keys: Vec<Key> = keys
+            .try_iter()?
+            .map(|k| key_from_py(&k?))
+            .collect::<PyResult<_>>()?;
+        let n = keys.len();
+        let specs: Vec<Option<RunSpec>> = match specs {
+            Some(specs) => {
+                let specs: Vec<Option<RunSpec>> = specs
+                    .try_iter()?
+                    .map(|s| spec_of(&s?))
+                    .collect::<PyResult<_>>()?;
+                if specs.len() > n {
+                    return Err(PyValueError::new_err("more specs than keys"));
+                }
+                if specs.len() != n {
+                    return Err(PyValueError::new_err(format!(
+                        "{} specs for {n} keys",
+                        specs.len()
+                    )));
+                }
+                specs
+            }
+            // Without specs every task is computable with an empty spec.
+            None => vec![Some(RunSpec::default()); n],
+        };
+        let mut tasks: Vec<NewTask> = keys
+            .into_iter()
+            .zip(specs)
+            .map(|(k, spec)| NewTask::new(k, Vec::new(), spec))
+            .collect();
         if let Some(deps) = deps {
             for (i, ds) in deps.try_iter()?.enumerate() {
                 let t = tasks
@@ -215,27 +240,6 @@ impl Scheduler {
                         Ok(j) if !d.is_instance_of::<PyBool>() => DepRef::Local(j),
                         _ => DepRef::Key(key_from_py(&d)?),
                     });
-                }
-            }
-        }
-        match specs {
-            Some(specs) => {
-                let mut count = 0;
-                for (i, s) in specs.try_iter()?.enumerate() {
-                    let t = tasks
-                        .get_mut(i)
-                        .ok_or_else(|| PyValueError::new_err("more specs than keys"))?;
-                    t.run_spec = spec_of(&s?)?;
-                    count += 1;
-                }
-                if count != n {
-                    return Err(PyValueError::new_err(format!("{count} specs for {n} keys")));
-                }
-            }
-            // Without specs every task is computable with an empty spec.
-            None => {
-                for t in &mut tasks {
-                    t.run_spec = Some(RunSpec::default());
                 }
             }
         }
