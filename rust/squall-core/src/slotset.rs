@@ -1,29 +1,28 @@
 //! `idle_task_count` (docs/scheduling.md#queuing): the running workers with a free
-//! queuing slot, kept in address order and also grouped by load, so that the queuing
-//! choice (fewest processing tasks per thread, first in address order on ties) is the
-//! first member of the first group instead of a scan over every member — with
-//! thousands of workers that scan was most of the scheduler's time per task
+//! queuing slot, kept in address order and also ordered by load, then address, so that
+//! the queuing choice (fewest processing tasks per thread, first in address order on
+//! ties) is the first entry instead of a scan over every member — with thousands of
+//! workers that scan was most of the scheduler's time per task
 //! (docs/core.md#many-workers).
 
 use crate::ids::WorkerId;
 use crate::workerset::WorkerSet;
-use std::collections::btree_map::{BTreeMap, Entry};
+use std::collections::BTreeSet;
 
 #[derive(Clone, Debug, Default)]
 pub struct SlotSet {
     members: WorkerSet,
-    /// Load key → the members with that load, in address order.
-    by_load: BTreeMap<u64, WorkerSet>,
+    /// `(load key, address rank, worker)` of every member: the first is the choice. One
+    /// ordered set rather than a map of load → members: with tiny tasks the slot cap is
+    /// large and each worker's load its own, so a group per load held one worker, and
+    /// every task a worker was given or finished dropped a group and made one.
+    by_load: BTreeSet<(u64, u32, WorkerId)>,
     /// Each member's load key, by worker index (None: not a member).
     key: Vec<Option<u64>>,
-    /// The last group emptied, kept for the next new load: a worker's load changes with
-    /// every task it is given or finishes, and a group made and dropped each time was
-    /// an allocation per task.
-    spare: WorkerSet,
 }
 
 /// The map key of a load: for non-negative floats the order of the bits is the order
-/// of the numbers, so the first group holds the least loaded workers.
+/// of the numbers, so the first entry is a least loaded worker.
 fn load_key(load: f64) -> u64 {
     debug_assert!(load >= 0.0 && load.is_finite(), "load {load}");
     load.to_bits()
@@ -39,7 +38,7 @@ impl SlotSet {
         self.members.iter()
     }
 
-    /// Adds `w` with its current load, or moves it to the group of its new load.
+    /// Adds `w` with its current load, or moves it to its new load.
     pub fn insert(&mut self, rank: u32, w: WorkerId, load: f64) {
         let k = load_key(load);
         let i = w.idx();
@@ -48,35 +47,25 @@ impl SlotSet {
         }
         match self.key[i] {
             Some(old) if old == k => return,
-            Some(old) => self.leave_group(old, rank, w),
+            Some(old) => {
+                self.by_load.remove(&(old, rank, w));
+            }
             None => self.members.insert(rank, w),
         }
-        let spare = &mut self.spare;
-        (self.by_load.entry(k))
-            .or_insert_with(|| std::mem::take(spare))
-            .insert(rank, w);
+        self.by_load.insert((k, rank, w));
         self.key[i] = Some(k);
     }
 
     pub fn remove(&mut self, rank: u32, w: WorkerId) {
         if let Some(old) = self.key.get_mut(w.idx()).and_then(Option::take) {
             self.members.remove(rank, w);
-            self.leave_group(old, rank, w);
-        }
-    }
-
-    fn leave_group(&mut self, k: u64, rank: u32, w: WorkerId) {
-        if let Entry::Occupied(mut group) = self.by_load.entry(k) {
-            group.get_mut().remove(rank, w);
-            if group.get().is_empty() {
-                self.spare = group.remove();
-            }
+            self.by_load.remove(&(old, rank, w));
         }
     }
 
     /// The least loaded member, the first in address order among equals.
     pub fn least_loaded(&self) -> Option<WorkerId> {
-        self.by_load.values().next().map(|group| group.get(0))
+        self.by_load.first().map(|&(_, _, w)| w)
     }
 
     /// The load `w` was filed with, if it is a member.
@@ -87,9 +76,9 @@ impl SlotSet {
     /// Address ranks changed (a worker joined or left).
     pub(crate) fn rerank(&mut self, rank: &[u32]) {
         self.members.rerank(rank);
-        for group in self.by_load.values_mut() {
-            group.rerank(rank);
-        }
+        self.by_load = (self.by_load.iter())
+            .map(|&(k, _, w)| (k, rank[w.idx()], w))
+            .collect();
     }
 }
 
