@@ -26,12 +26,10 @@ pub fn write_keys<'a>(keys: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 
 /// The keys of a key list, each checked to be well formed.
 pub fn read_keys(payload: &[u8]) -> WireResult<Vec<Key>> {
-    let mut r = Reader::new(payload);
-    let mut out = Vec::new();
-    while !r.done() {
-        out.push(r.key()?);
-    }
-    Ok(out)
+    Ok(read_key_refs(payload)?
+        .into_iter()
+        .map(ToOwned::to_owned)
+        .collect())
 }
 
 /// The keys of a key list as [`read_keys`] checks them, left as the list's bytes.

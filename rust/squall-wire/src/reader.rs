@@ -73,12 +73,8 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(self.bytes(what)?).map_err(|_| WireError::NotUtf8 { what })
     }
 
-    /// A key in squall-core's canonical encoding, as `bytes`.
-    pub(crate) fn key(&mut self) -> WireResult<Key> {
-        Key::from_encoded(self.bytes("key")?).ok_or(WireError::BadKey)
-    }
-
-    /// A key as [`Self::key`] reads it, checked but left as the message's bytes.
+    /// A key in squall-core's canonical encoding, as `bytes`: checked, and left as the
+    /// message's bytes.
     pub(crate) fn key_bytes(&mut self) -> WireResult<&'a [u8]> {
         let b = self.bytes("key")?;
         Key::is_encoded(b).then_some(b).ok_or(WireError::BadKey)

@@ -210,16 +210,15 @@ impl Scheduler {
                     .try_iter()?
                     .map(|s| spec_of(&s?))
                     .collect::<PyResult<_>>()?;
-                if specs.len() > n {
-                    return Err(PyValueError::new_err("more specs than keys"));
+                match specs.len() {
+                    count if count == n => specs,
+                    count if count > n => {
+                        return Err(PyValueError::new_err("more specs than keys"))
+                    }
+                    count => {
+                        return Err(PyValueError::new_err(format!("{count} specs for {n} keys")))
+                    }
                 }
-                if specs.len() != n {
-                    return Err(PyValueError::new_err(format!(
-                        "{} specs for {n} keys",
-                        specs.len()
-                    )));
-                }
-                specs
             }
             // Without specs every task is computable with an empty spec.
             None => vec![Some(RunSpec::default()); n],
