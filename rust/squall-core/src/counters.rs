@@ -140,12 +140,13 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::key::Key;
+    use crate::task::TaskText;
 
     #[test]
     fn counts_follow_creation_transitions_and_forgetting() {
         let mut s = Scheduler::new(Config::default());
         let ids: Vec<_> = (0..5)
-            .map(|i| s.create_task(Key::str(&format!("x-{i}")).into()))
+            .map(|i| s.create_task(TaskText::new(&Key::str(&format!("x-{i}")), None)))
             .collect();
         assert_eq!(s.count_in(TaskState::Released), 5);
         s.set_state(ids[0], TaskState::Waiting);

@@ -50,11 +50,7 @@ pub struct NewTask {
 
 impl NewTask {
     pub fn new(key: Key, deps: Vec<DepRef>, run_spec: Option<RunSpec>) -> Self {
-        let text = match run_spec {
-            None => TaskText::from(key),
-            Some(spec) => TaskText::new(&key, Some(&spec)),
-        };
-        NewTask::of_text(text, deps)
+        NewTask::of_text(TaskText::new(&key, run_spec.as_deref()), deps)
     }
 
     /// A task whose key and spec are already in one allocation (off the wire).

@@ -57,7 +57,7 @@ const T_INT: u8 = b'I';
 const T_FLOAT: u8 = b'F';
 const T_TUPLE: u8 = b'T';
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -65,7 +65,12 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+/// How many bytes `put_varint` writes for `v`.
+pub(crate) fn varint_len(v: u64) -> usize {
+    (u64::BITS - v.leading_zeros()).max(1).div_ceil(7) as usize
+}
+
+pub(crate) fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     let mut shift = 0;
     loop {
@@ -166,11 +171,6 @@ impl Key {
         e.finish()
     }
 
-    /// Its canonical bytes, as an allocation to reuse.
-    pub(crate) fn into_bytes(self) -> Box<[u8]> {
-        self.0
-    }
-
     /// Checks that raw bytes are one well-formed key (for keys arriving off the wire).
     pub fn from_encoded(b: &[u8]) -> Option<Key> {
         Self::is_encoded(b).then(|| Key(b.into()))
@@ -180,22 +180,14 @@ impl Key {
     /// making the key).
     pub fn is_encoded(b: &[u8]) -> bool {
         let mut pos = 0;
-        skip(b, &mut pos, 0, true).is_some() && pos == b.len()
+        skip(b, &mut pos, 0).is_some() && pos == b.len()
     }
 
     /// The length of the key that `b` starts with (a key's encoding delimits itself),
     /// None unless it starts with a well-formed one.
     pub fn encoded_len(b: &[u8]) -> Option<usize> {
         let mut pos = 0;
-        skip(b, &mut pos, 0, true).map(|()| pos)
-    }
-
-    /// [`Self::encoded_len`] of bytes that start with a key checked before (a task's
-    /// record): the strings' UTF-8 is not checked again. Reading a record's key, which
-    /// every key-named message does, spent most of its time in that check.
-    pub(crate) fn checked_len(b: &[u8]) -> Option<usize> {
-        let mut pos = 0;
-        skip(b, &mut pos, 0, false).map(|()| pos)
+        skip(b, &mut pos, 0).map(|()| pos)
     }
 }
 
@@ -320,16 +312,13 @@ impl std::fmt::Display for Key {
 /// Tuples nested deeper than this are refused: validating them would recurse that deep.
 const MAX_NESTING: usize = 64;
 
-/// Steps over one encoded value; `utf8`: check that its strings are UTF-8.
-fn skip(b: &[u8], pos: &mut usize, depth: usize, utf8: bool) -> Option<()> {
+/// Steps over one encoded value, checking that its strings are UTF-8.
+fn skip(b: &[u8], pos: &mut usize, depth: usize) -> Option<()> {
     let tag = *b.get(*pos)?;
     *pos += 1;
     match tag {
         T_STR => {
-            let s = bytes_at(b, pos)?;
-            if utf8 {
-                std::str::from_utf8(s).ok()?;
-            }
+            str_at(b, pos)?;
         }
         T_BYTES => {
             bytes_at(b, pos)?;
@@ -346,7 +335,7 @@ fn skip(b: &[u8], pos: &mut usize, depth: usize, utf8: bool) -> Option<()> {
             }
             let n = get_varint(b, pos)?;
             for _ in 0..n {
-                skip(b, pos, depth + 1, utf8)?;
+                skip(b, pos, depth + 1)?;
             }
         }
         _ => return None,

@@ -814,7 +814,9 @@ mod tests {
             s.remove_task(t);
         };
         let k = |i: usize| Key::str(&format!("k-{i}"));
-        let ids: Vec<TaskId> = (0..3000).map(|i| s.create_task(k(i).into())).collect();
+        let ids: Vec<TaskId> = (0..3000)
+            .map(|i| s.create_task(TaskText::new(&k(i), None)))
+            .collect();
         for &t in &ids[..2000] {
             forget(&mut s, t);
         }
@@ -823,9 +825,11 @@ mod tests {
         s.take_commands();
         s.take_commands(); // the 2000 slots are free now
                            // Same key in a recycled slot, other keys in others, then growth (a rebuild).
-        let again = s.create_task(k(0).into());
+        let again = s.create_task(TaskText::new(&k(0), None));
         assert_eq!(s.lookup(&k(0)), Some(again));
-        let more: Vec<TaskId> = (3000..9000).map(|i| s.create_task(k(i).into())).collect();
+        let more: Vec<TaskId> = (3000..9000)
+            .map(|i| s.create_task(TaskText::new(&k(i), None)))
+            .collect();
         assert_eq!(s.stale_keys, 0, "growth rebuilt the index");
         for i in 1..2000 {
             assert_eq!(s.lookup(&k(i)), None);

@@ -7,7 +7,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::ids::{ClientId, TaskId, WorkerId};
 use crate::key::Key;
 use crate::state::Scheduler;
-use crate::task::{ErrorInfo, ErrorKind, TaskState as S, F_LONG_RUNNING};
+use crate::task::{ErrorInfo, ErrorKind, TaskState as S, TaskText, F_LONG_RUNNING};
 use crate::transitions::{Args, Recs};
 use crate::worker::{Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus};
 use rustc_hash::FxHashSet;
@@ -916,7 +916,7 @@ impl Scheduler {
                 let t = match s.lookup(&it.key) {
                     Some(t) => t,
                     None => {
-                        let t = s.create_task(it.key.clone().into());
+                        let t = s.create_task(TaskText::new(&it.key, None));
                         s.set_state(t, S::Memory);
                         t
                     }

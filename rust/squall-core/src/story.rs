@@ -132,10 +132,11 @@ mod tests {
     use super::*;
     use crate::ids::GroupId;
     use crate::key::Key;
+    use crate::task::TaskText;
 
     #[test]
     fn ring_keeps_the_newest_and_resolves_lazily() {
-        let task = |k: &str| Some(Task::new(Key::str(k).into(), GroupId(0)));
+        let task = |k: &str| Some(Task::new(TaskText::new(&Key::str(k), None), GroupId(0)));
         let mut tasks = vec![task("a"), task("b")];
         let mut log = TransitionLog::new(3);
         let (a, b) = (TaskId(0), TaskId(1));

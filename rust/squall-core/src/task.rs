@@ -2,7 +2,7 @@
 
 use crate::ids::{GroupId, TaskId, WorkerId};
 use crate::idset::IdSet;
-use crate::key::{Key, KeyRef};
+use crate::key::{get_varint, put_varint, varint_len, KeyRef};
 use crate::links::{Holders, Wanters};
 use squall_priority::Priority;
 use std::sync::Arc;
@@ -134,56 +134,62 @@ pub(crate) const NOT_BINNED: u8 = u8::MAX;
 /// `Task::processing_on` of a task assigned to no worker (worker ids never reach it).
 const NOT_PROCESSING: u32 = u32::MAX;
 
-/// A key's encoding, then its run spec's bytes if it has one: a task's text, made in
-/// one allocation when the task arrives and moved into its record as it is
-/// (docs/core.md#memory-per-task). (`Default` is an empty placeholder left behind when
-/// a text is moved out, as for [`Key`]; it is never stored.)
+/// A task's text: its key's encoding, then its run spec's bytes if it has one, behind
+/// the key's length as a LEB128 varint. Made in one allocation when the task arrives
+/// and moved into its record as it is (docs/core.md#memory-per-task). (`Default` is an
+/// empty placeholder left behind when a text is moved out, as for [`Key`]; it is never
+/// stored.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskText {
     bytes: Box<[u8]>,
-    key_len: u32,
     has_spec: bool,
 }
 
 impl TaskText {
-    /// Copies `key` and `spec` into one allocation.
+    /// Copies `key` and `spec` into one allocation, behind the key's length.
     pub fn new(key: &KeyRef, spec: Option<&[u8]>) -> TaskText {
         let key = key.as_bytes();
-        let mut bytes = Vec::with_capacity(key.len() + spec.map_or(0, <[u8]>::len));
+        let has_spec = spec.is_some();
+        let spec = spec.unwrap_or_default();
+        let mut bytes = Vec::with_capacity(varint_len(key.len() as u64) + key.len() + spec.len());
+        put_varint(&mut bytes, key.len() as u64);
         bytes.extend_from_slice(key);
-        bytes.extend_from_slice(spec.unwrap_or_default());
+        bytes.extend_from_slice(spec);
         TaskText {
             bytes: bytes.into_boxed_slice(),
-            key_len: key_len_u32(key.len()),
-            has_spec: spec.is_some(),
+            has_spec,
         }
     }
 
     #[inline]
     pub fn key(&self) -> &KeyRef {
-        KeyRef::of_encoded(&self.bytes[..self.key_len as usize])
+        key_of(&self.bytes)
     }
 
     #[inline]
     pub fn run_spec(&self) -> Option<&[u8]> {
-        self.has_spec.then(|| &self.bytes[self.key_len as usize..])
+        self.has_spec.then(|| spec_of(&self.bytes))
     }
 }
 
-/// A key with no spec: its own allocation becomes the text.
-impl From<Key> for TaskText {
-    fn from(key: Key) -> TaskText {
-        let bytes = key.into_bytes();
-        TaskText {
-            key_len: key_len_u32(bytes.len()),
-            bytes,
-            has_spec: false,
-        }
-    }
+/// Where the key lies in a task's text: after its length's varint. Reading the length
+/// costs a byte or two, where finding a key's extent from its own encoding walked
+/// every element of a tuple key (docs/core.md#key-and-spec).
+#[inline]
+fn key_range(text: &[u8]) -> std::ops::Range<usize> {
+    let mut at = 0;
+    let len = get_varint(text, &mut at).expect("a task's text starts with its key's length");
+    at..at + len as usize
 }
 
-fn key_len_u32(n: usize) -> u32 {
-    u32::try_from(n).expect("keys are far shorter than 4 GiB (frames are bounded)")
+#[inline]
+fn key_of(text: &[u8]) -> &KeyRef {
+    KeyRef::of_encoded(&text[key_range(text)])
+}
+
+#[inline]
+fn spec_of(text: &[u8]) -> &[u8] {
+    &text[key_range(text).end..]
 }
 
 pub struct Task {
@@ -296,12 +302,7 @@ impl Task {
     /// Its key.
     #[inline]
     pub fn key(&self) -> &KeyRef {
-        KeyRef::of_encoded(&self.text[..self.key_len()])
-    }
-
-    #[inline]
-    fn key_len(&self) -> usize {
-        Key::checked_len(&self.text).expect("a task's text starts with its key")
+        key_of(&self.text)
     }
 
     /// Whether it has a run spec: the record's flag, without reading its text (another
@@ -313,12 +314,12 @@ impl Task {
 
     /// Its run spec; None for pure data (scattered), which cannot be recomputed.
     pub fn run_spec(&self) -> Option<&[u8]> {
-        self.flag(F_HAS_SPEC).then(|| &self.text[self.key_len()..])
+        self.flag(F_HAS_SPEC).then(|| spec_of(&self.text))
     }
 
     /// Its run spec, to rewrite in place.
     pub(crate) fn run_spec_mut(&mut self) -> Option<&mut [u8]> {
-        let at = self.key_len();
+        let at = key_range(&self.text).end;
         self.flag(F_HAS_SPEC).then(|| &mut self.text[at..])
     }
 
@@ -394,5 +395,22 @@ mod tests {
         // (docs/core.md#memory-per-task).
         let size = std::mem::size_of::<super::Task>();
         assert!(size <= 136, "Task grew to {size} bytes");
+    }
+
+    #[test]
+    fn a_text_gives_back_its_key_and_spec_at_every_length_prefix() {
+        use super::{Task, TaskText};
+        use crate::ids::GroupId;
+        use crate::key::Key;
+        // 127 and 128 bytes straddle the one-byte length; 20,000 takes three.
+        for n in [0, 1, 126, 127, 128, 20_000] {
+            let key = Key::tuple_str_ints(&"k".repeat(n), &[3, -1]);
+            for spec in [None, Some(&b""[..]), Some(&b"spec bytes"[..])] {
+                let text = TaskText::new(&key, spec);
+                assert_eq!((text.key(), text.run_spec()), (&*key, spec));
+                let task = Task::new(text, GroupId(0));
+                assert_eq!((task.key(), task.run_spec()), (&*key, spec));
+            }
+        }
     }
 }

@@ -99,9 +99,9 @@ fn bytes_per_map_task() {
     );
     let sample = Key::str("noop-b81b3c299250405caa5723ea0001e240");
     println!(
-        "heap per task: key {} B and spec 40 B in one {} B chunk",
+        "heap per task: key {} B behind its 1-byte length, and spec 40 B, in one {} B chunk",
         sample.as_bytes().len(),
-        chunk(sample.as_bytes().len() + 40),
+        chunk(1 + sample.as_bytes().len() + 40),
     );
 
     // Queued: no worker yet.
