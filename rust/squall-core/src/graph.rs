@@ -588,7 +588,8 @@ impl Scheduler {
                         sub.tasks[i].run_spec().is_some()
                     });
                 }
-                match squall_order::order_flat_named(&g, |i| self.task(ids[i]).key().python_str()) {
+                let this: &Scheduler = self;
+                match squall_order::order_flat_named(&g, |i| this.task(ids[i]).key().python_str()) {
                     Ok(o) => o.into_iter().map(u64::from).collect(),
                     // Validation already proved the graph acyclic.
                     Err(_) => (0..n as u64).collect(),

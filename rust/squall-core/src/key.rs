@@ -217,18 +217,19 @@ impl KeyRef {
         std::str::from_utf8(b.get(pos..pos + n)?).ok()
     }
 
-    /// Python's `str(key)`.
-    pub fn python_str(&self) -> String {
+    /// Python's `str(key)`: a string key's own text, borrowed from the encoding; any
+    /// other key rendered.
+    pub fn python_str(&self) -> Cow<'_, str> {
         let b = &self.0;
         let mut pos = 1;
         if b.first() == Some(&T_STR) {
-            return str_at(b, &mut pos).expect(VALIDATED).to_owned();
+            return Cow::Borrowed(str_at(b, &mut pos).expect(VALIDATED));
         }
         // About the encoding's length: no regrowth on the way.
         let mut out = String::with_capacity(b.len() + 16);
         pos = 0;
         repr_at(b, &mut pos, &mut out).expect(VALIDATED);
-        out
+        Cow::Owned(out)
     }
 
     /// The key's string, or the first element of a tuple key if that is a string,

@@ -239,7 +239,7 @@ pub fn order(shape: &str, n: usize) -> f64 {
                 })
                 .collect(),
             is_task: true,
-            name: t.key().python_str(),
+            name: t.key().python_str().into_owned(),
         })
         .collect();
     let t0 = Instant::now();

@@ -406,7 +406,7 @@ fn cycles_are_rejected_naming_keys_on_the_cycle() {
         .unwrap_err();
     match err {
         CoreError::Cycle(keys) => {
-            let mut names: Vec<String> = keys.iter().map(|k| k.python_str()).collect();
+            let mut names: Vec<String> = keys.iter().map(|k| k.python_str().into_owned()).collect();
             names.sort();
             assert_eq!(names, vec!["a", "b", "c"]);
         }

@@ -557,7 +557,13 @@ fn transition_feed_reports_every_transition_with_its_key_once_switched_on() {
     taken.extend(h.s.take_transitions(usize::MAX));
     let fed: Vec<(String, &str, &str)> = taken
         .iter()
-        .map(|e| (e.key.python_str(), e.start.name(), e.finish.name()))
+        .map(|e| {
+            (
+                e.key.python_str().into_owned(),
+                e.start.name(),
+                e.finish.name(),
+            )
+        })
         .collect();
     let of = |k: &str| -> Vec<(&str, &str)> {
         fed.iter()

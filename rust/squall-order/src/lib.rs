@@ -75,6 +75,7 @@
 //! for the nodes whose comparisons need them; see `reach`. A million-node
 //! reduction, map or independent-task graph orders in well under a second.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 
 mod csr;
@@ -149,10 +150,10 @@ impl FlatGraph {
 }
 
 /// A [`FlatGraph`] whose names are made on demand, each at most once.
-struct NamedOnDemand<'a, F> {
+struct NamedOnDemand<'a, 'n, F> {
     graph: &'a FlatGraph,
     name_of: F,
-    names: Vec<OnceCell<String>>,
+    names: Vec<OnceCell<Cow<'n, str>>>,
 }
 
 /// What the ordering reads from its input, however it is stored.
@@ -178,7 +179,7 @@ impl Input for &[Node] {
     }
 }
 
-impl<F: Fn(usize) -> String> Input for NamedOnDemand<'_, F> {
+impl<'n, F: Fn(usize) -> Cow<'n, str>> Input for NamedOnDemand<'_, 'n, F> {
     fn len(&self) -> usize {
         self.graph.len()
     }
@@ -243,15 +244,16 @@ pub fn order_flat(graph: &FlatGraph) -> Result<Vec<u32>, OrderError> {
 
 /// [`order_flat`] with node `i`'s name made by `name_of(i)` when the ordering first
 /// reads it, instead of stored up front: only ties on every other field of the sort
-/// key read names, so most graphs need few. `graph`'s own names are not read (leave
-/// them empty).
+/// key read names, so most graphs need few. A name may be borrowed (a string key is
+/// its own name), so the common case copies nothing. `graph`'s own names are not read
+/// (leave them empty).
 ///
 /// # Panics
 ///
 /// As [`order_flat`].
-pub fn order_flat_named(
+pub fn order_flat_named<'n>(
     graph: &FlatGraph,
-    name_of: impl Fn(usize) -> String,
+    name_of: impl Fn(usize) -> Cow<'n, str>,
 ) -> Result<Vec<u32>, OrderError> {
     assert!(
         graph.dep_ends.len() == graph.len(),
@@ -355,7 +357,11 @@ mod tests {
                 name_ends: Vec::new(),
                 ..flat.clone()
             };
-            let named = order_flat_named(&unnamed, |i| nodes[i].name.clone());
+            // Names borrowed and made alike.
+            let named = order_flat_named(&unnamed, |i| match i % 2 {
+                0 => Cow::Borrowed(nodes[i].name.as_str()),
+                _ => Cow::Owned(nodes[i].name.clone()),
+            });
             assert_eq!(named.unwrap(), order(&nodes).unwrap());
         }
         assert!(order_flat(&FlatGraph::default()).unwrap().is_empty());

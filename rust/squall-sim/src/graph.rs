@@ -146,7 +146,7 @@ impl TaskTable {
         let i = self.keys.len();
         self.index.insert(t.key.clone(), i);
         self.keys.push(t.key.clone());
-        self.names.push(t.key.python_str());
+        self.names.push(t.key.python_str().into_owned());
         self.duration.push(t.duration);
         self.nbytes.push(t.nbytes);
         Ok(i)

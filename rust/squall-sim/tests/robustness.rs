@@ -27,7 +27,10 @@ fn wide() -> SimSubmission {
 /// there may force to run again.
 fn exposed_to(sub: &SimSubmission, r: &SimReport, worker: usize) -> Vec<String> {
     let tasks = &sub.graph.tasks;
-    let names: Vec<String> = tasks.iter().map(|t| t.key.python_str()).collect();
+    let names: Vec<String> = tasks
+        .iter()
+        .map(|t| t.key.python_str().into_owned())
+        .collect();
     let mut stack: Vec<usize> = (0..tasks.len())
         .filter(|&i| r.runs_of(&names[i]).any(|e| e.worker == worker))
         .collect();

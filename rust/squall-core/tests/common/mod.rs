@@ -125,7 +125,7 @@ impl H {
     }
 
     pub fn name(&self, t: TaskId) -> String {
-        self.s.task(t).key().python_str()
+        self.s.task(t).key().python_str().into_owned()
     }
 
     pub fn drain(&mut self) {
@@ -133,7 +133,7 @@ impl H {
             let mut log = Vec::new();
             let mut running = Vec::new();
             for c in cmds {
-                let k = |t: &TaskId| s.task(*t).key().python_str();
+                let k = |t: &TaskId| s.task(*t).key().python_str().into_owned();
                 let a = |w: &WorkerId| s.get_worker(*w).unwrap().address.clone();
                 let entry = match c {
                     Command::ComputeTask {

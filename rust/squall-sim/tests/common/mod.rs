@@ -44,7 +44,7 @@ pub fn run_with(
 
 /// Python's `str` of the key `(name, i…)`, as the report spells keys.
 pub fn k(name: &str, idx: &[i64]) -> String {
-    Key::tuple_str_ints(name, idx).python_str()
+    Key::tuple_str_ints(name, idx).python_str().into_owned()
 }
 
 /// The worker of the (single) run of `key`.
