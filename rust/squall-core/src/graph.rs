@@ -589,7 +589,9 @@ impl Scheduler {
                     });
                 }
                 let this: &Scheduler = self;
-                match squall_order::order_flat_named(&g, |i| this.task(ids[i]).key().python_str()) {
+                match squall_order::order_flat_named(&g, |i| {
+                    this.task(ids[i]).key().python_str_utf8()
+                }) {
                     Ok(o) => o.into_iter().map(u64::from).collect(),
                     // Validation already proved the graph acyclic.
                     Err(_) => (0..n as u64).collect(),

@@ -398,7 +398,7 @@ impl Scheduler {
     /// The recent group named by `key`'s start, if `key` is `<its name>-<a word
     /// with a digit>…`: `key_split` stops at such a word.
     fn group_by_stem(&self, key: &KeyRef) -> Option<GroupId> {
-        let s = key.as_str()?.as_bytes();
+        let s = key.str_bytes()?;
         self.group_stems.iter().find_map(|&(g, uid)| {
             let group = self.groups[g.idx()].as_ref().filter(|x| x.uid == uid)?;
             let rest = s.strip_prefix(group.name.as_bytes())?.strip_prefix(b"-")?;
@@ -430,7 +430,7 @@ impl Scheduler {
         }
         let g = self.group_by_name(key);
         let entry = (g, self.group(g).uid);
-        if key.as_str().is_some() && !self.group_stems.contains(&entry) {
+        if key.str_bytes().is_some() && !self.group_stems.contains(&entry) {
             self.learn_stem(g);
         }
         g
@@ -735,16 +735,7 @@ fn index_hash(fragment: u32) -> u64 {
 
 /// For a str key `stem-<digits>` (one or more ASCII digits), the stem's bytes.
 fn digit_stem(key: &KeyRef) -> Option<&[u8]> {
-    let b = key.as_bytes();
-    if b.first() != Some(&b'S') {
-        return None;
-    }
-    // The length varint: the payload is the rest of the encoding.
-    let mut pos = 1;
-    while *b.get(pos)? >= 0x80 {
-        pos += 1;
-    }
-    let payload = &b[pos + 1..];
+    let payload = key.str_bytes()?;
     // `(…` and `<…` keys are named from the whole string, digits included.
     if matches!(payload.first(), Some(b'(' | b'<')) {
         return None;

@@ -153,7 +153,7 @@ impl FlatGraph {
 struct NamedOnDemand<'a, 'n, F> {
     graph: &'a FlatGraph,
     name_of: F,
-    names: Vec<OnceCell<Cow<'n, str>>>,
+    names: Vec<OnceCell<Cow<'n, [u8]>>>,
 }
 
 /// What the ordering reads from its input, however it is stored.
@@ -161,7 +161,8 @@ pub(crate) trait Input {
     fn len(&self) -> usize;
     fn deps(&self, i: usize) -> &[u32];
     fn is_task(&self, i: usize) -> bool;
-    fn name(&self, i: usize) -> &str;
+    /// Its name's UTF-8 bytes (which order as the name does).
+    fn name(&self, i: usize) -> &[u8];
 }
 
 impl Input for &[Node] {
@@ -174,12 +175,12 @@ impl Input for &[Node] {
     fn is_task(&self, i: usize) -> bool {
         self[i].is_task
     }
-    fn name(&self, i: usize) -> &str {
-        &self[i].name
+    fn name(&self, i: usize) -> &[u8] {
+        self[i].name.as_bytes()
     }
 }
 
-impl<'n, F: Fn(usize) -> Cow<'n, str>> Input for NamedOnDemand<'_, 'n, F> {
+impl<'n, F: Fn(usize) -> Cow<'n, [u8]>> Input for NamedOnDemand<'_, 'n, F> {
     fn len(&self) -> usize {
         self.graph.len()
     }
@@ -189,7 +190,7 @@ impl<'n, F: Fn(usize) -> Cow<'n, str>> Input for NamedOnDemand<'_, 'n, F> {
     fn is_task(&self, i: usize) -> bool {
         self.graph.is_task[i]
     }
-    fn name(&self, i: usize) -> &str {
+    fn name(&self, i: usize) -> &[u8] {
         self.names[i].get_or_init(|| (self.name_of)(i))
     }
 }
@@ -204,8 +205,8 @@ impl Input for FlatGraph {
     fn is_task(&self, i: usize) -> bool {
         self.is_task[i]
     }
-    fn name(&self, i: usize) -> &str {
-        FlatGraph::name(self, i)
+    fn name(&self, i: usize) -> &[u8] {
+        FlatGraph::name(self, i).as_bytes()
     }
 }
 
@@ -244,16 +245,16 @@ pub fn order_flat(graph: &FlatGraph) -> Result<Vec<u32>, OrderError> {
 
 /// [`order_flat`] with node `i`'s name made by `name_of(i)` when the ordering first
 /// reads it, instead of stored up front: only ties on every other field of the sort
-/// key read names, so most graphs need few. A name may be borrowed (a string key is
-/// its own name), so the common case copies nothing. `graph`'s own names are not read
-/// (leave them empty).
+/// key read names, so most graphs need few. A name is given as its UTF-8 bytes, and may
+/// be borrowed (a string key is its own name), so the common case copies and checks
+/// nothing. `graph`'s own names are not read (leave them empty).
 ///
 /// # Panics
 ///
 /// As [`order_flat`].
 pub fn order_flat_named<'n>(
     graph: &FlatGraph,
-    name_of: impl Fn(usize) -> Cow<'n, str>,
+    name_of: impl Fn(usize) -> Cow<'n, [u8]>,
 ) -> Result<Vec<u32>, OrderError> {
     assert!(
         graph.dep_ends.len() == graph.len(),
@@ -359,8 +360,8 @@ mod tests {
             };
             // Names borrowed and made alike.
             let named = order_flat_named(&unnamed, |i| match i % 2 {
-                0 => Cow::Borrowed(nodes[i].name.as_str()),
-                _ => Cow::Owned(nodes[i].name.clone()),
+                0 => Cow::Borrowed(nodes[i].name.as_bytes()),
+                _ => Cow::Owned(nodes[i].name.clone().into_bytes()),
             });
             assert_eq!(named.unwrap(), order(&nodes).unwrap());
         }
