@@ -77,9 +77,16 @@ impl<I: Copy + Eq> Links<I> {
         self.as_slice().first().map(|&(w, _)| w)
     }
 
+    /// A copy of the linked ids, to iterate while mutating other state. The usual
+    /// none or one is built directly: smallvec's generic `collect` cost about 60
+    /// instructions a call, several calls a transition.
     #[inline]
     pub fn to_vec(&self) -> SmallVec<[I; 4]> {
-        self.iter().collect()
+        match &self.0 {
+            Repr::Empty => SmallVec::new(),
+            Repr::One((w, _)) => SmallVec::from_buf_and_len([*w; 4], 1),
+            Repr::Many(v) => v.iter().map(|&(w, _)| w).collect(),
+        }
     }
 
     pub(crate) fn push(&mut self, w: I, pos: u32) {
