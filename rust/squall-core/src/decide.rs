@@ -4,6 +4,7 @@
 use crate::ids::{TaskId, WorkerId};
 use crate::state::Scheduler;
 use crate::worker::WorkerStatus;
+use smallvec::SmallVec;
 
 /// Below this many workers the no-dependency fast path compares occupancies; above it,
 /// it assigns round-robin.
@@ -204,10 +205,12 @@ impl Scheduler {
     /// Module-level `decide_worker`: prefer workers holding dependencies.
     fn decide_worker(&self, t: TaskId, valid: Option<Vec<WorkerId>>) -> Option<WorkerId> {
         let ts = self.task(t);
-        let mut candidates: Vec<WorkerId> = if ts.is_actor() {
+        // Inline for the usual few holders: a heap vector here was an allocation per
+        // decision.
+        let mut candidates: SmallVec<[WorkerId; 8]> = if ts.is_actor() {
             self.running.iter().collect()
         } else {
-            let mut v: Vec<WorkerId> = Vec::new();
+            let mut v = SmallVec::new();
             for d in ts.dependencies.iter() {
                 for w in self.task(d).who_has.iter() {
                     if self.running.contains(self.rank(w), w) && !v.contains(&w) {
@@ -226,7 +229,7 @@ impl Scheduler {
             Some(valid) => {
                 candidates.retain(|w| valid.contains(w));
                 if candidates.is_empty() {
-                    candidates = valid.clone();
+                    candidates = SmallVec::from_slice(valid);
                     if candidates.is_empty() && ts.restrictions().is_some_and(|r| r.loose) {
                         return self.decide_worker(t, None);
                     }
