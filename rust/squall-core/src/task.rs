@@ -409,9 +409,11 @@ mod tests {
         use super::{Task, TaskText};
         use crate::ids::GroupId;
         use crate::key::Key;
-        // 127 and 128 bytes straddle the one-byte length; 20,000 takes three.
-        for n in [0, 1, 126, 127, 128, 20_000] {
-            let key = Key::tuple_str_ints(&"k".repeat(n), &[3, -1]);
+        // Names of 118 to 132 bytes put the encodings either side of 128 bytes, where
+        // the length takes a second byte; 20,000 takes three.
+        let names = (118..=132).chain([0, 20_000]).map(|n| "k".repeat(n));
+        let keys = names.flat_map(|n| [Key::str(&n), Key::tuple_str_ints(&n, &[3, -1])]);
+        for key in keys {
             for spec in [None, Some(&b""[..]), Some(&b"spec bytes"[..])] {
                 let text = TaskText::new(&key, spec);
                 assert_eq!((text.key(), text.run_spec()), (&*key, spec));
