@@ -588,9 +588,8 @@ impl Scheduler {
                         sub.tasks[i].run_spec().is_some()
                     });
                 }
-                let this: &Scheduler = self;
                 match squall_order::order_flat_named(&g, |i| {
-                    this.task(ids[i]).key().python_str_utf8()
+                    self.task(ids[i]).key().python_str_utf8()
                 }) {
                     Ok(o) => o.into_iter().map(u64::from).collect(),
                     // Validation already proved the graph acyclic.

@@ -70,7 +70,20 @@ pub(crate) fn varint_len(v: u64) -> usize {
     (u64::BITS - v.leading_zeros()).max(1).div_ceil(7) as usize
 }
 
+/// The varint at `b[*pos]`. Nearly every one read is a single byte (a key's length, a
+/// string's, a small int), which is read inline.
+#[inline]
 pub(crate) fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    match b.get(*pos) {
+        Some(&byte) if byte < 0x80 => {
+            *pos += 1;
+            Some(u64::from(byte))
+        }
+        _ => get_long_varint(b, pos),
+    }
+}
+
+fn get_long_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     let mut shift = 0;
     loop {

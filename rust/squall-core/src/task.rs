@@ -177,16 +177,9 @@ impl TaskText {
 /// every element of a tuple key (docs/core.md#key-and-spec).
 #[inline]
 fn key_range(text: &[u8]) -> std::ops::Range<usize> {
-    // Keys under 128 bytes, nearly all, have a one-byte length.
-    match text.first() {
-        Some(&n) if n < 0x80 => 1..1 + usize::from(n),
-        _ => {
-            let mut at = 0;
-            let len =
-                get_varint(text, &mut at).expect("a task's text starts with its key's length");
-            at..at + len as usize
-        }
-    }
+    let mut at = 0;
+    let len = get_varint(text, &mut at).expect("a task's text starts with its key's length");
+    at..at + len as usize
 }
 
 #[inline]
