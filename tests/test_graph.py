@@ -274,6 +274,17 @@ def test_futures_in_a_graph_travel_as_their_keys() -> None:
     assert pickle.loads(g.specs[0])({"x": 41}) == 42
 
 
+def test_a_method_bound_to_an_object_is_not_shared() -> None:
+    # A module's built-in function is a blob; one bound to an object (which tasks could
+    # mutate through) is pickled with each task that names it, as the object and the
+    # method's name (through ``getattr``, a module's function).
+    held: list[int] = [7]
+    dsk = {"a": Task("a", len, held), "b": Task("b", held.copy)}
+    g = graph.pack(dsk, {})
+    assert [pickle.loads(blob) for blob in g.blobs] == [len, getattr]
+    assert [pickle.loads(spec)({}) for spec in g.specs] == [1, [7]]
+
+
 def test_legacy_graphs_convert_as_dask_converts_them() -> None:
     legacy = {
         "a": 1,

@@ -16,99 +16,26 @@ from __future__ import annotations
 import copy
 import functools
 import io
-import operator
 import pickle
 import sys
-import types
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 from dask._task_spec import (
     Alias,
-    DataNode,
     GraphNode,
-    Task,
-    TaskRef,
     _execute_subgraph,
     convert_legacy_graph,
 )
-from toolz.functoolz import Compose  # type: ignore[import-untyped]
 
-from squall._core import restore_node
+from squall._core import NodeReducer
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
 from squall.protocol.nested import DESCEND, rebuild
 
 Key = Hashable
-
-# Functions pickled by value (lambdas, closures, methods, and toolz's compositions of
-# them, which dask's reductions use) are the costly part of a task's pickle and are
-# shared by every task of a layer.
-_SHARED_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial, Compose})
-
-# Functions pickled by reference are shared too: naming a global costs an import and a
-# lookup per task's pickle to write and to read, a shared blob a cache hit. numpy's
-# functions and ufuncs by their types' names (numpy need not be imported).
-_NUMPY_FUNCTION_TYPES = frozenset({("numpy", "ufunc"), ("numpy", "_ArrayFunctionDispatcher")})
-
-
-def _shared(obj: Any, t: type) -> bool:
-    """Whether ``obj`` (of type ``t``) is a function every task of a layer shares."""
-    if t in _SHARED_TYPES:
-        return True
-    if t is types.BuiltinFunctionType:
-        # A module's function (``operator.add``, ``len``), not a method bound to an
-        # object (``some_list.append``), which tasks could mutate through, nor the
-        # global that shared functions are rebuilt through.
-        return isinstance(obj.__self__, types.ModuleType) and obj is not restore_node
-    return (t.__module__, t.__qualname__) in _NUMPY_FUNCTION_TYPES
-
-
-# Built-in containers: the C pickler's own code handles them (their items still get
-# reducer_override).
-_CONTAINERS = frozenset({tuple, frozenset, dict, list, set})
-
-
-# Nodes and shared functions are rebuilt on the worker through one global,
-# ``restore_node(kind, *args)``, whose kinds these are (rust/squall-py/src/nodes.rs:
-# keep in step): a pickle names that one global instead of one per class, and each
-# global costs an import and a lookup to pickle and to unpickle.
-_TASK, _TASK_REF, _DATA_NODE, _ALIAS, _FUNCTION = range(5)
-
-# Task's state (its ``__getstate__``, a tuple of every slot) read by one C call instead
-# of dask's generator, and rebuilt on the worker by one compiled call instead of
-# dask's ``__setstate__`` loop.
-_TASK_STATE = operator.attrgetter(*Task.get_all_slots())
-
-
-def _reduce_task(task: Task) -> tuple[Any, ...]:
-    return restore_node, (_TASK, _TASK_STATE(task))
-
-
-def _reduce_task_ref(ref: TaskRef) -> tuple[Any, ...]:
-    return restore_node, (_TASK_REF, ref.key)
-
-
-def _reduce_data_node(node: DataNode) -> tuple[Any, ...]:
-    return restore_node, (_DATA_NODE, *node.__reduce__()[1])  # type: ignore[no-untyped-call]
-
-
-def _reduce_alias(alias: Alias) -> tuple[Any, ...]:
-    return restore_node, (_ALIAS, *alias.__reduce__()[1])  # type: ignore[no-untyped-call]
-
-
-# Task-spec nodes are most of a graph's objects; reducing them here skips the generic
-# path (a dispatch-table miss, then ``__reduce_ex__``). Nested containers (List, Dict,
-# ...) keep that path for their own ``__getstate__``.
-_NODE_REDUCERS: dict[type, Callable[[Any], Any]] = {
-    Task: _reduce_task,
-    Alias: _reduce_alias,
-    DataNode: _reduce_data_node,
-    TaskRef: _reduce_task_ref,
-}
-
 
 # Annotation names the core understands, as the scheduler's per-task option names.
 _OPTION_NAMES = {
@@ -123,21 +50,24 @@ _OPTION_NAMES = {
 class _GraphPickler(pickle.Pickler):
     """Pickles the nodes of one graph, one after another (``clear_memo`` between them).
 
-    The C pickler asks ``reducer_override`` about every object but atoms, so it stays
-    a couple of dict lookups for the common ones. What cloudpickle adds over pickle is
-    kept: its dispatch table, classes by value unless importable, and functions by
-    value, each pickled once per graph and embedded as bytes."""
+    What cloudpickle adds over pickle is kept: its dispatch table, classes by value
+    unless importable, and functions by value. The C pickler asks ``reducer_override``
+    about every object but atoms and built-in containers; squall's is compiled
+    (:class:`squall._core.NodeReducer`): dask's nodes travel as calls of one global,
+    and each function a graph shares is pickled once, as bytes embedded in the specs
+    that use it (the graph's blobs)."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=5)
         # A dict (ChainMap lookups are Python calls), read at each graph so late
         # copyreg registrations count.
         self.dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
-        # id -> (object, its reduction): reductions worked out once per graph; the
-        # object is kept so that its id is not reused while the graph is pickled.
-        self._once: dict[int, tuple[Any, Any]] = {}
-        self._classes = cloudpickle.Pickler(io.BytesIO(), protocol=5)
         self.blobs: list[bytes] = []  # the functions' pickles, in the order made
+        classes = cloudpickle.Pickler(io.BytesIO(), protocol=5)
+        reducer = NodeReducer(functools.partial(_blob, self.blobs), classes.reducer_override)
+        # The C pickler looks it up at each dump, so an instance attribute serves
+        # (set by name: typeshed declares it a method).
+        setattr(self, "reducer_override", reducer)
 
     @classmethod
     def pickle_nodes(cls, nodes: Iterable[GraphNode]) -> tuple[list[bytes], list[bytes]]:
@@ -155,32 +85,15 @@ class _GraphPickler(pickle.Pickler):
             out.append(getvalue())
         return out, pickler.blobs
 
-    def reducer_override(self, obj: Any) -> Any:
-        t = type(obj)
-        if t in _CONTAINERS:
-            return NotImplemented
-        reduce = _NODE_REDUCERS.get(t)
-        if reduce is not None:
-            return reduce(obj)
-        entry = self._once.get(id(obj))
-        if entry is not None:
-            return entry[1]
-        if _shared(obj, t):
-            # dask's fused-task function travels as squall's (faster, the same value).
-            blob = cloudpickle.dumps(
-                execute_subgraph if obj is _execute_subgraph else obj, protocol=5
-            )
-            self.blobs.append(blob)
-            value: Any = (restore_node, (_FUNCTION, blob))
-        elif isinstance(obj, type):
-            # NotImplemented (by reference) unless cloudpickle must send it by value.
-            value = self._classes.reducer_override(obj)
-        elif isinstance(obj, TaskRef):
-            return _reduce_task_ref(obj)  # a client's future travels as its key
-        else:
-            return NotImplemented
-        self._once[id(obj)] = (obj, value)
-        return value
+
+def _blob(blobs: list[bytes], function: Any) -> bytes:
+    """A shared function's pickle, added to ``blobs``."""
+    # dask's fused-task function travels as squall's (faster, the same value).
+    blob: bytes = cloudpickle.dumps(
+        execute_subgraph if function is _execute_subgraph else function, protocol=5
+    )
+    blobs.append(blob)
+    return blob
 
 
 @dataclass

@@ -1,27 +1,32 @@
-//! dask's task-spec nodes and a graph's shared functions rebuilt from their pickles
-//! through one function, `restore_node(kind, *args)` (`squall.dask.graphs` pickles
-//! them so). One global per pickle rather than one per class: pickling a global and
-//! finding it again on unpickling each cost a module import and an attribute lookup,
-//! about a microsecond, in every task's pickle. A `Task` is rebuilt from its slot
-//! values in one compiled call, where dask's own `__setstate__` is a Python loop of
-//! `setattr` (docs/runtime.md#fused-tasks).
+//! dask's task-spec nodes and a graph's shared functions, reduced for pickling
+//! (`NodeReducer`, the `reducer_override` of `squall.dask.graphs`' pickler) and rebuilt
+//! from their pickles through one function, `restore_node(kind, *args)`. One global per
+//! pickle rather than one per class: pickling a global and finding it again on
+//! unpickling each cost a module import and an attribute lookup, about a microsecond,
+//! in every task's pickle. A `Task` travels as its slot values and is rebuilt from them
+//! in one compiled call, where dask's own `__getstate__` and `__setstate__` are Python
+//! loops (docs/runtime.md#fused-tasks).
 
 use crate::specs::load_function;
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyBytes, PyDict, PyFrozenSet, PyList, PyModule, PySet, PyString, PyTuple, PyType,
+};
+use pyo3::BoundObject;
+use rustc_hash::FxHashMap;
 
-/// What `restore_node` makes, by its first argument (the values `squall.dask.graphs`
-/// writes: keep the two in step).
+/// What `restore_node` makes, by its first argument (the values `NodeReducer` writes).
 const TASK: u8 = 0;
 const TASK_REF: u8 = 1;
 const DATA_NODE: u8 = 2;
 const ALIAS: u8 = 3;
 const FUNCTION: u8 = 4;
 
-/// dask's node classes, `object.__new__` and the slot names of `Task`, looked up once.
+/// dask's node classes, `object.__new__`, the slot names of `Task` and the classes of
+/// the functions a graph shares, looked up once.
 struct Classes {
     task: Py<PyType>,
     task_ref: Py<PyType>,
@@ -29,6 +34,9 @@ struct Classes {
     alias: Py<PyType>,
     new: Py<PyAny>,
     task_slots: Vec<Py<PyString>>,
+    shared: Vec<Py<PyType>>,
+    builtin_function: Py<PyType>,
+    restore: Py<PyAny>,
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
@@ -50,6 +58,19 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
             .import("builtins")?
             .getattr("object")?
             .getattr("__new__")?;
+        let types = py.import("types")?;
+        let type_of = |module: &Bound<'_, PyModule>, name: &str| -> PyResult<Py<PyType>> {
+            Ok(module.getattr(name)?.cast_into::<PyType>()?.unbind())
+        };
+        // Functions pickled by value (lambdas, closures, methods, and toolz's
+        // compositions of them, which dask's reductions use) are the costly part of a
+        // task's pickle and are shared by every task of a layer.
+        let shared = vec![
+            type_of(&types, "FunctionType")?,
+            type_of(&types, "MethodType")?,
+            type_of(&py.import("functools")?, "partial")?,
+            type_of(&py.import("toolz.functoolz")?, "Compose")?,
+        ];
         Ok(Classes {
             task,
             task_ref: class("TaskRef")?,
@@ -57,6 +78,9 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
             alias: class("Alias")?,
             new: new.unbind(),
             task_slots,
+            shared,
+            builtin_function: type_of(&types, "BuiltinFunctionType")?,
+            restore: py.import("squall._core")?.getattr("restore_node")?.unbind(),
         })
     })
 }
@@ -109,4 +133,169 @@ fn restore_task<'py>(
         obj.setattr(name.bind(py), value)?;
     }
     Ok(obj)
+}
+
+/// How `NodeReducer` treats the objects of one class, worked out once per class.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A function every task of a layer shares: pickled once per graph, as a blob.
+    Shared,
+    /// A built-in function: shared when it is a module's (`operator.add`, `len`), not
+    /// when bound to an object (`some_list.append`), which tasks could mutate through.
+    Builtin,
+    /// A class: by reference, unless cloudpickle must send it by value.
+    Class,
+    /// A `TaskRef` subclass (a client's future): travels as its key.
+    Ref,
+    /// Anything else: the pickler's own way.
+    Other,
+}
+
+/// numpy's functions and ufuncs, shared too, known by their classes' names (numpy need
+/// not be imported): naming a global costs an import and a lookup per task's pickle to
+/// write and to read, a shared blob a cache hit.
+const NUMPY_FUNCTION_TYPES: [(&str, &str); 2] =
+    [("numpy", "ufunc"), ("numpy", "_ArrayFunctionDispatcher")];
+
+/// The `reducer_override` of one graph's pickler (`squall.dask.graphs`): the C pickler
+/// asks it about every object but atoms and built-in containers, so the common answers
+/// (dask's nodes, by exact class) are a few pointer compares here. A shared function is
+/// pickled once per graph by `blob(function) -> bytes` and a class by
+/// `by_value(class)` (cloudpickle's reducer); both answers are kept per object for the
+/// graph, the object with them so that its id is not reused meanwhile.
+#[pyclass(module = "squall._core")]
+pub struct NodeReducer {
+    blob: Py<PyAny>,
+    by_value: Py<PyAny>,
+    once: FxHashMap<usize, (Py<PyAny>, Py<PyAny>)>,
+    kinds: FxHashMap<usize, (Py<PyType>, Kind)>,
+}
+
+#[pymethods]
+impl NodeReducer {
+    #[new]
+    fn new(blob: Py<PyAny>, by_value: Py<PyAny>) -> Self {
+        Self {
+            blob,
+            by_value,
+            once: FxHashMap::default(),
+            kinds: FxHashMap::default(),
+        }
+    }
+
+    fn __call__<'py>(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = obj.py();
+        if obj.is_exact_instance_of::<PyTuple>()
+            || obj.is_exact_instance_of::<PyDict>()
+            || obj.is_exact_instance_of::<PyList>()
+            || obj.is_exact_instance_of::<PyFrozenSet>()
+            || obj.is_exact_instance_of::<PySet>()
+        {
+            return Ok(not_implemented(py));
+        }
+        let c = classes(py)?;
+        let t = obj.get_type();
+        if t.is(c.task.bind(py)) {
+            let state = c.task_slots.iter().map(|s| obj.getattr(s.bind(py)));
+            let state = PyTuple::new(py, state.collect::<PyResult<Vec<_>>>()?)?;
+            return reduction(py, c, (TASK, state));
+        }
+        if t.is(c.task_ref.bind(py)) {
+            return reduction(py, c, (TASK_REF, obj.getattr(intern!(py, "key"))?));
+        }
+        if t.is(c.data_node.bind(py)) {
+            let key = obj.getattr(intern!(py, "key"))?;
+            return reduction(py, c, (DATA_NODE, key, obj.getattr(intern!(py, "value"))?));
+        }
+        if t.is(c.alias.bind(py)) {
+            let key = obj.getattr(intern!(py, "key"))?;
+            return reduction(py, c, (ALIAS, key, obj.getattr(intern!(py, "target"))?));
+        }
+        let id = obj.as_ptr() as usize;
+        if let Some((_, value)) = self.once.get(&id) {
+            return Ok(value.bind(py).clone());
+        }
+        let value = match self.kind(c, &t)? {
+            Kind::Shared => self.shared(c, obj)?,
+            Kind::Builtin
+                if !obj.is(c.restore.bind(py))
+                    && obj
+                        .getattr(intern!(py, "__self__"))?
+                        .is_instance_of::<PyModule>() =>
+            {
+                self.shared(c, obj)?
+            }
+            Kind::Class => self.by_value.bind(py).call1((obj,))?,
+            Kind::Ref => return reduction(py, c, (TASK_REF, obj.getattr(intern!(py, "key"))?)),
+            Kind::Builtin | Kind::Other => return Ok(not_implemented(py)),
+        };
+        self.once
+            .insert(id, (obj.clone().unbind(), value.clone().unbind()));
+        Ok(value)
+    }
+}
+
+impl NodeReducer {
+    fn kind(&mut self, c: &Classes, t: &Bound<'_, PyType>) -> PyResult<Kind> {
+        let py = t.py();
+        let id = t.as_ptr() as usize;
+        if let Some((_, kind)) = self.kinds.get(&id) {
+            return Ok(*kind);
+        }
+        let kind = if c.shared.iter().any(|s| t.is(s.bind(py))) || is_numpy_function(t) {
+            Kind::Shared
+        } else if t.is(c.builtin_function.bind(py)) {
+            Kind::Builtin
+        } else if t.is_subclass_of::<PyType>()? {
+            Kind::Class
+        } else if t.is_subclass(c.task_ref.bind(py))? {
+            Kind::Ref
+        } else {
+            Kind::Other
+        };
+        self.kinds.insert(id, (t.clone().unbind(), kind));
+        Ok(kind)
+    }
+
+    fn shared<'py>(
+        &self,
+        c: &Classes,
+        function: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = function.py();
+        let blob = self.blob.bind(py).call1((function,))?;
+        reduction(py, c, (FUNCTION, blob))
+    }
+}
+
+fn is_numpy_function(t: &Bound<'_, PyType>) -> bool {
+    let py = t.py();
+    let name = |attr| -> Option<String> { t.getattr(attr).ok()?.extract().ok() };
+    match (
+        name(intern!(py, "__module__")),
+        name(intern!(py, "__qualname__")),
+    ) {
+        (Some(module), Some(qualname)) => {
+            NUMPY_FUNCTION_TYPES.contains(&(module.as_str(), qualname.as_str()))
+        }
+        _ => false,
+    }
+}
+
+/// `(restore_node, args)`: what the pickler writes as a call of `restore_node(*args)`.
+fn reduction<'py, A: IntoPyObject<'py>>(
+    py: Python<'py>,
+    c: &Classes,
+    args: A,
+) -> PyResult<Bound<'py, PyAny>> {
+    let args = args
+        .into_pyobject(py)
+        .map_err(Into::into)?
+        .into_any()
+        .into_bound();
+    Ok(PyTuple::new(py, [c.restore.bind(py).clone(), args])?.into_any())
+}
+
+fn not_implemented(py: Python<'_>) -> Bound<'_, PyAny> {
+    py.NotImplemented().into_bound(py)
 }
