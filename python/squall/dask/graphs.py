@@ -65,9 +65,8 @@ class _GraphPickler(pickle.Pickler):
         self.blobs: list[bytes] = []  # the functions' pickles, in the order made
         classes = cloudpickle.Pickler(io.BytesIO(), protocol=5)
         reducer = NodeReducer(functools.partial(_blob, self.blobs), classes.reducer_override)
-        # The C pickler looks it up at each dump, so an instance attribute serves
-        # (set by name: typeshed declares it a method).
-        setattr(self, "reducer_override", reducer)
+        # The C pickler looks it up at each dump, so an instance attribute serves.
+        self.reducer_override = reducer  # type: ignore[method-assign]
 
     @classmethod
     def pickle_nodes(cls, nodes: Iterable[GraphNode]) -> tuple[list[bytes], list[bytes]]:
