@@ -22,13 +22,15 @@ import pytest
 from dask._task_spec import (
     Alias,
     DataNode,
+    Dict,
+    List,
     Task,
     TaskRef,
     _execute_subgraph,
     convert_legacy_graph,
 )
 
-from squall._core import CycleError, restore_node
+from squall._core import CycleError, call_node, restore_node
 from squall.dask import graphs as graph
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
@@ -283,6 +285,42 @@ def test_a_method_bound_to_an_object_is_not_shared() -> None:
     g = graph.pack(dsk, {})
     assert [pickle.loads(blob) for blob in g.blobs] == [len, getattr]
     assert [pickle.loads(spec)({}) for spec in g.specs] == [1, [7]]
+
+
+def _pair(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    return args, kwargs
+
+
+class _Ref(TaskRef):
+    __slots__ = ()
+
+
+def test_nodes_are_called_as_dask_calls_them() -> None:
+    values = {"a": 1, "b": [2], "c": {"x": 3}}
+    inner = Task("i", operator.add, TaskRef("a"), 10)
+    nodes = [
+        Task("t", operator.add, TaskRef("a"), 1),
+        Task("t", _pair),
+        Task("t", _pair, inner, TaskRef("b"), 5, key=TaskRef("c"), other=inner, plain=7),
+        Task("t", _pair, Task("n", _pair, inner, _Ref("a")), DataNode("d", 4), Alias("al", "b")),
+        Task("t", _pair, List(TaskRef("a"), inner), Dict({"k": TaskRef("b")})),
+        Task("t", len, TaskRef("b")),
+        DataNode("d", 5),
+        Alias("al", "c"),
+    ]
+    for node in nodes:
+        assert call_node(node, values) == node(values), node
+        assert call_node(node, {**values, "more": 0}) == node(values), node
+    # The function's own error, and dask's for values that lack a dependency.
+    failing = Task("t", operator.truediv, TaskRef("a"), 0)
+    with pytest.raises(ZeroDivisionError):
+        call_node(failing, values)
+    lacking = Task("t", _pair, TaskRef("a"), TaskRef("zz"))
+    with pytest.raises(RuntimeError) as ours:
+        call_node(lacking, values)
+    with pytest.raises(RuntimeError) as dasks:
+        lacking(values)
+    assert str(ours.value) == str(dasks.value)
 
 
 def test_legacy_graphs_convert_as_dask_converts_them() -> None:

@@ -30,7 +30,7 @@ from squall import Client
 from squall._core import WorkerCore, encode_keys
 from squall.protocol import comm, update_graph
 from squall.protocol import messages as m
-from squall.protocol.specs import call_prefix, fill_call, run_spec
+from squall.protocol.specs import call_prefix, fill_call
 from squall.protocol.stream import Stream, open_stream
 from squall.worker.memory import sizeof_value
 
@@ -457,7 +457,7 @@ def test_a_worker_refuses_compute_batches_naming_blobs_it_lacks() -> None:
     section = struct.pack("<III", 0, 1, 0) + struct.pack("<I", len(function)) + function
     assert batch.startswith(section)
     tasks = batch[len(section) :]
-    core = WorkerCore("tcp://127.0.0.1:1", 1, [], 0.0, run_spec, fill_call, repr, sizeof_value, 8)
+    core = WorkerCore("tcp://127.0.0.1:1", 1, [], 0.0, fill_call, repr, sizeof_value, 8)
     bad = [
         (struct.pack("<II", 0, 0) + tasks, "does not hold"),  # the blob never sent
         (struct.pack("<III", 1, 7, 0) + tasks, "dropped blob 7 is not held"),

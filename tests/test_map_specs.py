@@ -19,7 +19,7 @@ import squall
 from squall._core import RunAnswer, WorkerCore, encode_map_chunk
 from squall.client.submission import map_head, map_keys, pure_token
 from squall.protocol import update_graph
-from squall.protocol.specs import call_prefix, fill_call, run_spec
+from squall.protocol.specs import call_prefix, fill_call
 from squall.worker.memory import sizeof_value
 
 FUNCTION = cloudpickle.dumps(len)
@@ -96,7 +96,7 @@ def run_on_a_worker(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     n, keys_bytes, payload, _ = update_graph.encode(keys, specs, None, [function])
     s.submit_wire(c, payload, n, keys_bytes, now=0.0)
     [(addresses, batch, count)] = s.encode_compute(s.take_commands()).values()
-    core = WorkerCore("tcp://127.0.0.1:1", 1, [], 0.0, run_spec, fill_call, repr, sizeof_value, 8)
+    core = WorkerCore("tcp://127.0.0.1:1", 1, [], 0.0, fill_call, repr, sizeof_value, 8)
     core.compute(batch, addresses)
     core.add_thread()
     done = 0

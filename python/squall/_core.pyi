@@ -31,6 +31,7 @@ __all__ = [
     "UnknownWorkerError",
     "WorkerCore",
     "__version__",
+    "call_node",
     "call_prefix",
     "check_config",
     "clear_function_cache",
@@ -154,6 +155,7 @@ def call_prefix(function: bytes) -> bytes: ...
 def split_call(spec: bytes) -> tuple[bytes, bytes] | None: ...
 def load_function(blob: bytes) -> Callable[..., Any]: ...
 def restore_node(kind: int, *args: Any) -> Any: ...
+def call_node(node: Any, values: Mapping[_Key, Any]) -> Any: ...
 
 @final
 class NodeReducer:
@@ -192,7 +194,6 @@ class WorkerCore:
         nthreads: int,
         resources: list[tuple[str, float]],
         report_delay: float,
-        run_spec: Callable[[bytes, dict[_Key, Any]], Any],
         fill_call: Callable[
             [tuple[Any, ...], dict[str, Any], dict[_Key, Any]],
             tuple[tuple[Any, ...], dict[str, Any]],

@@ -15,7 +15,7 @@ from typing import Any
 
 from dask._task_spec import GraphNode
 
-from squall._core import order_mapping
+from squall._core import call_node, order_mapping
 
 Key = Hashable
 
@@ -33,7 +33,7 @@ def execute_subgraph(
     chain = _chain(dsk, outkey)
     if chain is not None:
         for before, key in zip([None, *chain], chain, strict=False):
-            cache[key] = dsk[key](cache)
+            cache[key] = call_node(dsk[key], cache)
             if before is not None:
                 del cache[before]  # a chain's link is needed by the next one only
         return cache[outkey]
@@ -44,7 +44,7 @@ def execute_subgraph(
             left[dep] = left.get(dep, 0) + 1
     for key in sorted(priority, key=priority.__getitem__):
         node = dsk[key]
-        cache[key] = node(cache)
+        cache[key] = call_node(node, cache)
         for dep in node.dependencies:
             left[dep] -= 1
             if not left[dep] and dep != outkey:

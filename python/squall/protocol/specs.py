@@ -26,7 +26,7 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 
-from squall._core import call_prefix, load_function, split_call
+from squall._core import call_node, call_prefix, load_function, split_call
 from squall.protocol.nested import DESCEND, rebuild
 
 __all__ = [
@@ -145,5 +145,4 @@ def run_spec(spec: bytes, data: Mapping[Hashable, Any]) -> Any:
         if data:
             args, kwargs = fill_call(args, kwargs, data)
         return load_function(blob)(*args, **kwargs)
-    node = pickle.loads(spec)
-    return node({k: data[k] for k in node.dependencies})
+    return call_node(pickle.loads(spec), data)

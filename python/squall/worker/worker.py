@@ -72,7 +72,7 @@ from squall.protocol import comm, dispatch, liveness
 from squall.protocol import messages as m
 from squall.protocol.actor_links import close_links
 from squall.protocol.remote_errors import error_fields, pack_error
-from squall.protocol.specs import fill_call, run_spec
+from squall.protocol.specs import fill_call
 from squall.security import Security
 from squall.worker import context, profile
 from squall.worker.actors import ActorHost
@@ -194,7 +194,6 @@ class Worker:
             nthreads,
             list(self.resources.items()),
             self._finished_delay,
-            run_spec,
             fill_call,
             _pack_task_error,
             sizeof_value,

@@ -48,7 +48,7 @@ mod _core {
     #[pymodule_export]
     use super::map_chunk::encode_map_chunk;
     #[pymodule_export]
-    use super::nodes::{restore_node, NodeReducer};
+    use super::nodes::{call_node, restore_node, NodeReducer};
     #[pymodule_export]
     use super::order::order_mapping;
     #[pymodule_export]

@@ -8,7 +8,7 @@
 //! loops (docs/runtime.md#fused-tasks).
 
 use crate::specs::load_function;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -29,6 +29,7 @@ const FUNCTION: u8 = 4;
 /// the functions a graph shares, looked up once.
 struct Classes {
     task: Py<PyType>,
+    graph_node: Py<PyType>,
     task_ref: Py<PyType>,
     data_node: Py<PyType>,
     alias: Py<PyType>,
@@ -73,6 +74,7 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
         ];
         Ok(Classes {
             task,
+            graph_node: class("GraphNode")?,
             task_ref: class("TaskRef")?,
             data_node: class("DataNode")?,
             alias: class("Alias")?,
@@ -298,4 +300,101 @@ fn reduction<'py, A: IntoPyObject<'py>>(
 
 fn not_implemented(py: Python<'_>) -> Bound<'_, PyAny> {
     py.NotImplemented().into_bound(py)
+}
+
+/// `node(values)`, as dask's task-spec nodes define it, with an exact `Task` (almost
+/// every node of a graph) run here rather than by dask's `Task.__call__`: that method's
+/// checks, closure and argument loop are Python, about a microsecond a task, more than
+/// many tasks' own work (docs/runtime.md#fused-tasks). The same checks, errors and
+/// order: `values` must hold the task's dependencies (else dask's `RuntimeError`), each
+/// argument that is a node is called with the values of its own dependencies (a nested
+/// `Task` here too), a `TaskRef` is replaced by its value, anything else is passed as it
+/// is, and then the task's function is called. Any other node calls itself.
+#[pyfunction]
+pub fn call_node<'py>(
+    node: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = node.py();
+    let c = classes(py)?;
+    if !node.get_type().is(c.task.bind(py)) {
+        return node.call1((values,));
+    }
+    let deps = node.getattr(intern!(py, "_dependencies"))?;
+    let mut missing = Vec::new();
+    for dep in deps.try_iter()? {
+        let dep = dep?;
+        if !values.contains(&dep)? {
+            missing.push(dep);
+        }
+    }
+    if !missing.is_empty() {
+        let missing = PySet::new(py, missing)?;
+        return Err(PyRuntimeError::new_err(format!(
+            "Not enough arguments provided: missing keys {missing}"
+        )));
+    }
+    call_task(c, node, values)
+}
+
+/// A `Task`'s function called on its evaluated arguments (its dependencies checked).
+fn call_task<'py>(
+    c: &Classes,
+    task: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = task.py();
+    let args = task.getattr(intern!(py, "args"))?;
+    let args = args
+        .try_iter()?
+        .map(|a| evaluate(c, &a?, values))
+        .collect::<PyResult<Vec<_>>>()?;
+    let args = PyTuple::new(py, args)?;
+    let func = task.getattr(intern!(py, "func"))?;
+    let kwargs = task.getattr(intern!(py, "kwargs"))?;
+    if !kwargs.is_truthy()? {
+        return func.call1(args);
+    }
+    let evaluated = PyDict::new(py);
+    for item in kwargs.call_method0(intern!(py, "items"))?.try_iter()? {
+        let (name, value) = item?.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
+        evaluated.set_item(name, evaluate(c, &value, values)?)?;
+    }
+    func.call(args, Some(&evaluated))
+}
+
+/// One argument of a task, as dask's `Task.__call__` evaluates it.
+fn evaluate<'py>(
+    c: &Classes,
+    arg: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = arg.py();
+    let t = arg.get_type();
+    if t.is(c.task_ref.bind(py)) {
+        return values.get_item(arg.getattr(intern!(py, "key"))?);
+    }
+    if t.is(c.task.bind(py)) {
+        // dask calls it with a dict of its dependencies' values, whose making raises
+        // the KeyError of a missing one; the task itself reads only those.
+        for dep in arg.getattr(intern!(py, "_dependencies"))?.try_iter()? {
+            let dep = dep?;
+            if !values.contains(&dep)? {
+                return Err(PyKeyError::new_err(dep.unbind()));
+            }
+        }
+        return call_task(c, arg, values);
+    }
+    if arg.is_instance(c.graph_node.bind(py))? {
+        let own = PyDict::new(py);
+        for dep in arg.getattr(intern!(py, "dependencies"))?.try_iter()? {
+            let dep = dep?;
+            own.set_item(&dep, values.get_item(&dep)?)?;
+        }
+        return arg.call1((own,));
+    }
+    if arg.is_instance(c.task_ref.bind(py))? {
+        return values.get_item(arg.getattr(intern!(py, "key"))?);
+    }
+    Ok(arg.clone())
 }

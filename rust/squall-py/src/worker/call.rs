@@ -1,11 +1,12 @@
 //! Calling a task: call specs run directly (their functions from the per-process cache,
-//! `crate::specs`), other specs through `squall.protocol.specs.run_spec`; failures
-//! packed for the report.
+//! `crate::specs`), dask's nodes through `crate::nodes::call_node`; failures packed for
+//! the report.
 
 use super::blobs::{Parts, Spec};
 use super::{key_of, WorkerCore};
 use crate::convert::key_to_py;
 use crate::errors::wire_error;
+use crate::nodes::call_node;
 use crate::specs::load_function;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::intern;
@@ -99,10 +100,13 @@ impl WorkerCore {
                 whole = spec;
                 let Some(CallSpec { function, call }) = split_call(&whole).map_err(wire_error)?
                 else {
-                    return self
+                    // A dask task-spec node (docs/protocol.md#run-specs).
+                    let node = self
                         .hooks
-                        .run_spec
-                        .call1(py, (PyBytes::new(py, &whole), data()?));
+                        .loads
+                        .bind(py)
+                        .call1((PyBytes::new(py, &whole),))?;
+                    return Ok(call_node(&node, data()?.as_any())?.unbind());
                 };
                 (load_function(py, function)?, call)
             }

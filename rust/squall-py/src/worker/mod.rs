@@ -53,10 +53,9 @@ struct Inner {
     stream: Sampler<task_stream::TaskSample>,
 }
 
-/// Python helpers the loop calls: `(run_spec, fill_call, pack_error, sizeof)`, as in
+/// Python helpers the loop calls: `(fill_call, pack_error, sizeof)`, as in
 /// `squall.worker`.
 struct Hooks {
-    run_spec: Py<PyAny>,
     fill_call: Py<PyAny>,
     pack_error: Py<PyAny>,
     sizeof: Py<PyAny>,
@@ -188,7 +187,7 @@ fn key_of<V, S>(m: &Machine<V, S>, k: KeyId) -> Key {
 #[pymethods]
 impl WorkerCore {
     #[new]
-    #[pyo3(signature = (address, nthreads, resources, report_delay, run_spec, fill_call, pack_error, sizeof, task_stream_samples))]
+    #[pyo3(signature = (address, nthreads, resources, report_delay, fill_call, pack_error, sizeof, task_stream_samples))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -196,7 +195,6 @@ impl WorkerCore {
         nthreads: usize,
         resources: Vec<(String, f64)>,
         report_delay: f64,
-        run_spec: Py<PyAny>,
         fill_call: Py<PyAny>,
         pack_error: Py<PyAny>,
         sizeof: Py<PyAny>,
@@ -223,7 +221,6 @@ impl WorkerCore {
             report_delay: Duration::from_secs_f64(report_delay.max(0.0)),
             epoch: Instant::now(),
             hooks: Hooks {
-                run_spec,
                 fill_call,
                 pack_error,
                 sizeof,
