@@ -320,14 +320,7 @@ pub fn call_node<'py>(
     if !node.get_type().is(c.task.bind(py)) {
         return node.call1((values,));
     }
-    let deps = node.getattr(intern!(py, "_dependencies"))?;
-    let mut missing = Vec::new();
-    for dep in deps.try_iter()? {
-        let dep = dep?;
-        if !values.contains(&dep)? {
-            missing.push(dep);
-        }
-    }
+    let missing = missing_dependencies(node, values)?;
     if !missing.is_empty() {
         let missing = PySet::new(py, missing)?;
         return Err(PyRuntimeError::new_err(format!(
@@ -335,6 +328,24 @@ pub fn call_node<'py>(
         )));
     }
     call_task(c, node, values)
+}
+
+/// The dependencies of `task` (a `Task`) that `values` lacks, in its own order.
+fn missing_dependencies<'py>(
+    task: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let mut missing = Vec::new();
+    for dep in task
+        .getattr(intern!(task.py(), "_dependencies"))?
+        .try_iter()?
+    {
+        let dep = dep?;
+        if !values.contains(&dep)? {
+            missing.push(dep);
+        }
+    }
+    Ok(missing)
 }
 
 /// A `Task`'s function called on its evaluated arguments (its dependencies checked).
@@ -377,11 +388,8 @@ fn evaluate<'py>(
     if t.is(c.task.bind(py)) {
         // dask calls it with a dict of its dependencies' values, whose making raises
         // the KeyError of a missing one; the task itself reads only those.
-        for dep in arg.getattr(intern!(py, "_dependencies"))?.try_iter()? {
-            let dep = dep?;
-            if !values.contains(&dep)? {
-                return Err(PyKeyError::new_err(dep.unbind()));
-            }
+        if let Some(dep) = missing_dependencies(arg, values)?.into_iter().next() {
+            return Err(PyKeyError::new_err(dep.unbind()));
         }
         return call_task(c, arg, values);
     }
