@@ -323,6 +323,22 @@ def test_nodes_are_called_as_dask_calls_them() -> None:
     assert str(ours.value) == str(dasks.value)
 
 
+def _nested(depth: int) -> Task:
+    node = Task("n0", operator.neg, TaskRef("a"))
+    for i in range(1, depth):
+        node = Task(f"n{i}", operator.neg, node)
+    return node
+
+
+def test_deeply_nested_tasks_recurse_through_dasks_own_call() -> None:
+    # Past a bound the compiled call hands nesting to dask's Python, whose recursion
+    # limit reports a pathological depth as an error instead of exhausting the stack.
+    values = {"a": 1}
+    assert call_node(_nested(200), values) == _nested(200)(values) == 1
+    with pytest.raises(RecursionError):
+        call_node(_nested(20_000), values)
+
+
 def test_legacy_graphs_convert_as_dask_converts_them() -> None:
     legacy = {
         "a": 1,

@@ -327,8 +327,13 @@ pub fn call_node<'py>(
             "Not enough arguments provided: missing keys {missing}"
         )));
     }
-    call_task(c, node, values)
+    call_task(c, node, values, 0)
 }
+
+/// Nested `Task`s deeper than this are called by dask's own `__call__`, whose Python
+/// recursion limit then reports a pathological nesting as a `RecursionError`, where
+/// recursing here could overflow the thread's stack.
+const MAX_NATIVE_DEPTH: u32 = 64;
 
 /// The dependencies of `task` (a `Task`) that `values` lacks, in its own order.
 fn missing_dependencies<'py>(
@@ -353,12 +358,13 @@ fn call_task<'py>(
     c: &Classes,
     task: &Bound<'py, PyAny>,
     values: &Bound<'py, PyAny>,
+    depth: u32,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = task.py();
     let args = task.getattr(intern!(py, "args"))?;
     let args = args
         .try_iter()?
-        .map(|a| evaluate(c, &a?, values))
+        .map(|a| evaluate(c, &a?, values, depth))
         .collect::<PyResult<Vec<_>>>()?;
     let args = PyTuple::new(py, args)?;
     let func = task.getattr(intern!(py, "func"))?;
@@ -369,7 +375,7 @@ fn call_task<'py>(
     let evaluated = PyDict::new(py);
     for item in kwargs.call_method0(intern!(py, "items"))?.try_iter()? {
         let (name, value) = item?.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
-        evaluated.set_item(name, evaluate(c, &value, values)?)?;
+        evaluated.set_item(name, evaluate(c, &value, values, depth)?)?;
     }
     func.call(args, Some(&evaluated))
 }
@@ -379,19 +385,20 @@ fn evaluate<'py>(
     c: &Classes,
     arg: &Bound<'py, PyAny>,
     values: &Bound<'py, PyAny>,
+    depth: u32,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = arg.py();
     let t = arg.get_type();
     if t.is(c.task_ref.bind(py)) {
         return values.get_item(arg.getattr(intern!(py, "key"))?);
     }
-    if t.is(c.task.bind(py)) {
+    if t.is(c.task.bind(py)) && depth < MAX_NATIVE_DEPTH {
         // dask calls it with a dict of its dependencies' values, whose making raises
         // the KeyError of a missing one; the task itself reads only those.
         if let Some(dep) = missing_dependencies(arg, values)?.into_iter().next() {
             return Err(PyKeyError::new_err(dep.unbind()));
         }
-        return call_task(c, arg, values);
+        return call_task(c, arg, values, depth + 1);
     }
     if arg.is_instance(c.graph_node.bind(py))? {
         let own = PyDict::new(py);
