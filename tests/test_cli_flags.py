@@ -67,6 +67,23 @@ def test_version_has_distributed_form() -> None:
 
 
 @pytest.mark.parametrize(
+    "module", ["squall.scheduler.launcher", "squall.worker.launcher", "squall.cli.dask_spec"]
+)
+def test_a_sigterm_while_the_process_exits_keeps_the_servers_exit_code(module: str) -> None:
+    """A deployer may stop a server just as it closes on its own (a retired worker's
+    nanny): the exit code must stay the server's, not -SIGTERM. The SIGTERM here lands
+    at exit, after the command has returned."""
+    code = (
+        "import atexit, os, signal, sys\n"
+        f"from {module} import main\n"
+        "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+        "sys.exit(main(['--version']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
     "cmd, named",
     [
         (["scheduler", "--protocol", "ucx"], "--protocol ucx"),

@@ -144,6 +144,7 @@ async def _first(stopped: asyncio.Future[Any], other: asyncio.Future[Any]) -> No
         await asyncio.gather(other, return_exceptions=True)
 
 
+@lifeline.server_main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m squall.cli.dask_spec",

@@ -13,8 +13,12 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import functools
 import os
+import signal
 import threading
+from collections.abc import Callable
+from typing import ParamSpec
 
 from dask.utils import parse_timedelta
 
@@ -68,6 +72,26 @@ def watch_stdin() -> None:
     ``STDIN_CLOSED_GRACE`` seconds. The watcher is a native thread, so that it acts even
     when a stuck thread holds the GIL."""
     watch_stdin_natively(STDIN_CLOSED_GRACE)
+
+
+_P = ParamSpec("_P")
+
+
+def server_main(main: Callable[_P, int]) -> Callable[_P, int]:
+    """A server's command (``squall scheduler``, ``squall worker``, ``dask_spec``): once
+    it returns, its loop has closed (which restores SIGTERM's default) and the process is
+    exiting. A SIGTERM in that window (its deployer stopping it meanwhile, or
+    ``--watch-stdin``) asks for what is already happening, so it is ignored: the exit
+    code stays the server's own rather than -SIGTERM."""
+
+    @functools.wraps(main)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    return run
 
 
 #: What ``--version`` prints, in the form of distributed's programs ("dask, version X").

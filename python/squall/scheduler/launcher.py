@@ -23,6 +23,7 @@ from squall.deploy.lifeline import (
     log_levels,
     parse_duration,
     parse_process_args,
+    server_main,
     split_host,
 )
 from squall.http import options as http_options
@@ -197,6 +198,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@server_main
 def main(argv: list[str] | None = None) -> int:
     """``squall scheduler``: the flags of ``dask scheduler`` with its meanings; they
     override ``squall.scheduler.host``, ``.port``, ``.preload`` and

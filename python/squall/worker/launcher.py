@@ -30,6 +30,7 @@ from squall.deploy.lifeline import (
     parse_duration,
     parse_process_args,
     remove_pid_file,
+    server_main,
     split_host,
 )
 from squall.deploy.shape import default_shape
@@ -256,6 +257,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@server_main
 def main(argv: list[str] | None = None) -> int:
     """``squall worker``. On a restart from the scheduler the program re-executes
     itself with the same arguments."""
