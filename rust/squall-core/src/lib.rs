@@ -61,7 +61,7 @@ pub use story::LogEntry;
 pub use task::{ErrorInfo, ErrorKind, Restrictions, RunSpec, Task, TaskExtra, TaskState, TaskText};
 pub use tasklist::TaskList;
 pub use worker::{
-    PrefixCounts, Seceded, Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus,
+    Fetches, PrefixCounts, Seceded, Worker, WorkerLoad, WorkerMemory, WorkerSpec, WorkerStatus,
 };
 
 impl Scheduler {

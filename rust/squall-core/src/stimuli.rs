@@ -646,12 +646,10 @@ impl Scheduler {
         }
         let eff = self.eff_nbytes(t);
         let ws = self.wm(w);
-        let c = ws.needs_what.entry(t).or_insert(0);
-        if *c == 0 {
+        if ws.needs_what.set(t, n) == 0 {
             ws.network_occ += eff;
             self.network_occ_global += eff;
         }
-        *self.wm(w).needs_what.get_mut(&t).expect("just inserted") = n;
     }
 
     /// `add-keys`: the worker holds these results (e.g. after fetching them).

@@ -343,14 +343,10 @@ impl Scheduler {
             dep_bytes += nb.max(0);
             let held = self.task(d).who_has.contains(w);
             let ws = self.wm(w);
-            if !held {
-                let c = ws.needs_what.entry(d).or_insert(0);
-                *c += 1;
-                if *c == 1 {
-                    let eff = if nb >= 0 { nb } else { default_size };
-                    ws.network_occ += eff;
-                    new_net += eff;
-                }
+            if !held && ws.needs_what.add(d) == 1 {
+                let eff = if nb >= 0 { nb } else { default_size };
+                ws.network_occ += eff;
+                new_net += eff;
             }
         }
         self.network_occ_global += new_net;
@@ -402,15 +398,11 @@ impl Scheduler {
         for d in self.task(t).dependencies.to_vec() {
             let nb = self.task(d).nbytes;
             let ws = self.wm(w);
-            if let Some(c) = ws.needs_what.get_mut(&d) {
-                *c -= 1;
-                if *c == 0 {
-                    ws.needs_what.swap_remove(&d);
-                    let eff = if nb >= 0 { nb } else { default_size };
-                    let before = ws.network_occ;
-                    ws.network_occ = (ws.network_occ - eff).max(0);
-                    freed += before - ws.network_occ;
-                }
+            if ws.needs_what.drop_one(d) == Some(0) {
+                let eff = if nb >= 0 { nb } else { default_size };
+                let before = ws.network_occ;
+                ws.network_occ = (ws.network_occ - eff).max(0);
+                freed += before - ws.network_occ;
             }
         }
         self.network_occ_global = (self.network_occ_global - freed).max(0);
@@ -450,7 +442,13 @@ impl Scheduler {
         if self.task(t).is_actor() {
             self.wm(w).actors.insert(t);
         }
-        let limit = self.worker(w).memory_limit;
+        // A task without dependencies (most) does not read the limit, off the record's
+        // per-task lines.
+        let limit = if dep_bytes > 0 {
+            self.worker(w).memory_limit
+        } else {
+            0
+        };
         if limit > 0 && dep_bytes as u64 > limit && self.config.memory_terminate {
             let text = format!(
                 "Task {} has {} bytes of dependencies, more than the memory limit of {} ({} bytes)",
@@ -571,7 +569,7 @@ impl Scheduler {
         let ws = self.wm(w);
         let pos = crate::links::push_back(&mut ws.has_what, t);
         ws.nbytes += eff;
-        if ws.needs_what.swap_remove(&t).is_some() {
+        if ws.needs_what.remove(t) {
             let before = ws.network_occ;
             ws.network_occ = (ws.network_occ - eff).max(0);
             let freed = before - ws.network_occ;

@@ -418,6 +418,14 @@ impl Scheduler {
             ws.needs_what.len(),
             needs.len()
         );
+        for (d, c) in needs {
+            ensure!(
+                ws.needs_what.get(d) == Some(c),
+                "{a}: needs_what counts {:?} for {:?}, expected {c}",
+                ws.needs_what.get(d),
+                self.task(d).key()
+            );
+        }
         let mut nbytes = 0i64;
         for &t in &ws.has_what {
             let ts = self

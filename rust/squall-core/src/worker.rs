@@ -90,6 +90,68 @@ impl Seceded {
     }
 }
 
+/// The dependencies a worker must fetch, each with the number of its processing tasks
+/// that need it (`needs_what`): boxed like `Seceded`, since most workers fetch nothing
+/// and `add_replica` asks at every task; the map inline pushed that question onto a
+/// cache line of the record of its own.
+#[derive(Debug, Default)]
+pub struct Fetches(Option<Box<IdIndexMap<TaskId, u32>>>);
+
+impl Fetches {
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |m| m.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, t: TaskId) -> Option<u32> {
+        self.0.as_ref().and_then(|m| m.get(&t).copied())
+    }
+
+    /// One more processing task needs `t`; returns how many do now.
+    pub(crate) fn add(&mut self, t: TaskId) -> u32 {
+        let c = self
+            .0
+            .get_or_insert_with(Default::default)
+            .entry(t)
+            .or_insert(0);
+        *c += 1;
+        *c
+    }
+
+    /// `n` processing tasks need `t`; returns how many did before (0 if none).
+    pub(crate) fn set(&mut self, t: TaskId, n: u32) -> u32 {
+        let map = self.0.get_or_insert_with(Default::default);
+        map.insert(t, n).unwrap_or(0)
+    }
+
+    /// One fewer processing task needs `t`; returns how many still do, None if none did.
+    pub(crate) fn drop_one(&mut self, t: TaskId) -> Option<u32> {
+        let map = self.0.as_mut()?;
+        let c = map.get_mut(&t)?;
+        *c -= 1;
+        let left = *c;
+        if left == 0 {
+            self.remove(t);
+        }
+        Some(left)
+    }
+
+    /// `t` needs no fetching any more (it arrived); returns whether it was wanted.
+    pub(crate) fn remove(&mut self, t: TaskId) -> bool {
+        let Some(map) = &mut self.0 else {
+            return false;
+        };
+        let wanted = map.swap_remove(&t).is_some();
+        if map.is_empty() {
+            self.0 = None;
+        }
+        wanted
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerStatus {
     Running,
@@ -171,8 +233,6 @@ pub struct Worker {
     /// Queuing capacity, refreshed by `check_idle_saturated` (docs/scheduling.md#queuing and
     /// `worker_saturation_duration`).
     pub slot_cap: i64,
-    /// Bytes; 0 = no limit.
-    pub memory_limit: u64,
     /// Σ effective nbytes of `has_what`.
     pub nbytes: i64,
     /// Σ effective nbytes over `needs_what`.
@@ -185,7 +245,9 @@ pub struct Worker {
     pub has_what: Vec<TaskId>,
     pub long_running: Seceded,
     /// Dependencies to fetch: number of processing tasks here needing each.
-    pub needs_what: IdIndexMap<TaskId, u32>,
+    pub needs_what: Fetches,
+    /// Bytes; 0 = no limit.
+    pub memory_limit: u64,
     pub actors: IdIndexSet<TaskId>,
     pub resources: Vec<(String, f64)>,
     pub used_resources: Vec<(String, f64)>,
