@@ -172,7 +172,7 @@ impl Scheduler {
         // Binned tasks are processing: their worker is the bins'.
         let w = ts.processing_on().expect("binned tasks are processing");
         let place = ts.bin_place();
-        if let Some(moved) = self.stealing.bins(w)[level as usize].swap_remove(t, place) {
+        if let Some(moved) = self.stealing.bins(w)[level as usize].remove(t, place) {
             self.tm(moved).set_bin_place(place);
         }
         self.stealing.n_binned -= 1;
@@ -220,7 +220,7 @@ impl Scheduler {
         if let Some(slot) = self.stealing.stealable.get_mut(w.idx()) {
             if let Some(bins) = slot.take() {
                 for level in bins.iter() {
-                    for t in level {
+                    for t in level.iter() {
                         if let Some(ts) = self.tasks.get_mut(t.idx()).and_then(Option::as_mut) {
                             ts.steal_level = NOT_BINNED;
                             self.stealing.n_binned -= 1;
@@ -291,9 +291,7 @@ impl Scheduler {
                     break;
                 }
                 let tasks: Vec<TaskId> = match self.stealing.stealable.get(victim.idx()) {
-                    Some(Some(bins)) if !bins[level].is_empty() => {
-                        bins[level].iter().copied().collect()
-                    }
+                    Some(Some(bins)) if !bins[level].is_empty() => bins[level].iter().collect(),
                     _ => continue,
                 };
                 for t in tasks {
@@ -532,7 +530,7 @@ impl Scheduler {
         for (w, bins) in self.stealing.stealable.iter().enumerate() {
             for (level, bin) in bins.iter().flat_map(|b| b.iter().enumerate()) {
                 in_bins += bin.len();
-                if let Some(&t) = bin.iter().find(|&&t| {
+                if let Some(t) = bin.iter().find(|&t| {
                     self.get_task(t).is_none_or(|ts| {
                         ts.steal_level as usize != level
                             || ts.processing_on() != Some(WorkerId(w as u32))

@@ -302,13 +302,7 @@ impl Scheduler {
 
         let recs = &mut st.recs;
         let allowed = self.config.allowed_failures;
-        for t in self
-            .worker(w)
-            .processing
-            .iter()
-            .copied()
-            .collect::<Vec<_>>()
-        {
+        for t in self.worker(w).processing.iter().collect::<Vec<_>>() {
             if self.state_of(t) != S::Processing {
                 continue;
             }

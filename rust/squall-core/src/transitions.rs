@@ -383,7 +383,7 @@ impl Scheduler {
             .unwrap_or_default();
         let place = self.task(t).processing_place();
         let ws = self.wm(w);
-        let moved = ws.processing.swap_remove(t, place);
+        let moved = ws.processing.remove(t, place);
         if long_running {
             ws.long_running.remove(t);
         }

@@ -368,7 +368,7 @@ impl Scheduler {
         );
         let mut prefix_counts: FxHashMap<PrefixId, u32> = FxHashMap::default();
         let mut needs: FxHashMap<TaskId, u32> = FxHashMap::default();
-        for (place, &t) in ws.processing.iter().enumerate() {
+        for (place, t) in ws.processing.places() {
             let ts = self
                 .get_task(t)
                 .ok_or_else(|| format!("{a}: processing a forgotten task"))?;
@@ -378,7 +378,7 @@ impl Scheduler {
                 ts.key()
             );
             ensure!(
-                ts.processing_place() as usize == place,
+                ts.processing_place() == place,
                 "{a}: lists {:?} at {place}, the task says {}",
                 ts.key(),
                 ts.processing_place()

@@ -131,7 +131,7 @@ impl Scheduler {
         };
         let tasks: Vec<TaskId> = match which {
             "has_what" => ws.has_what.clone(),
-            "processing" => ws.processing.iter().copied().collect(),
+            "processing" => ws.processing.iter().collect(),
             _ => {
                 return Err(PyValueError::new_err(format!(
                     "unknown worker key set {which:?}"
