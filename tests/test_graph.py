@@ -8,6 +8,7 @@ import gc
 import operator
 import pickle
 import pickletools
+import subprocess
 import sys
 import types
 import weakref
@@ -30,7 +31,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
-from squall._core import CycleError, call_node, restore_node
+from squall._core import RESTORE_NODE_CODE, CycleError, call_node, restore_node
 from squall.dask import graphs as graph
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
@@ -128,11 +129,21 @@ def test_fused_tasks_run_squalls_subgraph_to_dasks_values() -> None:
     assert _execute_subgraph not in funcs
     # The sum's toolz compositions are shared functions: a blob each, not in every spec.
     assert any(b"Compose" in blob for blob in g.blobs)
-    # Nodes and functions come back through one global, not one per class.
+    # Nodes and functions come back through one function, named by its extension code
+    # once per spec and read from the memo after that: no global, no import.
+    for spec in g.specs:
+        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(spec)]
+        assert ops[:4] == [
+            ("PROTO", 5),
+            ("EXT1", RESTORE_NODE_CODE),
+            ("MEMOIZE", None),
+            ("POP", None),
+        ]
+        assert ("EXT1", RESTORE_NODE_CODE) not in ops[4:]
     named = set().union(*map(_globals_of, g.specs))
-    assert ("squall._core", "restore_node") in named
     per_class = {("dask._task_spec", c) for c in ("Task", "TaskRef", "DataNode", "Alias")}
-    assert not named & (per_class | {("squall._core", "load_function")})
+    squalls = {("squall._core", "restore_node"), ("squall._core", "load_function")}
+    assert not named & (per_class | squalls)
     # Functions named by reference (operator's, numpy's) are shared blobs as well.
     assert not {(m, n) for m, n in named if m == "_operator" or n == "transpose"}
     (expected,) = dask.compute(y, scheduler="sync")
@@ -164,6 +175,18 @@ def test_tasks_unpickle_to_their_slots_and_refuse_another_dasks_state() -> None:
         restore_node(0, (1, 2))
     with pytest.raises(ValueError, match="no node kind 9"):
         restore_node(9)
+
+
+def test_an_extension_code_taken_by_another_library_fails_the_import_naming_it() -> None:
+    # Going on would call the other library's object where restore_node belongs.
+    code = (
+        "import copyreg; copyreg.add_extension('elsewhere', 'thing', "
+        f"{RESTORE_NODE_CODE}); import squall._core"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"squall needs pickle extension code {RESTORE_NODE_CODE}" in done.stderr
+    assert "elsewhere" in done.stderr
 
 
 _seen: list[weakref.ref[Any]] = []

@@ -8,9 +8,12 @@ COMMAND_OPS: tuple[str, ...]
 TASK_STATES: tuple[str, ...]
 #: How this extension was built: version, abi, profile, bench, rustc, target.
 BUILD: dict[str, str | bool]
+#: ``restore_node``'s code in copyreg's extension registry, registered on import.
+RESTORE_NODE_CODE: int
 __all__ = [
     "BUILD",
     "COMMAND_OPS",
+    "RESTORE_NODE_CODE",
     "TASK_STATES",
     "Commands",
     "CoordCommand",

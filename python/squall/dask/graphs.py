@@ -30,7 +30,7 @@ from dask._task_spec import (
     convert_legacy_graph,
 )
 
-from squall._core import NodeReducer
+from squall._core import RESTORE_NODE_CODE, NodeReducer, restore_node
 from squall.dask.gc_pause import gc_paused
 from squall.dask.subgraph import execute_subgraph
 from squall.protocol.nested import DESCEND, rebuild
@@ -45,6 +45,17 @@ _OPTION_NAMES = {
     "resources": "resources",
     "allow_other_workers": "allow_other_workers",
 }
+
+
+#: What opens each node's pickle: protocol 5, then ``restore_node`` from copyreg's
+#: extension cache (EXT1 with its code, MEMOIZE as memo index 0, POP). The pickler's
+#: memo starts each node holding the function at index 0, so the node's calls of it
+#: are two-byte memo reads: neither side names it, which would import its module each
+#: time (docs/runtime.md#fused-tasks). The pickle still starts with 0x80, which marks a
+#: node spec (docs/protocol.md#run-specs).
+_HEADER = pickle.PROTO + bytes([5]) + pickle.EXT1 + bytes([RESTORE_NODE_CODE])
+_HEADER += pickle.MEMOIZE + pickle.POP
+_MEMO_START = {id(restore_node): (0, restore_node)}
 
 
 class _GraphPickler(pickle.Pickler):
@@ -73,13 +84,14 @@ class _GraphPickler(pickle.Pickler):
         """Each node pickled on its own, and the blobs the pickles hold."""
         buf = io.BytesIO()
         pickler = cls(buf)
-        seek, truncate, getvalue = buf.seek, buf.truncate, buf.getvalue
-        clear_memo, dump = pickler.clear_memo, pickler.dump
+        seek, truncate, write, getvalue = buf.seek, buf.truncate, buf.write, buf.getvalue
+        dump = pickler.dump
         out = []
         for node in nodes:
             seek(0)
             truncate()
-            clear_memo()
+            write(_HEADER)
+            pickler.memo = _MEMO_START
             dump(node)
             out.append(getvalue())
         return out, pickler.blobs

@@ -92,6 +92,8 @@ mod _core {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("BUILD", build_info(m.py())?)?;
+        m.add("RESTORE_NODE_CODE", super::nodes::RESTORE_NODE_CODE)?;
+        super::nodes::register_restore_node(m.py())?;
         // The core's task states, in its order (docs/scheduling.md#task-states).
         let states = squall_core::TaskState::ALL.map(squall_core::TaskState::name);
         m.add("TASK_STATES", pyo3::types::PyTuple::new(m.py(), states)?)?;

@@ -8,7 +8,7 @@
 //! loops (docs/runtime.md#fused-tasks).
 
 use crate::specs::load_function;
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyImportError, PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -17,6 +17,32 @@ use pyo3::types::{
 };
 use pyo3::BoundObject;
 use rustc_hash::FxHashMap;
+
+/// `restore_node`'s code in copyreg's extension registry (from the range PEP 307 leaves
+/// to third parties): a node's pickle opens by naming it with this code (`EXT1`),
+/// which the unpickler finds in a cache, where a name makes both pickler and
+/// unpickler import its module, about a microsecond each per spec
+/// (docs/runtime.md#fused-tasks).
+pub const RESTORE_NODE_CODE: u8 = 213;
+
+/// Registers [`RESTORE_NODE_CODE`] in this process: every process that reads or writes
+/// node pickles imports this module first. A code another library registered first is
+/// an import error naming both, where going on would call that library's object in
+/// `restore_node`'s place.
+pub fn register_restore_node(py: Python<'_>) -> PyResult<()> {
+    py.import("copyreg")?
+        .call_method1(
+            intern!(py, "add_extension"),
+            ("squall._core", "restore_node", RESTORE_NODE_CODE),
+        )
+        .map_err(|e| {
+            PyImportError::new_err(format!(
+                "squall needs pickle extension code {RESTORE_NODE_CODE} for \
+                 squall._core.restore_node: {e}"
+            ))
+        })?;
+    Ok(())
+}
 
 /// What `restore_node` makes, by its first argument (the values `NodeReducer` writes).
 const TASK: u8 = 0;
