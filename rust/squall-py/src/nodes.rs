@@ -171,7 +171,7 @@ enum Kind {
     /// A built-in function: shared when it is a module's (`operator.add`, `len`), not
     /// when bound to an object (`some_list.append`), which tasks could mutate through.
     Builtin,
-    /// A class: by reference, unless cloudpickle must send it by value.
+    /// A class: by value if cloudpickle must send it so, else a shared blob.
     Class,
     /// A `TaskRef` subclass (a client's future): travels as its key.
     Ref,
@@ -187,10 +187,11 @@ const NUMPY_FUNCTION_TYPES: [(&str, &str); 2] =
 
 /// The `reducer_override` of one graph's pickler (`squall.dask.graphs`): the C pickler
 /// asks it about every object but atoms and built-in containers, so the common answers
-/// (dask's nodes, by exact class) are a few pointer compares here. A shared function is
-/// pickled once per graph by `blob(function) -> bytes` and a class by
-/// `by_value(class)` (cloudpickle's reducer); both answers are kept per object for the
-/// graph, the object with them so that its id is not reused meanwhile.
+/// (dask's nodes, by exact class) are a few pointer compares here. A shared function,
+/// and a class cloudpickle's reducer (`by_value(class)`) would name by reference, is
+/// pickled once per graph by `blob(function) -> bytes`; a class it sends by value
+/// takes its reduction. Both answers are kept per object for the graph, the object
+/// with them so that its id is not reused meanwhile.
 #[pyclass(module = "squall._core")]
 pub struct NodeReducer {
     blob: Py<PyAny>,
@@ -253,7 +254,16 @@ impl NodeReducer {
             {
                 self.shared(c, obj)?
             }
-            Kind::Class => self.by_value.bind(py).call1((obj,))?,
+            Kind::Class => {
+                let reduced = self.by_value.bind(py).call1((obj,))?;
+                if reduced.is(&not_implemented(py)) {
+                    // Importable: a shared blob too, whose load is a cache hit where a
+                    // global would be an import in every spec that names the class.
+                    self.shared(c, obj)?
+                } else {
+                    reduced
+                }
+            }
             Kind::Ref => return reduction(py, c, (TASK_REF, obj.getattr(intern!(py, "key"))?)),
             Kind::Builtin | Kind::Other => return Ok(not_implemented(py)),
         };
