@@ -256,7 +256,7 @@ impl NodeReducer {
             }
             Kind::Class => {
                 let reduced = self.by_value.bind(py).call1((obj,))?;
-                if reduced.is(&not_implemented(py)) {
+                if reduced.is(not_implemented(py)) {
                     // Importable: a shared blob too, whose load is a cache hit where a
                     // global would be an import in every spec that names the class.
                     self.shared(c, obj)?
