@@ -59,7 +59,7 @@ _MEMO_START = {id(restore_node): (0, restore_node)}
 
 
 class _GraphPickler(pickle.Pickler):
-    """Pickles the nodes of one graph, one after another (``clear_memo`` between them).
+    """Pickles the nodes of one graph, one after another (each from the same memo).
 
     What cloudpickle adds over pickle is kept: its dispatch table, classes by value
     unless importable, and functions by value. The C pickler asks ``reducer_override``

@@ -1,11 +1,11 @@
 //! dask's task-spec nodes and a graph's shared functions, reduced for pickling
 //! (`NodeReducer`, the `reducer_override` of `squall.dask.graphs`' pickler) and rebuilt
-//! from their pickles through one function, `restore_node(kind, *args)`. One global per
-//! pickle rather than one per class: pickling a global and finding it again on
-//! unpickling each cost a module import and an attribute lookup, about a microsecond,
-//! in every task's pickle. A `Task` travels as its slot values and is rebuilt from them
-//! in one compiled call, where dask's own `__getstate__` and `__setstate__` are Python
-//! loops (docs/runtime.md#fused-tasks).
+//! from their pickles through one function, `restore_node(kind, *args)`, which a
+//! pickle names by its extension code rather than as a global: pickling a global and
+//! finding it again on unpickling each cost a module import and an attribute lookup,
+//! about a microsecond, in every task's pickle. A `Task` travels as its slot values and
+//! is rebuilt from them in one compiled call, where dask's own `__getstate__` and
+//! `__setstate__` are Python loops (docs/runtime.md#fused-tasks).
 
 use crate::specs::load_function;
 use pyo3::exceptions::{PyImportError, PyKeyError, PyRuntimeError, PyValueError};
